@@ -1,0 +1,16 @@
+/**
+ * @fa/core — exact FlashAttention for TypeScript: the shared types, validation, reference,
+ * online softmax, the CPU engine (registered as backend "cpu" on import), the IO model and .npy I/O.
+ */
+export * from './errors.js';
+export * from './dtype.js';
+export * from './tensor.js';
+export * from './problem.js';
+export * from './mask.js';
+export * from './backend.js';
+export * from './reference.js';
+export * from './naive.js';
+export * from './online-softmax.js';
+export * from './iomodel.js';
+export * from './npy.js';
+export * from './cpu/register.js';

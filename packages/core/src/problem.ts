@@ -1,0 +1,249 @@
+/**
+ * Attention options, and their validation into a resolved AttentionProblem: the one description
+ * of "what to compute" that every engine, the reference and the CLI share. Every rule of
+ * DESIGN.md's conventions that concerns shapes and options is enforced here, once.
+ */
+import { check, FAError } from './errors.js';
+import type { DType } from './dtype.js';
+import { isDType } from './dtype.js';
+import { describeValue, isDeviceTensor, isHostTensor, checkHostData, type Tensor } from './tensor.js';
+
+export interface AttentionOptions {
+  /** Bottom-right aligned causal mask: query i sees key j iff j <= i + Tk - Tq. */
+  causal?: boolean;
+  /** [left, right], -1 = unbounded: query i sees key j iff i+Tk-Tq-left <= j <= i+Tk-Tq+right. */
+  window?: readonly [number, number];
+  /** Tanh soft-capping c > 0: s = c * tanh(s / c). Leave undefined for none. */
+  softcap?: number;
+  /** Multiplies q·k; defaults to 1/sqrt(D). */
+  scale?: number;
+  /** Per-head ALiBi slopes, length H (or B*H): s += -slope * |i + Tk - Tq - j|. */
+  alibiSlopes?: Float32Array | readonly number[];
+  /** Varlen: packed [totalQ, H, D] inputs split by these B+1 offsets. Give both or neither. */
+  cuSeqlensQ?: Int32Array | readonly number[];
+  cuSeqlensK?: Int32Array | readonly number[];
+  /** Ask for bit-identical gradients run to run (engines that reduce in parallel honour it). */
+  deterministic?: boolean;
+}
+
+/** A fully validated and resolved problem. Engines read this, never the raw options. */
+export interface AttentionProblem {
+  readonly dtype: DType;
+  /** Number of sequences. */
+  readonly batch: number;
+  readonly h: number;
+  readonly hkv: number;
+  readonly d: number;
+  /** Longest query / key sequence (the common length unless varlen). */
+  readonly tq: number;
+  readonly tk: number;
+  /** Rows of the packed token dimension: B*Tq and B*Tk unless varlen. */
+  readonly totalQ: number;
+  readonly totalK: number;
+  readonly varlen: boolean;
+  /** Offsets, length batch+1, in tokens; synthesised as multiples of tq/tk when not varlen. */
+  readonly cuSeqlensQ: Int32Array;
+  readonly cuSeqlensK: Int32Array;
+  readonly scale: number;
+  readonly causal: boolean;
+  /** Resolved window; -1 = unbounded. causal => right = 0. */
+  readonly windowLeft: number;
+  readonly windowRight: number;
+  /** 0 = no soft-capping. */
+  readonly softcap: number;
+  /** Slopes per (batch, head) as a [batch*h] array, or undefined. */
+  readonly alibi: Float32Array | undefined;
+  readonly deterministic: boolean;
+  readonly qShape: readonly number[];
+  readonly kShape: readonly number[];
+  readonly lseShape: readonly number[];
+}
+
+/** The rows of one sequence: packed offsets and lengths. */
+export interface Segment {
+  readonly q0: number;
+  readonly tq: number;
+  readonly k0: number;
+  readonly tk: number;
+}
+
+export function segment(p: AttentionProblem, b: number): Segment {
+  const q0 = p.cuSeqlensQ[b];
+  const k0 = p.cuSeqlensK[b];
+  return { q0, tq: p.cuSeqlensQ[b + 1] - q0, k0, tk: p.cuSeqlensK[b + 1] - k0 };
+}
+
+/** Index into a [B,H,Tq] (or varlen [H,totalQ]) LSE buffer for packed row `row` and head `h`. */
+export function lseIndex(p: AttentionProblem, b: number, h: number, i: number): number {
+  return p.varlen ? h * p.totalQ + p.cuSeqlensQ[b] + i : (b * p.h + h) * p.tq + i;
+}
+
+function toInt32(x: unknown, what: string): Int32Array {
+  if (x instanceof Int32Array) return x;
+  if (Array.isArray(x) && x.every((v) => Number.isSafeInteger(v) && v >= -(2 ** 31) && v < 2 ** 31)) return Int32Array.from(x as number[]);
+  throw new FAError('E_DTYPE', `${what} must be an Int32Array (or an array of integers), got ${describeValue(x)}`);
+}
+
+function checkCuSeqlens(cu: Int32Array, total: number, what: string): void {
+  check(cu.length >= 2, 'E_SHAPE', `${what} must have length B+1 >= 2, got length ${cu.length}`);
+  check(cu[0] === 0, 'E_ARG', `${what} must start at 0, got ${cu[0]}`);
+  for (let i = 1; i < cu.length; i++) {
+    check(cu[i] >= cu[i - 1], 'E_ARG', () => `${what} must be non-decreasing: entry ${i} is ${cu[i]} after ${cu[i - 1]}`);
+  }
+  check(cu[cu.length - 1] === total, 'E_SHAPE', () => `${what} ends at ${cu[cu.length - 1]} but the packed tensor has ${total} tokens`);
+}
+
+function checkTensorLike(t: unknown, what: string): Tensor {
+  if (isHostTensor(t)) {
+    checkHostData(t.data, t.shape, t.dtype, what);
+    check(isDType(t.dtype), 'E_DTYPE', `${what}: unknown dtype ${JSON.stringify(t.dtype)}`);
+    return t;
+  }
+  if (isDeviceTensor(t)) {
+    check(!t.disposed, 'E_ARG', `${what} is a device tensor that was already disposed`);
+    check(isDType(t.dtype), 'E_DTYPE', `${what}: unknown dtype ${JSON.stringify(t.dtype)}`);
+    return t;
+  }
+  throw new FAError('E_ARG', `${what} must be a tensor (use tensor(data, shape, dtype)), got ${describeValue(t)}`);
+}
+
+const shapeStr = (s: readonly number[]) => `[${s.join(', ')}]`;
+
+/**
+ * Validates q, k, v and the options, and resolves them into an AttentionProblem.
+ * Throws FAError (E_SHAPE, E_DTYPE, E_ARG) with a message that says what to change.
+ */
+export function describeProblem(qIn: unknown, kIn: unknown, vIn: unknown, opts: AttentionOptions = {}): AttentionProblem {
+  check(typeof opts === 'object' && opts !== null, 'E_ARG', 'options must be an object');
+  const q = checkTensorLike(qIn, 'q');
+  const k = checkTensorLike(kIn, 'k');
+  const v = checkTensorLike(vIn, 'v');
+  check(q.dtype === k.dtype && k.dtype === v.dtype, 'E_DTYPE', `q, k, v must share one dtype; got ${q.dtype}, ${k.dtype}, ${v.dtype}`);
+  check(shapeStr(k.shape) === shapeStr(v.shape), 'E_SHAPE', `k and v must have the same shape; got ${shapeStr(k.shape)} and ${shapeStr(v.shape)}`);
+  const hasCuQ = opts.cuSeqlensQ !== undefined;
+  const hasCuK = opts.cuSeqlensK !== undefined;
+  check(hasCuQ === hasCuK, 'E_ARG', 'varlen needs both cuSeqlensQ and cuSeqlensK');
+  const varlen = hasCuQ;
+  const rank = varlen ? 3 : 4;
+  const layout = varlen ? '[totalT, H, D] (varlen)' : '[B, T, H, D]';
+  for (const [name, t] of [['q', q], ['k', k], ['v', v]] as const) {
+    check(t.shape.length === rank, 'E_SHAPE', `${name} must have rank ${rank}, layout ${layout}; got shape ${shapeStr(t.shape)}`);
+  }
+  const [h, d] = q.shape.slice(-2);
+  const [hkv, dk] = k.shape.slice(-2);
+  check(d >= 1, 'E_SHAPE', `head dim D must be at least 1; q has shape ${shapeStr(q.shape)}`);
+  check(h >= 1 && hkv >= 1, 'E_SHAPE', `q and k need at least one head; got H=${h}, Hkv=${hkv}`);
+  check(dk === d, 'E_SHAPE', `q and k must have the same head dim D; got ${d} and ${dk}`);
+  check(h % hkv === 0, 'E_SHAPE', `H (${h}) must be a multiple of Hkv (${hkv}) for MQA/GQA`);
+
+  let batch: number, tq: number, tk: number, totalQ: number, totalK: number;
+  let cuQ: Int32Array, cuK: Int32Array;
+  if (varlen) {
+    totalQ = q.shape[0];
+    totalK = k.shape[0];
+    cuQ = toInt32(opts.cuSeqlensQ, 'cuSeqlensQ');
+    cuK = toInt32(opts.cuSeqlensK, 'cuSeqlensK');
+    check(cuQ.length === cuK.length, 'E_SHAPE', `cuSeqlensQ and cuSeqlensK must both have length B+1; got ${cuQ.length} and ${cuK.length}`);
+    checkCuSeqlens(cuQ, totalQ, 'cuSeqlensQ');
+    checkCuSeqlens(cuK, totalK, 'cuSeqlensK');
+    batch = cuQ.length - 1;
+    tq = 0;
+    tk = 0;
+    for (let b = 0; b < batch; b++) {
+      tq = Math.max(tq, cuQ[b + 1] - cuQ[b]);
+      tk = Math.max(tk, cuK[b + 1] - cuK[b]);
+    }
+  } else {
+    check(q.shape[0] === k.shape[0], 'E_SHAPE', `q and k must have the same batch B; got ${q.shape[0]} and ${k.shape[0]}`);
+    batch = q.shape[0];
+    tq = q.shape[1];
+    tk = k.shape[1];
+    totalQ = batch * tq;
+    totalK = batch * tk;
+    cuQ = new Int32Array(batch + 1);
+    cuK = new Int32Array(batch + 1);
+    for (let b = 0; b <= batch; b++) {
+      cuQ[b] = b * tq;
+      cuK[b] = b * tk;
+    }
+  }
+
+  let scale = 1 / Math.sqrt(d);
+  if (opts.scale !== undefined) {
+    check(typeof opts.scale === 'number' && Number.isFinite(opts.scale), 'E_ARG', `scale must be a finite number, got ${String(opts.scale)}`);
+    scale = opts.scale;
+  }
+  check(opts.causal === undefined || typeof opts.causal === 'boolean', 'E_ARG', `causal must be true or false, got ${String(opts.causal)}`);
+  const causal = opts.causal === true;
+  let left = -1;
+  let right = -1;
+  if (opts.window !== undefined) {
+    const w = opts.window as unknown;
+    check(Array.isArray(w) && w.length === 2, 'E_ARG', `window must be [left, right], got ${JSON.stringify(w)}`);
+    for (const x of w as number[]) {
+      check(Number.isSafeInteger(x) && x >= -1, 'E_ARG', `window entries must be integers >= -1 (-1 = unbounded), got [${(w as number[]).join(', ')}]`);
+    }
+    [left, right] = w as [number, number];
+  }
+  if (causal) right = 0;
+  let softcap = 0;
+  if (opts.softcap !== undefined) {
+    check(typeof opts.softcap === 'number' && Number.isFinite(opts.softcap) && opts.softcap > 0, 'E_ARG', `softcap must be a finite number > 0 (leave it out for none), got ${String(opts.softcap)}`);
+    softcap = opts.softcap;
+  }
+  let alibi: Float32Array | undefined;
+  if (opts.alibiSlopes !== undefined) {
+    const s = opts.alibiSlopes as unknown;
+    check(s instanceof Float32Array || Array.isArray(s), 'E_DTYPE', `alibiSlopes must be a Float32Array or an array of numbers, got ${describeValue(s)}`);
+    const arr = s as ArrayLike<number>;
+    check(arr.length === h || arr.length === batch * h, 'E_SHAPE', `alibiSlopes must have H (${h}) or B*H (${batch * h}) entries, got ${arr.length}`);
+    alibi = new Float32Array(batch * h);
+    for (let i = 0; i < alibi.length; i++) {
+      const x = arr.length === h ? arr[i % h] : arr[i];
+      check(typeof x === 'number' && Number.isFinite(x), 'E_ARG', `alibiSlopes must be finite numbers; entry ${i % arr.length} is ${String(x)}`);
+      alibi[i] = x;
+    }
+  }
+  check(opts.deterministic === undefined || typeof opts.deterministic === 'boolean', 'E_ARG', 'deterministic must be true or false');
+  return {
+    dtype: q.dtype,
+    batch, h, hkv, d, tq, tk, totalQ, totalK, varlen,
+    cuSeqlensQ: cuQ,
+    cuSeqlensK: cuK,
+    scale, causal,
+    windowLeft: left,
+    windowRight: right,
+    softcap, alibi,
+    deterministic: opts.deterministic === true,
+    qShape: [...q.shape],
+    kShape: [...k.shape],
+    lseShape: varlen ? [h, totalQ] : [batch, h, tq],
+  };
+}
+
+/**
+ * Validates the extra inputs of a backward call (out, dOut, lse) against the problem.
+ */
+export function describeBackward(q: unknown, k: unknown, v: unknown, out: unknown, dOut: unknown, lse: unknown, opts: AttentionOptions = {}): AttentionProblem {
+  const p = describeProblem(q, k, v, opts);
+  const o = checkTensorLike(out, 'out');
+  const dO = checkTensorLike(dOut, 'dOut');
+  const l = checkTensorLike(lse, 'lse');
+  for (const [name, t] of [['out', o], ['dOut', dO]] as const) {
+    check(t.dtype === p.dtype, 'E_DTYPE', `${name} must have the inputs' dtype ${p.dtype}, got ${t.dtype}`);
+    check(shapeStr(t.shape) === shapeStr(p.qShape), 'E_SHAPE', `${name} must have q's shape ${shapeStr(p.qShape)}, got ${shapeStr(t.shape)}`);
+  }
+  check(l.dtype === 'f32', 'E_DTYPE', `lse must be f32, got ${l.dtype}`);
+  check(shapeStr(l.shape) === shapeStr(p.lseShape), 'E_SHAPE', `lse must have shape ${shapeStr(p.lseShape)}, got ${shapeStr(l.shape)}`);
+  return p;
+}
+
+/** Forward FLOPs per DESIGN.md: 4·B·H·Tq·Tk·D, half when causal (varlen sums per sequence). */
+export function problemFlops(p: AttentionProblem): number {
+  let pairs = 0;
+  for (let b = 0; b < p.batch; b++) {
+    const s = segment(p, b);
+    pairs += s.tq * s.tk;
+  }
+  return (4 * p.h * pairs * p.d) / (p.causal ? 2 : 1);
+}
