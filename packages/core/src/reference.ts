@@ -1,1 +1,453 @@
-export {};
+/**
+ * The float64 reference: naive attention, computed from the exact input values (f16 and bf16
+ * bits are decoded exactly) in float64 arithmetic. It materialises the score matrix of one
+ * (batch, head) at a time, exactly like naive attention, and therefore refuses problems whose
+ * allocations exceed a configurable limit (FAError E_TOO_LARGE). `referenceRows` computes
+ * sampled rows of huge problems in O(Tk·D) time and O(Tk) memory per row.
+ *
+ * Semantics come from mask.ts (keyRange, logit, slopeOf) so they are defined in one place.
+ * A row that sees no key has output 0 and LSE -Infinity; NaN in inputs propagates.
+ *
+ * With `magnitudes: true` the reference also returns, per output element, the magnitude of the
+ * terms that element is computed from (a running-error-analysis "condition" tensor, in units
+ * of the unit roundoff): an engine computing in float32 errs by at most a small multiple of
+ * u32 times it. The conformance kit uses it as the tolerance floor where cancellation or
+ * large-magnitude scores make a purely relative bound meaningless.
+ */
+import { check, FAError } from './errors.js';
+import { decode, fromBF16Bits, fromF16Bits } from './dtype.js';
+import { describeProblem, segment, lseIndex, type AttentionOptions, type AttentionProblem } from './problem.js';
+import { keyRange, logit, slopeOf } from './mask.js';
+import { isHostTensor, numel, type HostTensor } from './tensor.js';
+
+const MiB = 1024 * 1024;
+const DEFAULT_MAX_BYTES = 512 * MiB;
+let maxBytesDefault = DEFAULT_MAX_BYTES;
+
+/** Sets the default allocation limit (bytes) of referenceForward/referenceBackward/naive*. */
+export function setReferenceMaxBytes(bytes: number): void {
+  check(typeof bytes === 'number' && bytes > 0 && !Number.isNaN(bytes), 'E_ARG', `reference maxBytes must be a positive number, got ${String(bytes)}`);
+  maxBytesDefault = bytes;
+}
+
+/** The current default allocation limit of the reference, in bytes (512 MiB unless changed). */
+export function referenceMaxBytes(): number {
+  return maxBytesDefault;
+}
+
+export interface ReferenceOptions {
+  /** Refuse (E_TOO_LARGE) when the reference would allocate more than this many bytes. */
+  maxBytes?: number;
+  /** Also return the term-magnitude tensors used for error bounds (about doubles the cost). */
+  magnitudes?: boolean;
+}
+
+export interface ReferenceForward {
+  /** q's shape, float64. */
+  readonly out: Float64Array;
+  /** problem.lseShape, float64; -Infinity for rows that see no key. */
+  readonly lse: Float64Array;
+  readonly problem: AttentionProblem;
+  /** Present with `magnitudes: true`: error-magnitude tensors of out and lse (same shapes). */
+  readonly mag?: { readonly out: Float64Array; readonly lse: Float64Array };
+}
+
+export interface ReferenceBackward extends ReferenceForward {
+  /** q's shape. */
+  readonly dq: Float64Array;
+  /** k's shape (summed over the query heads of each GQA group). */
+  readonly dk: Float64Array;
+  readonly dv: Float64Array;
+  readonly magGrad?: { readonly dq: Float64Array; readonly dk: Float64Array; readonly dv: Float64Array };
+}
+
+/** @internal Exact values of a host tensor as float32 (no copy for f32). */
+export function hostValues(t: HostTensor): Float32Array {
+  if (t.dtype === 'f32') return t.data as Float32Array;
+  return decode(t.dtype, t.data as Uint16Array);
+}
+
+/** @internal */
+export function requireHost(t: unknown, what: string, fn: string): void {
+  if (!isHostTensor(t) && typeof t === 'object' && t !== null && (t as { kind?: unknown }).kind === 'device') {
+    throw new FAError('E_ARG', `${fn}: ${what} is a device tensor; the reference needs host tensors (read it with backend.read())`);
+  }
+}
+
+function fmtBytes(n: number): string {
+  if (n >= 1024 * MiB) return `${(n / (1024 * MiB)).toFixed(2)} GiB`;
+  return `${(n / MiB).toFixed(1)} MiB`;
+}
+
+/** @internal Throws E_TOO_LARGE when `bytes` exceeds the limit, explaining how to proceed. */
+export function checkBytes(fn: string, p: AttentionProblem, bytes: number, limit: number, setter = 'setReferenceMaxBytes()'): void {
+  if (bytes <= limit) return;
+  throw new FAError(
+    'E_TOO_LARGE',
+    `${fn} would allocate ${bytes} bytes (${fmtBytes(bytes)}) for B=${p.batch} H=${p.h} Hkv=${p.hkv} Tq=${p.tq} Tk=${p.tk} D=${p.d} ` +
+      `(naive attention materialises the ${p.tq}x${p.tk} score matrix of one (batch, head) in float64, plus inputs and outputs), ` +
+      `above the limit of ${limit} bytes (${fmtBytes(limit)}). Raise it with the { maxBytes } option or ${setter}, ` +
+      `or check sampled rows with referenceRows(), which needs O(Tk) memory per row.`,
+  );
+}
+
+function checkDOut(p: AttentionProblem, dOut: unknown, fn: string): HostTensor {
+  requireHost(dOut, 'dOut', fn);
+  check(isHostTensor(dOut), 'E_ARG', `${fn}: dOut must be a host tensor`);
+  check(dOut.dtype === p.dtype, 'E_DTYPE', `${fn}: dOut must have the inputs' dtype ${p.dtype}, got ${dOut.dtype}`);
+  check(dOut.shape.length === p.qShape.length && dOut.shape.every((s, i) => s === p.qShape[i]), 'E_SHAPE', `${fn}: dOut must have q's shape [${p.qShape.join(', ')}], got [${dOut.shape.join(', ')}]`);
+  check(dOut.data.length === numel(dOut.shape), 'E_SHAPE', `${fn}: dOut data length ${dOut.data.length} does not match its shape`);
+  return dOut;
+}
+
+interface Inputs {
+  p: AttentionProblem;
+  Q: Float32Array;
+  K: Float32Array;
+  V: Float32Array;
+}
+
+function prepare(fn: string, q: HostTensor, k: HostTensor, v: HostTensor, opts: AttentionOptions | undefined): AttentionProblem {
+  requireHost(q, 'q', fn);
+  requireHost(k, 'k', fn);
+  requireHost(v, 'v', fn);
+  return describeProblem(q, k, v, opts ?? {});
+}
+
+function inputBytes(p: AttentionProblem, nq: number, nk: number): number {
+  return p.dtype === 'f32' ? 0 : (nq + 2 * nk) * 4;
+}
+
+/**
+ * Scores of one (batch, head): fills S[i*tk + j] with logits for visible pairs (other entries
+ * are left as they are and never read), and, when asked, Tn (tanh values for the softcap
+ * derivative) and X (|scale|·Σ|q||k|, the magnitude of the scaled dot product).
+ */
+function scoresOf(x: Inputs, b: number, h: number, S: Float64Array, Tn: Float64Array | null, X: Float64Array | null): void {
+  const { p, Q, K } = x;
+  const { q0, tq, k0, tk } = segment(p, b);
+  const D = p.d;
+  const g = Math.floor(h / (p.h / p.hkv));
+  const slope = slopeOf(p, b, h);
+  const absScale = Math.abs(p.scale);
+  const cap = p.softcap;
+  for (let i = 0; i < tq; i++) {
+    const [lo, hi] = keyRange(p, i, tq, tk);
+    const qo = ((q0 + i) * p.h + h) * D;
+    const row = i * tk;
+    for (let j = lo; j <= hi; j++) {
+      const ko = ((k0 + j) * p.hkv + g) * D;
+      let dot = 0;
+      for (let d = 0; d < D; d++) dot += Q[qo + d] * K[ko + d];
+      S[row + j] = logit(p, dot, slope, i, j, tq, tk);
+      if (Tn !== null) Tn[row + j] = Math.tanh((dot * p.scale) / cap);
+      if (X !== null) {
+        let a = 0;
+        for (let d = 0; d < D; d++) a += Math.abs(Q[qo + d] * K[ko + d]);
+        X[row + j] = absScale * a;
+      }
+    }
+  }
+}
+
+/** Magnitude of a logit's computation: see the module comment. */
+function sAbs(p: AttentionProblem, s: number, xAbs: number, t: number, slope: number, i: number, j: number, tq: number, tk: number): number {
+  const dx = p.softcap > 0 ? (1 - t * t) * xAbs : xAbs;
+  return dx + Math.abs(s) + Math.abs(slope * (i + tk - tq - j));
+}
+
+interface FwdState {
+  out: Float64Array;
+  lse: Float64Array;
+  magOut?: Float64Array;
+  magLse?: Float64Array;
+  /** Per packed row·head: Σ p·Sabs (only with magnitudes). */
+  lrow?: Float64Array;
+}
+
+function forwardCore(x: Inputs, mag: boolean): FwdState {
+  const { p, K, V } = x;
+  const D = p.d;
+  const out = new Float64Array(p.totalQ * p.h * D);
+  const lse = new Float64Array(p.h * p.totalQ);
+  const st: FwdState = { out, lse };
+  const S = new Float64Array(p.tq * p.tk);
+  const Tn = mag && p.softcap > 0 ? new Float64Array(p.tq * p.tk) : null;
+  const X = mag ? new Float64Array(p.tq * p.tk) : null;
+  if (mag) {
+    st.magOut = new Float64Array(out.length);
+    st.magLse = new Float64Array(lse.length);
+    st.lrow = new Float64Array(p.totalQ * p.h);
+  }
+  for (let b = 0; b < p.batch; b++) {
+    const { q0, tq, k0, tk } = segment(p, b);
+    for (let h = 0; h < p.h; h++) {
+      const g = Math.floor(h / (p.h / p.hkv));
+      const slope = slopeOf(p, b, h);
+      // S = scale·QKᵀ (+ softcap, ALiBi) on the visible pairs.
+      scoresOf(x, b, h, S, Tn, X);
+      for (let i = 0; i < tq; i++) {
+        const [lo, hi] = keyRange(p, i, tq, tk);
+        const li = lseIndex(p, b, h, i);
+        const oo = ((q0 + i) * p.h + h) * D;
+        if (lo > hi) {
+          lse[li] = -Infinity; // out stays 0
+          continue;
+        }
+        const row = i * tk;
+        // Row softmax: P = exp(S - max) / sum, in place.
+        let m = -Infinity;
+        for (let j = lo; j <= hi; j++) m = Math.max(m, S[row + j]);
+        let sum = 0;
+        for (let j = lo; j <= hi; j++) {
+          const e = Math.exp(S[row + j] - m);
+          S[row + j] = e;
+          sum += e;
+        }
+        lse[li] = m + Math.log(sum);
+        const inv = 1 / sum;
+        // O = P·V.
+        for (let j = lo; j <= hi; j++) {
+          const pj = S[row + j] * inv;
+          S[row + j] = pj;
+          const vo = ((k0 + j) * p.hkv + g) * D;
+          for (let d = 0; d < D; d++) out[oo + d] += pj * V[vo + d];
+        }
+        if (mag) {
+          const magOut = st.magOut!;
+          let L = 0;
+          const sa = (j: number) => sAbs(p, Math.log(S[row + j]) + lse[li], X![row + j], Tn ? Tn[row + j] : 0, slope, i, j, tq, tk);
+          for (let j = lo; j <= hi; j++) if (S[row + j] > 0) L += S[row + j] * sa(j);
+          st.lrow![(q0 + i) * p.h + h] = L;
+          st.magLse![li] = L + Math.abs(lse[li]) + 1;
+          for (let j = lo; j <= hi; j++) {
+            const pj = S[row + j];
+            if (!(pj > 0)) continue;
+            const w = sa(j) + L;
+            const vo = ((k0 + j) * p.hkv + g) * D;
+            for (let d = 0; d < D; d++) {
+              const vv = V[vo + d];
+              magOut[oo + d] += pj * (w * Math.abs(vv - out[oo + d]) + Math.abs(vv));
+            }
+          }
+        }
+      }
+    }
+  }
+  return st;
+}
+
+function forwardBytes(p: AttentionProblem, mag: boolean): number {
+  const nq = p.totalQ * p.h * p.d;
+  const nk = p.totalK * p.hkv * p.d;
+  const mat = p.tq * p.tk * 8;
+  let bytes = inputBytes(p, nq, nk) + nq * 8 + p.h * p.totalQ * 8 + mat;
+  if (mag) bytes += nq * 8 + p.h * p.totalQ * 16 + mat * (p.softcap > 0 ? 2 : 1);
+  return bytes;
+}
+
+/**
+ * Float64 naive attention. Returns out (q's shape) and lse (problem.lseShape) as Float64Array.
+ * Throws FAError E_TOO_LARGE when it would allocate more than `maxBytes` (default 512 MiB, see
+ * setReferenceMaxBytes), and the usual E_SHAPE/E_DTYPE/E_ARG for bad inputs.
+ */
+export function referenceForward(q: HostTensor, k: HostTensor, v: HostTensor, opts?: AttentionOptions, ropts: ReferenceOptions = {}): ReferenceForward {
+  const p = prepare('referenceForward', q, k, v, opts);
+  const mag = ropts.magnitudes === true;
+  checkBytes('referenceForward', p, forwardBytes(p, mag), ropts.maxBytes ?? maxBytesDefault);
+  const x: Inputs = { p, Q: hostValues(q), K: hostValues(k), V: hostValues(v) };
+  const st = forwardCore(x, mag);
+  return { out: st.out, lse: st.lse, problem: p, ...(mag ? { mag: { out: st.magOut!, lse: st.magLse! } } : {}) };
+}
+
+/**
+ * Analytic float64 gradients of naive attention for the loss Σ dOut∘out:
+ * dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − rowsum(dO∘O)), through the softcap's tanh
+ * (ds/dx = scale·(1 − tanh²)), ALiBi being a constant; dQ = dS·K, dK = dSᵀ·Q, with dK and dV
+ * summed over the query heads of each GQA group and computed per varlen segment.
+ */
+export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, dOut: HostTensor, opts?: AttentionOptions, ropts: ReferenceOptions = {}): ReferenceBackward {
+  const fn = 'referenceBackward';
+  const p = prepare(fn, q, k, v, opts);
+  const dO = checkDOut(p, dOut, fn);
+  const mag = ropts.magnitudes === true;
+  const nq = p.totalQ * p.h * p.d;
+  const nk = p.totalK * p.hkv * p.d;
+  const mat = p.tq * p.tk * 8;
+  const m2 = mag ? 2 : 1;
+  const bytes =
+    forwardBytes(p, mag) + (p.dtype === 'f32' ? 0 : nq * 4) + (nq + 2 * nk) * 8 * m2 + mat * (1 + (p.softcap > 0 ? 1 : 0) + (mag ? 1 : 0)) + p.tq * 8 * m2;
+  checkBytes(fn, p, bytes, ropts.maxBytes ?? maxBytesDefault);
+  const x: Inputs = { p, Q: hostValues(q), K: hostValues(k), V: hostValues(v) };
+  const DO = hostValues(dO);
+  const st = forwardCore(x, mag);
+  const { out, lse } = st;
+  const { Q, K, V } = x;
+  const D = p.d;
+  const dq = new Float64Array(nq);
+  const dk = new Float64Array(nk);
+  const dv = new Float64Array(nk);
+  const S = new Float64Array(p.tq * p.tk);
+  const Tn = p.softcap > 0 ? new Float64Array(p.tq * p.tk) : null;
+  const X = mag ? new Float64Array(p.tq * p.tk) : null;
+  const Drow = new Float64Array(p.tq);
+  const DabsRow = mag ? new Float64Array(p.tq) : null;
+  const mq = mag ? new Float64Array(nq) : null;
+  const mk = mag ? new Float64Array(nk) : null;
+  const mv = mag ? new Float64Array(nk) : null;
+  const absScale = Math.abs(p.scale);
+  const cap = p.softcap;
+  for (let b = 0; b < p.batch; b++) {
+    const { q0, tq, k0, tk } = segment(p, b);
+    for (let h = 0; h < p.h; h++) {
+      const g = Math.floor(h / (p.h / p.hkv));
+      const slope = slopeOf(p, b, h);
+      scoresOf(x, b, h, S, Tn, X);
+      // P = exp(S − lse); D = rowsum(dO∘O).
+      for (let i = 0; i < tq; i++) {
+        const [lo, hi] = keyRange(p, i, tq, tk);
+        if (lo > hi) continue;
+        const l = lse[lseIndex(p, b, h, i)];
+        const row = i * tk;
+        for (let j = lo; j <= hi; j++) S[row + j] = Math.exp(S[row + j] - l);
+        const oo = ((q0 + i) * p.h + h) * D;
+        let dd = 0;
+        let da = 0;
+        for (let d = 0; d < D; d++) dd += DO[oo + d] * out[oo + d];
+        if (mag) {
+          const mo = st.magOut!;
+          for (let d = 0; d < D; d++) da += Math.abs(DO[oo + d]) * (Math.abs(out[oo + d]) + mo[oo + d]);
+          DabsRow![i] = da;
+        }
+        Drow[i] = dd;
+      }
+      for (let i = 0; i < tq; i++) {
+        const [lo, hi] = keyRange(p, i, tq, tk);
+        if (lo > hi) continue;
+        const row = i * tk;
+        const qo = ((q0 + i) * p.h + h) * D;
+        const Di = Drow[i];
+        const L = mag ? st.lrow![(q0 + i) * p.h + h] : 0;
+        const lseI = mag ? lse[lseIndex(p, b, h, i)] : 0;
+        for (let j = lo; j <= hi; j++) {
+          const P = S[row + j];
+          const ko = ((k0 + j) * p.hkv + g) * D;
+          let dP = 0;
+          for (let d = 0; d < D; d++) dP += DO[qo + d] * V[ko + d];
+          const dS = P * (dP - Di);
+          const t = Tn !== null ? Tn[row + j] : 0;
+          const deriv = Tn !== null ? p.scale * (1 - t * t) : p.scale;
+          const dZ = dS * deriv;
+          for (let d = 0; d < D; d++) {
+            dq[qo + d] += dZ * K[ko + d];
+            dk[ko + d] += dZ * Q[qo + d];
+            dv[ko + d] += P * DO[qo + d];
+          }
+          if (mag && P > 0) {
+            let pa = 0;
+            for (let d = 0; d < D; d++) pa += Math.abs(DO[qo + d] * V[ko + d]);
+            const xa = X![row + j];
+            const sa = sAbs(p, Math.log(P) + lseI, xa, t, slope, i, j, tq, tk);
+            const cdr = Tn !== null ? absScale * (1 - t * t) : absScale;
+            let E = cdr * P * (pa + DabsRow![i] + (sa + L) * Math.abs(dP - Di));
+            if (Tn !== null) E += absScale * Math.abs(dS) * 2 * (t * t + (Math.abs(t) * (1 - t * t) * xa) / cap);
+            const W = P * (1 + sa + L);
+            for (let d = 0; d < D; d++) {
+              mq![qo + d] += E * Math.abs(K[ko + d]);
+              mk![ko + d] += E * Math.abs(Q[qo + d]);
+              mv![ko + d] += W * Math.abs(DO[qo + d]);
+            }
+          }
+        }
+      }
+    }
+  }
+  return {
+    out, lse, problem: p, dq, dk, dv,
+    ...(mag ? { mag: { out: st.magOut!, lse: st.magLse! }, magGrad: { dq: mq!, dk: mk!, dv: mv! } } : {}),
+  };
+}
+
+/** A row to compute with referenceRows: batch (sequence) b, query head h, query i of that sequence. */
+export interface RowSpec {
+  readonly b: number;
+  readonly h: number;
+  readonly i: number;
+}
+
+export interface ReferenceRow extends RowSpec {
+  /** The row's output, length D. */
+  readonly out: Float64Array;
+  /** The row's logsumexp (-Infinity when it sees no key). */
+  readonly lse: number;
+}
+
+/** Reads element `idx` of a host tensor as its exact value, without decoding the whole tensor. */
+function elementReader(t: HostTensor): (idx: number) => number {
+  if (t.dtype === 'f32') {
+    const a = t.data as Float32Array;
+    return (idx) => a[idx];
+  }
+  const a = t.data as Uint16Array;
+  return t.dtype === 'bf16' ? (idx) => fromBF16Bits(a[idx]) : (idx) => fromF16Bits(a[idx]);
+}
+
+/**
+ * Float64 reference for selected rows only: O(Tk·D) time and O(Tk + D) memory per row, no
+ * allocation proportional to the problem. For checking huge problems (100K tokens) on
+ * sampled rows. Each row's result is exactly what referenceForward computes for it.
+ */
+export function referenceRows(q: HostTensor, k: HostTensor, v: HostTensor, opts: AttentionOptions | undefined, rows: readonly RowSpec[]): ReferenceRow[] {
+  const fn = 'referenceRows';
+  const p = prepare(fn, q, k, v, opts);
+  check(Array.isArray(rows), 'E_ARG', `${fn}: rows must be an array of { b, h, i }`);
+  const rq = elementReader(q);
+  const rk = elementReader(k);
+  const rv = elementReader(v);
+  const D = p.d;
+  const qrow = new Float64Array(D);
+  let sbuf = new Float64Array(Math.max(1, Math.min(p.tk, 1 << 16)));
+  const res: ReferenceRow[] = [];
+  for (const r of rows) {
+    const { b, h, i } = r ?? ({} as RowSpec);
+    check(Number.isSafeInteger(b) && b >= 0 && b < p.batch, 'E_ARG', `${fn}: row b=${String(b)} is out of range [0, ${p.batch})`);
+    check(Number.isSafeInteger(h) && h >= 0 && h < p.h, 'E_ARG', `${fn}: row h=${String(h)} is out of range [0, ${p.h})`);
+    const { q0, tq, k0, tk } = segment(p, b);
+    check(Number.isSafeInteger(i) && i >= 0 && i < tq, 'E_ARG', `${fn}: row i=${String(i)} is out of range [0, ${tq}) for sequence ${b}`);
+    const g = Math.floor(h / (p.h / p.hkv));
+    const slope = slopeOf(p, b, h);
+    const [lo, hi] = keyRange(p, i, tq, tk);
+    const out = new Float64Array(D);
+    if (lo > hi) {
+      res.push({ b, h, i, out, lse: -Infinity });
+      continue;
+    }
+    const qo = ((q0 + i) * p.h + h) * D;
+    for (let d = 0; d < D; d++) qrow[d] = rq(qo + d);
+    const n = hi - lo + 1;
+    if (sbuf.length < n) sbuf = new Float64Array(n);
+    let m = -Infinity;
+    for (let j = lo; j <= hi; j++) {
+      const ko = ((k0 + j) * p.hkv + g) * D;
+      let dot = 0;
+      for (let d = 0; d < D; d++) dot += qrow[d] * rk(ko + d);
+      const s = logit(p, dot, slope, i, j, tq, tk);
+      sbuf[j - lo] = s;
+      m = Math.max(m, s);
+    }
+    let sum = 0;
+    for (let t = 0; t < n; t++) {
+      const e = Math.exp(sbuf[t] - m);
+      sbuf[t] = e;
+      sum += e;
+    }
+    const inv = 1 / sum;
+    for (let j = lo; j <= hi; j++) {
+      const pj = sbuf[j - lo] * inv;
+      const vo = ((k0 + j) * p.hkv + g) * D;
+      for (let d = 0; d < D; d++) out[d] += pj * rv(vo + d);
+    }
+    res.push({ b, h, i, out, lse: m + Math.log(sum) });
+  }
+  return res;
+}

@@ -1,1 +1,11 @@
-export {};
+/**
+ * @fa/core/testing — the conformance kit every engine runs: seeded inputs, the case generator,
+ * the tolerance policy, checkCase/runConformance, the generic extra checks, the reference as a
+ * backend, and defineConformanceSuite for vitest. See README.md, "Conformance kit".
+ */
+export * from './random.js';
+export * from './cases.js';
+export * from './tolerance.js';
+export * from './check.js';
+export * from './reference-backend.js';
+export * from './suite.js';

@@ -1,0 +1,170 @@
+/**
+ * `fa run`: attention on .npy inputs, results as float32 .npy files — the black-box contract of
+ * DESIGN.md ("The `fa` command"), so every engine can be driven from Python, NumPy and shell.
+ */
+import { join } from 'node:path';
+import {
+  FAError,
+  describeProblem,
+  npyToTensor,
+  parseDType,
+  tensorToNpy,
+  type AttentionBackend,
+  type AttentionOptions,
+  type DType,
+  type HostTensor,
+  type NpyArray,
+  type Tensor,
+} from '@fa/core';
+import { argError } from '../errors.js';
+import { flagHelp, parseFlags, parseNumber, parseWindow, requireFlag, type FlagSpec } from '../args.js';
+import { BACKEND_CHOICES, pickBackend } from '../engines.js';
+import { fmtMs, fmtShape, type Io } from '../io.js';
+import { makeDir, readNpyFile, writeNpyFile } from '../npyio.js';
+
+const SPEC: FlagSpec = {
+  backend: { type: 'string', value: 'NAME', help: `engine: ${BACKEND_CHOICES.join(', ')} (default auto)` },
+  q: { type: 'string', value: 'Q.npy', help: 'queries, float32 [B, Tq, H, D] (varlen: [totalQ, H, D])' },
+  k: { type: 'string', value: 'K.npy', help: 'keys, float32 [B, Tk, Hkv, D] (varlen: [totalK, Hkv, D])' },
+  v: { type: 'string', value: 'V.npy', help: "values, float32, k's shape" },
+  dout: { type: 'string', value: 'DO.npy', help: "gradient of the output, q's shape: also computes dq, dk, dv" },
+  causal: { type: 'boolean', help: 'causal mask, aligned to the bottom-right when Tq != Tk' },
+  window: { type: 'string', value: 'L,R', help: 'sliding window, -1 = unbounded (with --causal: R = 0)' },
+  softcap: { type: 'string', value: 'C', help: 'tanh soft-capping of the scores: c * tanh(s / c), c > 0' },
+  scale: { type: 'string', value: 'S', help: 'score scale (default 1/sqrt(D))' },
+  alibi: { type: 'string', value: 'SLOPES.npy', help: 'ALiBi slopes, float32 [H] or [B, H]' },
+  'cu-seqlens-q': { type: 'string', value: 'CQ.npy', help: 'varlen: int32 [B+1] query offsets (with --cu-seqlens-k)' },
+  'cu-seqlens-k': { type: 'string', value: 'CK.npy', help: 'varlen: int32 [B+1] key offsets (with --cu-seqlens-q)' },
+  dtype: { type: 'string', value: 'f32|f16|bf16', help: 'compute dtype; inputs are rounded to it (default f32)' },
+  out: { type: 'string', value: 'DIR', help: 'output directory (created if needed)' },
+  help: { type: 'boolean', short: 'h', help: 'show this help' },
+};
+
+export const runHelp = `usage: fa run --backend cpu|webgpu|cuda|auto --q Q.npy --k K.npy --v V.npy [--dout DO.npy]
+              [--causal] [--window L,R] [--softcap C] [--scale S] [--alibi SLOPES.npy]
+              [--cu-seqlens-q CQ.npy --cu-seqlens-k CK.npy] [--dtype f32|f16|bf16] --out DIR
+
+Reads float32 .npy inputs (float16 files are accepted too; int32 for cu_seqlens), rounds them to
+--dtype, computes attention with the engine, and writes float32 out.npy and lse.npy (and with
+--dout also dq.npy, dk.npy, dv.npy) into DIR. Bad input: one line "fa: E_CODE: message" on
+stderr and exit status 1.
+
+${flagHelp(SPEC)}`;
+
+async function readFloatTensor(path: string, what: string, dtype: DType): Promise<HostTensor> {
+  const a = await readNpyFile(path, what);
+  if (a.dtype !== 'float32' && a.dtype !== 'float16') {
+    throw new FAError('E_DTYPE', `${what} ${path}: expected float32 data, got ${a.dtype}; save it with arr.astype(np.float32)`);
+  }
+  return npyToTensor(a, dtype);
+}
+
+async function readCuSeqlens(path: string, what: string): Promise<Int32Array> {
+  const a = await readNpyFile(path, what);
+  if (a.dtype !== 'int32') throw new FAError('E_DTYPE', `${what} ${path}: expected int32 offsets, got ${a.dtype}; save them with arr.astype(np.int32)`);
+  if (a.shape.length !== 1) throw new FAError('E_SHAPE', `${what} ${path}: expected a 1-d array of B+1 offsets, got shape ${fmtShape(a.shape)}`);
+  return a.data as Int32Array;
+}
+
+async function readSlopes(path: string): Promise<Float32Array> {
+  const a = await readNpyFile(path, '--alibi');
+  if (a.dtype === 'int32') throw new FAError('E_DTYPE', `--alibi ${path}: expected float32 slopes, got int32; save them with arr.astype(np.float32)`);
+  if (a.shape.length < 1 || a.shape.length > 2) throw new FAError('E_SHAPE', `--alibi ${path}: expected slopes of shape [H] or [B, H], got ${fmtShape(a.shape)}`);
+  return npyToTensor(a, 'f32').data as Float32Array;
+}
+
+function describeOptions(o: AttentionOptions): string {
+  const parts: string[] = [];
+  if (o.cuSeqlensQ) parts.push(`varlen B=${o.cuSeqlensQ.length - 1}`);
+  if (o.causal) parts.push('causal');
+  if (o.window) parts.push(`window ${o.window[0]},${o.window[1]}`);
+  if (o.softcap !== undefined) parts.push(`softcap ${o.softcap}`);
+  if (o.scale !== undefined) parts.push(`scale ${o.scale}`);
+  if (o.alibiSlopes) parts.push('alibi');
+  return parts.length ? ' ' + parts.join(' ') : '';
+}
+
+async function toHost(b: AttentionBackend, t: Tensor): Promise<HostTensor> {
+  return t.kind === 'host' ? t : b.read(t);
+}
+
+function asFloat32(t: HostTensor): NpyArray {
+  return tensorToNpy(t, true);
+}
+
+export async function runCommand(args: readonly string[], io: Io): Promise<number> {
+  const p = parseFlags('run', args, SPEC);
+  if (p.booleans.has('help')) {
+    io.out(runHelp);
+    return 0;
+  }
+  const qPath = requireFlag(p, 'q', 'run', 'Q.npy');
+  const kPath = requireFlag(p, 'k', 'run', 'K.npy');
+  const vPath = requireFlag(p, 'v', 'run', 'V.npy');
+  const outDir = requireFlag(p, 'out', 'run', 'DIR');
+  const backendName = p.strings.get('backend') ?? 'auto';
+  const dtype = parseDType(p.strings.get('dtype') ?? 'f32', '--dtype');
+
+  const opts: { -readonly [K in keyof AttentionOptions]: AttentionOptions[K] } = {};
+  if (p.booleans.has('causal')) opts.causal = true;
+  const w = p.strings.get('window');
+  if (w !== undefined) opts.window = parseWindow(w);
+  const sc = p.strings.get('softcap');
+  if (sc !== undefined) opts.softcap = parseNumber('softcap', sc);
+  const s = p.strings.get('scale');
+  if (s !== undefined) opts.scale = parseNumber('scale', s);
+  const cq = p.strings.get('cu-seqlens-q');
+  const ck = p.strings.get('cu-seqlens-k');
+  if ((cq === undefined) !== (ck === undefined)) throw argError('--cu-seqlens-q and --cu-seqlens-k must be given together');
+
+  const [q, k, v, dOut] = await Promise.all([
+    readFloatTensor(qPath, '--q', dtype),
+    readFloatTensor(kPath, '--k', dtype),
+    readFloatTensor(vPath, '--v', dtype),
+    p.strings.has('dout') ? readFloatTensor(p.strings.get('dout')!, '--dout', dtype) : Promise.resolve(undefined),
+  ]);
+  const alibi = p.strings.get('alibi');
+  if (alibi !== undefined) opts.alibiSlopes = await readSlopes(alibi);
+  if (cq !== undefined && ck !== undefined) {
+    opts.cuSeqlensQ = await readCuSeqlens(cq, '--cu-seqlens-q');
+    opts.cuSeqlensK = await readCuSeqlens(ck, '--cu-seqlens-k');
+  }
+
+  const problem = describeProblem(q, k, v, opts);
+  if (dOut && fmtShape(dOut.shape) !== fmtShape(q.shape)) {
+    throw new FAError('E_SHAPE', `--dout must have q's shape ${fmtShape(q.shape)}, got ${fmtShape(dOut.shape)}`);
+  }
+  const backend = await pickBackend(backendName);
+  if (!backend.dtypes.includes(dtype)) {
+    throw new FAError('E_UNSUPPORTED', `backend ${backend.name} does not compute ${dtype} (it computes ${backend.dtypes.join(', ')})`);
+  }
+  const sup = backend.supports(problem);
+  if (!sup.ok) throw new FAError('E_UNSUPPORTED', `backend ${backend.name} cannot compute this problem: ${sup.reason}`);
+  await makeDir(outDir);
+
+  const t0 = performance.now();
+  const [qd, kd, vd] = await Promise.all([backend.upload(q), backend.upload(k), backend.upload(v)]);
+  const fwd = await backend.forward(qd, kd, vd, opts);
+  const out = await toHost(backend, fwd.out);
+  const lse = await toHost(backend, fwd.lse);
+  const t1 = performance.now();
+  let timing = `forward ${fmtMs(t1 - t0)}`;
+  const files: [string, NpyArray][] = [
+    ['out.npy', asFloat32(out)],
+    ['lse.npy', asFloat32(lse)],
+  ];
+  if (dOut) {
+    const dOd = await backend.upload(dOut);
+    const g = await backend.backward(qd, kd, vd, fwd.out, dOd, fwd.lse, opts);
+    const [dq, dk, dv] = [await toHost(backend, g.dq), await toHost(backend, g.dk), await toHost(backend, g.dv)];
+    timing += `, backward ${fmtMs(performance.now() - t1)}`;
+    files.push(['dq.npy', asFloat32(dq)], ['dk.npy', asFloat32(dk)], ['dv.npy', asFloat32(dv)]);
+    for (const t of [dOd, g.dq, g.dk, g.dv]) backend.disposeTensor(t);
+  }
+  for (const t of [qd, kd, vd, fwd.out, fwd.lse]) backend.disposeTensor(t);
+  for (const [name, a] of files) await writeNpyFile(join(outDir, name), a);
+  io.out(
+    `fa run: ${backend.name} (${backend.device}) q ${fmtShape(q.shape)} k ${fmtShape(k.shape)} ${dtype}${describeOptions(opts)}: ${timing}; wrote ${files.map((f) => f[0]).join(', ')} to ${outDir}`,
+  );
+  return 0;
+}

@@ -1,0 +1,63 @@
+/** Elementwise a + b and a − b with NumPy broadcasting (a bias add is `add(x, b)`). */
+import { Tensor, alloc, sizeOf, type Data, type Precision } from '../tensor.js';
+import { record1, type BackwardFn } from '../node.js';
+import { broadcastShapes, mapBuffers, read, reduceTo, sourceMap, type SourceMap } from './broadcast.js';
+import { checkTensors, promote, dataAs } from './util.js';
+
+const passThrough: BackwardFn = (g) => [g[0]];
+
+function addBackward(ma: SourceMap, mb: SourceMap, aSize: number, bSize: number, sign: number, p: Precision): BackwardFn {
+  return ([g], needs) => {
+    const ga = needs[0] ? reduceTo(ma, g, aSize) : null;
+    let gb: Data | null = null;
+    if (needs[1]) {
+      gb = reduceTo(mb, g, bSize);
+      if (sign < 0) {
+        const neg = alloc(p, gb.length);
+        for (let i = 0; i < neg.length; i++) neg[i] = -gb[i];
+        gb = neg;
+      }
+    }
+    return [ga, gb];
+  };
+}
+
+function addSub(op: 'add' | 'sub', a: Tensor, b: Tensor | number): Tensor {
+  const sign = op === 'add' ? 1 : -1;
+  if (typeof b === 'number') {
+    checkTensors(op, ['a', a]);
+    const out = alloc(a.precision, a.size);
+    const x = a.data;
+    const c = sign * b;
+    for (let i = 0; i < out.length; i++) out[i] = x[i] + c;
+    return record1(op, [a], out, a.shape, [], passThrough);
+  }
+  checkTensors(op, ['a', a], ['b', b]);
+  const p = promote(a, b);
+  const shape = broadcastShapes(op, a.shape, b.shape);
+  const n = sizeOf(shape);
+  const ma = sourceMap(a.shape, shape);
+  const mb = sourceMap(b.shape, shape);
+  const x = dataAs(a, p);
+  const y = dataAs(b, p);
+  const out = alloc(p, n);
+  if (ma.kind === 'same' && mb.kind === 'same') {
+    for (let i = 0; i < n; i++) out[i] = x[i] + sign * y[i];
+  } else if (ma.kind === 'same' && mb.kind === 'mod') {
+    const m = mb.size;
+    for (let i = 0; i < n; i += m) for (let j = 0; j < m; j++) out[i + j] = x[i + j] + sign * y[j];
+  } else {
+    for (let i = 0; i < n; i++) out[i] = read(ma, x, i) + sign * read(mb, y, i);
+  }
+  return record1(op, [a, b], out, shape, mapBuffers(ma, mb), addBackward(ma, mb, a.size, b.size, sign, p));
+}
+
+/** a + b, broadcasting; b may be a number. Saves nothing. */
+export function add(a: Tensor, b: Tensor | number): Tensor {
+  return addSub('add', a, b);
+}
+
+/** a − b, broadcasting; b may be a number. Saves nothing. */
+export function sub(a: Tensor, b: Tensor | number): Tensor {
+  return addSub('sub', a, b);
+}

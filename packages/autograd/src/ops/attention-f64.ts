@@ -1,0 +1,113 @@
+/**
+ * Float64 attention, forward and backward, for gradcheck's float64 twin. It follows DESIGN.md's
+ * conventions through @fa/core's own definitions (describeProblem, keyRange, logit, slopeOf),
+ * so masks, softcap, ALiBi, GQA and varlen mean exactly what they mean for every engine; it
+ * computes the T×T scores row by row, which is fine at gradcheck sizes and nowhere else.
+ */
+import { describeProblem, keyRange, logit, lseIndex, segment, slopeOf, type AttentionOptions, type AttentionProblem, type DeviceTensor } from '@fa/core';
+
+function shapeOnly(shape: readonly number[]): DeviceTensor {
+  // describeProblem validates device tensors by shape alone: no data is needed to resolve a problem.
+  return { kind: 'device', backend: 'autograd-float64', dtype: 'f32', shape, handle: null, disposed: false };
+}
+
+/** Validates and resolves shapes and options exactly as every backend does. */
+export function describeShapes(qShape: readonly number[], kShape: readonly number[], vShape: readonly number[], opts: AttentionOptions): AttentionProblem {
+  return describeProblem(shapeOnly(qShape), shapeOnly(kShape), shapeOnly(vShape), opts);
+}
+
+interface Row {
+  lo: number;
+  hi: number;
+  qOff: number;
+  kvh: number;
+  slope: number;
+}
+
+function forEachRow(p: AttentionProblem, fn: (b: number, h: number, i: number, row: Row, tq: number, tk: number, k0: number) => void): void {
+  const group = p.h / p.hkv;
+  for (let b = 0; b < p.batch; b++) {
+    const s = segment(p, b);
+    for (let h = 0; h < p.h; h++) {
+      const kvh = Math.floor(h / group);
+      const slope = slopeOf(p, b, h);
+      for (let i = 0; i < s.tq; i++) {
+        const [lo, hi] = keyRange(p, i, s.tq, s.tk);
+        fn(b, h, i, { lo, hi, qOff: ((s.q0 + i) * p.h + h) * p.d, kvh, slope }, s.tq, s.tk, s.k0);
+      }
+    }
+  }
+}
+
+function dot(a: Float64Array, ao: number, b: Float64Array, bo: number, d: number): number {
+  let s = 0;
+  for (let x = 0; x < d; x++) s += a[ao + x] * b[bo + x];
+  return s;
+}
+
+export function forward64(p: AttentionProblem, q: Float64Array, k: Float64Array, v: Float64Array): { out: Float64Array; lse: Float64Array } {
+  const D = p.d;
+  const out = new Float64Array(p.totalQ * p.h * D);
+  const lse = new Float64Array(p.lseShape.reduce((a, s) => a * s, 1));
+  const s = new Float64Array(Math.max(p.tk, 1));
+  forEachRow(p, (b, h, i, r, tq, tk, k0) => {
+    const li = lseIndex(p, b, h, i);
+    if (r.lo > r.hi) {
+      lse[li] = -Infinity;
+      return;
+    }
+    let m = -Infinity;
+    for (let j = r.lo; j <= r.hi; j++) {
+      const kOff = ((k0 + j) * p.hkv + r.kvh) * D;
+      s[j] = logit(p, dot(q, r.qOff, k, kOff, D), r.slope, i, j, tq, tk);
+      if (s[j] > m) m = s[j];
+    }
+    let l = 0;
+    for (let j = r.lo; j <= r.hi; j++) l += Math.exp(s[j] - m);
+    const L = m + Math.log(l);
+    lse[li] = L;
+    for (let j = r.lo; j <= r.hi; j++) {
+      const pj = Math.exp(s[j] - L);
+      const vOff = ((k0 + j) * p.hkv + r.kvh) * D;
+      for (let x = 0; x < D; x++) out[r.qOff + x] += pj * v[vOff + x];
+    }
+  });
+  return { out, lse };
+}
+
+export function backward64(
+  p: AttentionProblem,
+  q: Float64Array,
+  k: Float64Array,
+  v: Float64Array,
+  out: Float64Array,
+  dOut: Float64Array,
+  lse: Float64Array,
+): { dq: Float64Array; dk: Float64Array; dv: Float64Array } {
+  const D = p.d;
+  const dq = new Float64Array(q.length);
+  const dk = new Float64Array(k.length);
+  const dv = new Float64Array(v.length);
+  forEachRow(p, (b, h, i, r, tq, tk, k0) => {
+    const L = lse[lseIndex(p, b, h, i)];
+    if (r.lo > r.hi || L === -Infinity) return;
+    const Di = dot(dOut, r.qOff, out, r.qOff, D);
+    for (let j = r.lo; j <= r.hi; j++) {
+      const kOff = ((k0 + j) * p.hkv + r.kvh) * D;
+      const raw = dot(q, r.qOff, k, kOff, D);
+      const pj = Math.exp(logit(p, raw, r.slope, i, j, tq, tk) - L);
+      const dp = dot(dOut, r.qOff, v, kOff, D);
+      let ds = pj * (dp - Di) * p.scale;
+      if (p.softcap > 0) {
+        const t = Math.tanh((raw * p.scale) / p.softcap);
+        ds *= 1 - t * t;
+      }
+      for (let x = 0; x < D; x++) {
+        dq[r.qOff + x] += ds * k[kOff + x];
+        dk[kOff + x] += ds * q[r.qOff + x];
+        dv[kOff + x] += pj * dOut[r.qOff + x];
+      }
+    }
+  });
+  return { dq, dk, dv };
+}

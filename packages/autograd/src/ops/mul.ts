@@ -1,0 +1,63 @@
+/** Elementwise a · b with NumPy broadcasting; b may be a number (a scale). */
+import { Tensor, alloc, sizeOf, type Data, type Precision } from '../tensor.js';
+import { record1, type BackwardFn, type Saved } from '../node.js';
+import { broadcastShapes, mapBuffers, read, reduceTo, sourceMap, type SourceMap } from './broadcast.js';
+import { checkTensors, promote, dataAs } from './util.js';
+
+function scaleBackward(s: number): BackwardFn {
+  return ([g]) => {
+    const ga = alloc(g instanceof Float64Array ? 'float64' : 'float32', g.length);
+    for (let i = 0; i < g.length; i++) ga[i] = g[i] * s;
+    return [ga];
+  };
+}
+
+function mulBackward(ma: SourceMap, mb: SourceMap, x: Data | null, y: Data | null, aSize: number, bSize: number, n: number, p: Precision): BackwardFn {
+  return ([g], needs) => {
+    let ga: Data | null = null;
+    let gb: Data | null = null;
+    if (needs[0]) {
+      const t = alloc(p, n);
+      for (let i = 0; i < n; i++) t[i] = g[i] * read(mb, y!, i);
+      ga = reduceTo(ma, t, aSize);
+    }
+    if (needs[1]) {
+      const t = alloc(p, n);
+      for (let i = 0; i < n; i++) t[i] = g[i] * read(ma, x!, i);
+      gb = reduceTo(mb, t, bSize);
+    }
+    return [ga, gb];
+  };
+}
+
+/** a · b, broadcasting; b may be a number. Saves each factor only when the other needs a gradient. */
+export function mul(a: Tensor, b: Tensor | number): Tensor {
+  if (typeof b === 'number') {
+    checkTensors('mul', ['a', a]);
+    const out = alloc(a.precision, a.size);
+    const x = a.data;
+    for (let i = 0; i < out.length; i++) out[i] = x[i] * b;
+    return record1('mul', [a], out, a.shape, [], scaleBackward(b));
+  }
+  checkTensors('mul', ['a', a], ['b', b]);
+  const p = promote(a, b);
+  const shape = broadcastShapes('mul', a.shape, b.shape);
+  const n = sizeOf(shape);
+  const ma = sourceMap(a.shape, shape);
+  const mb = sourceMap(b.shape, shape);
+  const x = dataAs(a, p);
+  const y = dataAs(b, p);
+  const out = alloc(p, n);
+  for (let i = 0; i < n; i++) out[i] = read(ma, x, i) * read(mb, y, i);
+  const keepX = b.requiresGrad ? x : null;
+  const keepY = a.requiresGrad ? y : null;
+  const saved: Saved[] = mapBuffers(ma, mb);
+  if (keepX) saved.push({ what: 'a', data: keepX, leaf: a.isLeaf && keepX === a.data });
+  if (keepY) saved.push({ what: 'b', data: keepY, leaf: b.isLeaf && keepY === b.data });
+  return record1('mul', [a, b], out, shape, saved, mulBackward(ma, mb, keepX, keepY, a.size, b.size, n, p));
+}
+
+/** x · s for a number s. Saves nothing. */
+export function scale(x: Tensor, s: number): Tensor {
+  return mul(x, s);
+}

@@ -1,0 +1,104 @@
+/** Optimizers (AdamW, SGD) and gradient clipping, updating parameters' data in place. */
+import { FAError } from '@fa/core';
+import { Tensor, alloc, type Data } from './tensor.js';
+
+export abstract class Optimizer {
+  readonly params: readonly Tensor[];
+  constructor(params: readonly Tensor[]) {
+    if (params.length === 0) throw new FAError('E_ARG', 'optimizer: no parameters');
+    params.forEach((p, i) => {
+      if (!(p instanceof Tensor) || !p.isLeaf || !p.requiresGrad) throw new FAError('E_ARG', `optimizer: parameter ${i} must be a leaf Tensor with requiresGrad`);
+    });
+    this.params = [...params];
+  }
+  abstract step(): void;
+  zeroGrad(): void {
+    for (const p of this.params) p.grad = null;
+  }
+}
+
+export interface AdamWOptions {
+  lr?: number;
+  betas?: readonly [number, number];
+  eps?: number;
+  /** Decoupled weight decay (AdamW); 0 gives Adam. Default 0.01 as torch.optim.AdamW. */
+  weightDecay?: number;
+}
+
+export class AdamW extends Optimizer {
+  lr: number;
+  readonly beta1: number;
+  readonly beta2: number;
+  readonly eps: number;
+  readonly weightDecay: number;
+  private t = 0;
+  private readonly m: Data[];
+  private readonly v: Data[];
+
+  constructor(params: readonly Tensor[], options: AdamWOptions = {}) {
+    super(params);
+    this.lr = options.lr ?? 1e-3;
+    [this.beta1, this.beta2] = options.betas ?? [0.9, 0.999];
+    this.eps = options.eps ?? 1e-8;
+    this.weightDecay = options.weightDecay ?? 0.01;
+    this.m = this.params.map((p) => alloc(p.precision, p.size));
+    this.v = this.params.map((p) => alloc(p.precision, p.size));
+  }
+
+  step(): void {
+    this.t++;
+    const { beta1: b1, beta2: b2, eps, lr, weightDecay: wd } = this;
+    const c1 = 1 - b1 ** this.t;
+    const c2 = 1 - b2 ** this.t;
+    this.params.forEach((p, i) => {
+      const g = p.grad?.data;
+      if (!g) return;
+      const x = p.data;
+      const m = this.m[i];
+      const v = this.v[i];
+      for (let j = 0; j < x.length; j++) {
+        if (wd !== 0) x[j] -= lr * wd * x[j];
+        m[j] = b1 * m[j] + (1 - b1) * g[j];
+        v[j] = b2 * v[j] + (1 - b2) * g[j] * g[j];
+        x[j] -= (lr * (m[j] / c1)) / (Math.sqrt(v[j] / c2) + eps);
+      }
+    });
+  }
+}
+
+export class SGD extends Optimizer {
+  private readonly buf: (Data | null)[];
+  constructor(
+    params: readonly Tensor[],
+    public lr = 1e-2,
+    readonly momentum = 0,
+  ) {
+    super(params);
+    this.buf = this.params.map(() => null);
+  }
+  step(): void {
+    this.params.forEach((p, i) => {
+      const g = p.grad?.data;
+      if (!g) return;
+      let d: Data = g;
+      if (this.momentum !== 0) {
+        const b = (this.buf[i] ??= alloc(p.precision, p.size));
+        for (let j = 0; j < b.length; j++) b[j] = this.momentum * b[j] + g[j];
+        d = b;
+      }
+      for (let j = 0; j < p.data.length; j++) p.data[j] -= this.lr * d[j];
+    });
+  }
+}
+
+/** Scales all gradients so their global L2 norm is at most maxNorm; returns the norm before clipping. */
+export function clipGradNorm(params: readonly Tensor[], maxNorm: number): number {
+  let sq = 0;
+  for (const p of params) if (p.grad) for (const g of p.grad.data) sq += g * g;
+  const norm = Math.sqrt(sq);
+  if (norm > maxNorm && norm > 0) {
+    const s = maxNorm / norm;
+    for (const p of params) if (p.grad) for (let j = 0; j < p.grad.data.length; j++) p.grad.data[j] *= s;
+  }
+  return norm;
+}

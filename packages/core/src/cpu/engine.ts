@@ -1,0 +1,248 @@
+/**
+ * The CPU engine (backend "cpu"): tiled FlashAttention forward and backward in plain
+ * TypeScript, on every core through worker threads sharing SharedArrayBuffer memory.
+ *
+ * - Inputs are host tensors (f32, f16, bf16). Tiles are decoded to float64 as they are loaded;
+ *   all arithmetic is float64; out/dq/dk/dv are rounded once to the inputs' dtype; lse is f32.
+ * - Forward work is split into (batch, kv head, query tile) units, backward into (batch, kv
+ *   head) groups, or key-tile slices of them with private dQ accumulators summed in a fixed
+ *   order when there are fewer groups than threads. Results never depend on scheduling.
+ * - Problems below `inlineBelowFlops` run on the calling thread, as does everything where
+ *   worker threads are unavailable (a browser page): the same kernels, single-threaded.
+ * - Memory beyond inputs and outputs: per-thread tiles (a few hundred KiB), per-unit row
+ *   bookkeeping (O(Tq)), and in the backward the private dQ accumulators (one per extra
+ *   slice, each the size of one group's dQ) and, for f16/bf16, a float32 dQ accumulator.
+ *   Nothing of size Tq×Tk is ever allocated.
+ */
+import type { AttentionBackend, BackwardResult, ForwardResult, Support } from '../backend.js';
+import type { DType } from '../dtype.js';
+import { encode } from '../dtype.js';
+import { FAError, isFAError } from '../errors.js';
+import { describeBackward, describeProblem, problemFlops, type AttentionOptions, type AttentionProblem } from '../problem.js';
+import { allocFloat32, allocHost, isHostTensor, tensor, type HostData, type HostTensor, type Tensor } from '../tensor.js';
+import { planBackward, reducePrivate } from './backward.js';
+import { planForward } from './forward.js';
+import { BWD_UNIT, FWD_UNIT, Workspace, type BackwardJob, type ForwardJob, type Job } from './job.js';
+import type { WorkerPool } from './pool.js';
+import { runJob } from './run.js';
+import { checkTiles, chooseTiles, DEFAULT_CPU_CACHE, type CacheModel, type TileSizes } from './tiles.js';
+
+export interface CpuEngineOptions {
+  /**
+   * Worker threads. Default: os.availableParallelism() (navigator.hardwareConcurrency in a
+   * browser, where workers are not used). 0 runs everything on the calling thread.
+   */
+  readonly threads?: number;
+  /** Tile sizes for the forward pass; default from the cache model (chooseTiles). */
+  readonly tiles?: TileSizes;
+  /** Tile sizes for the backward pass; default: `tiles` if given, else the cache model. */
+  readonly backwardTiles?: TileSizes;
+  /** Cache sizes for the tile model. */
+  readonly cache?: CacheModel;
+  /** Problems with fewer forward FLOPs than this run on the calling thread. Default 2^24. */
+  readonly inlineBelowFlops?: number;
+}
+
+export const DEFAULT_INLINE_BELOW_FLOPS = 2 ** 24;
+
+interface Platform {
+  threads: number;
+  pool?: () => Promise<WorkerPool>;
+}
+
+// Dynamic imports through a variable, so bundlers for the browser leave them alone and the
+// module loads where node:* does not exist.
+const importNode = (name: string): Promise<unknown> => import(/* @vite-ignore */ /* webpackIgnore: true */ name);
+
+async function detectPlatform(requested: number | undefined): Promise<Platform> {
+  let cores = 1;
+  let wt: typeof import('node:worker_threads') | undefined;
+  try {
+    const os = (await importNode('node:os')) as typeof import('node:os');
+    cores = typeof os.availableParallelism === 'function' ? os.availableParallelism() : os.cpus().length;
+    wt = (await importNode('node:worker_threads')) as typeof import('node:worker_threads');
+  } catch {
+    const nav = (globalThis as { navigator?: { hardwareConcurrency?: number } }).navigator;
+    cores = nav?.hardwareConcurrency ?? 1;
+  }
+  const threads = requested ?? cores;
+  if (!wt || typeof SharedArrayBuffer === 'undefined' || threads <= 0) return { threads: wt ? Math.max(threads, 0) : 0 };
+  const WorkerClass = wt.Worker;
+  const { WorkerPool } = await import('./pool.js');
+  let pool: WorkerPool | undefined;
+  return {
+    threads,
+    pool: async () => (pool ??= new WorkerPool(threads, WorkerClass, new URL('./worker.js', import.meta.url))),
+  };
+}
+
+const isShared = (d: HostData): boolean => typeof SharedArrayBuffer !== 'undefined' && d.buffer instanceof SharedArrayBuffer;
+
+function shared<T extends HostData>(d: T): T {
+  if (isShared(d)) return d;
+  const c = (d instanceof Float32Array ? allocFloat32(d.length) : new Uint16Array(new SharedArrayBuffer(d.length * 2))) as T;
+  c.set(d);
+  return c;
+}
+
+function host(t: Tensor, what: string): HostTensor {
+  if (isHostTensor(t)) return t;
+  throw new FAError('E_ARG', `${what} is a device tensor of backend "${t.backend}"; the cpu backend takes host tensors (read() it from its backend first)`);
+}
+
+function alloc<T>(f: () => T, what: string): T {
+  try {
+    return f();
+  } catch (e) {
+    if (e instanceof RangeError) throw new FAError('E_OOM', `cpu backend: could not allocate ${what}: ${e.message}`, { cause: e });
+    throw e;
+  }
+}
+
+export class CpuBackend implements AttentionBackend {
+  readonly name = 'cpu';
+  readonly device: string;
+  readonly dtypes: readonly DType[] = ['f32', 'f16', 'bf16'];
+  /** Worker threads used for large problems (0: everything runs on the calling thread). */
+  readonly threads: number;
+  private readonly ws = new Workspace();
+  private readonly inlineBelow: number;
+  private disposed = false;
+
+  constructor(
+    private readonly platform: Platform,
+    private readonly opts: CpuEngineOptions,
+  ) {
+    this.threads = platform.pool ? platform.threads : 0;
+    this.device = `CPU ×${Math.max(1, this.threads)}`;
+    this.inlineBelow = opts.inlineBelowFlops ?? DEFAULT_INLINE_BELOW_FLOPS;
+    if (opts.tiles) checkTiles(opts.tiles);
+    if (opts.backwardTiles) checkTiles(opts.backwardTiles);
+  }
+
+  supports(_p: AttentionProblem): Support {
+    return { ok: true };
+  }
+
+  /** The tile sizes used for a head dimension and pass. */
+  tileSizes(d: number, pass: 'forward' | 'backward'): TileSizes {
+    const o = pass === 'forward' ? this.opts.tiles : (this.opts.backwardTiles ?? this.opts.tiles);
+    return o ?? chooseTiles(d, pass, this.opts.cache ?? DEFAULT_CPU_CACHE);
+  }
+
+  /** Starts the worker threads now instead of on the first large call. */
+  async warm(): Promise<void> {
+    this.alive();
+    if (this.platform.pool) (await this.platform.pool()).warm();
+  }
+
+  private alive(): void {
+    if (this.disposed) throw new FAError('E_DEVICE', 'the cpu backend was disposed; resolve a new one');
+  }
+
+  private async execute(job: Job, units: number, flops: number): Promise<void> {
+    if (units === 0) return;
+    if (!this.platform.pool || this.threads <= 1 || flops < this.inlineBelow || units === 1) {
+      runJob(job, this.ws);
+      return;
+    }
+    const pool = await this.platform.pool();
+    try {
+      await pool.run(job, Math.min(this.threads, units));
+    } catch (e) {
+      throw isFAError(e) ? e : new FAError('E_DEVICE', `cpu backend: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+    }
+  }
+
+  private willUseWorkers(units: number, flops: number): boolean {
+    return !!this.platform.pool && this.threads > 1 && flops >= this.inlineBelow && units > 1;
+  }
+
+  async forward(q: Tensor, k: Tensor, v: Tensor, opts: AttentionOptions = {}): Promise<ForwardResult> {
+    this.alive();
+    const p = describeProblem(q, k, v, opts);
+    const [qh, kh, vh] = [host(q, 'q'), host(k, 'k'), host(v, 'v')];
+    const { br, bc } = this.tileSizes(p.d, 'forward');
+    const units = planForward(p, br);
+    const nUnits = units.length / FWD_UNIT;
+    const flops = problemFlops(p);
+    const pooled = this.willUseWorkers(nUnits, flops);
+    const out = alloc(() => allocHost(p.dtype, p.totalQ * p.h * p.d), 'the output');
+    const lse = alloc(() => allocFloat32(p.h * p.totalQ), 'the lse');
+    const job: ForwardJob = {
+      kind: 'forward', p, br, bc,
+      q: pooled ? alloc(() => shared(qh.data), 'a shared copy of q') : qh.data,
+      k: pooled ? alloc(() => shared(kh.data), 'a shared copy of k') : kh.data,
+      v: pooled ? alloc(() => shared(vh.data), 'a shared copy of v') : vh.data,
+      out, lse, units,
+      counter: pooled ? new Int32Array(new SharedArrayBuffer(4)) : new Int32Array(1),
+    };
+    await this.execute(job, nUnits, flops);
+    return { out: tensor(out, p.qShape, p.dtype), lse: tensor(lse, p.lseShape, 'f32') };
+  }
+
+  async backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dOut: Tensor, lse: Tensor, opts: AttentionOptions = {}): Promise<BackwardResult> {
+    this.alive();
+    const p = describeBackward(q, k, v, out, dOut, lse, opts);
+    const [qh, kh, vh, oh, dOh, lh] = [host(q, 'q'), host(k, 'k'), host(v, 'v'), host(out, 'out'), host(dOut, 'dOut'), host(lse, 'lse')];
+    const { br, bc } = this.tileSizes(p.d, 'backward');
+    const flops = 2.5 * problemFlops(p);
+    const threads = this.willUseWorkers(2, flops) ? this.threads : 1;
+    const plan = planBackward(p, bc, threads);
+    const nUnits = plan.units.length / BWD_UNIT;
+    const pooled = this.willUseWorkers(nUnits, flops);
+    const nq = p.totalQ * p.h * p.d;
+    const nk = p.totalK * p.hkv * p.d;
+    const dq = alloc(() => allocHost(p.dtype, nq), 'dq');
+    const dk = alloc(() => allocHost(p.dtype, nk), 'dk');
+    const dv = alloc(() => allocHost(p.dtype, nk), 'dv');
+    // float32 dQ accumulator: dq itself for f32, a scratch buffer rounded into dq at the end otherwise
+    const dqAcc = p.dtype === 'f32' ? (dq as Float32Array) : alloc(() => allocFloat32(nq), 'the float32 dq accumulator');
+    const mk = pooled ? allocFloat32 : (n: number) => new Float32Array(n);
+    const dqPrivate = alloc(() => plan.privateSizes.map((n) => mk(n)), 'the private dq accumulators');
+    const sh = <T extends HostData>(d: T, what: string): T => (pooled ? alloc(() => shared(d), `a shared copy of ${what}`) : d);
+    const job: BackwardJob = {
+      kind: 'backward', p, br, bc,
+      q: sh(qh.data, 'q'), k: sh(kh.data, 'k'), v: sh(vh.data, 'v'),
+      out: sh(oh.data, 'out'), dOut: sh(dOh.data, 'dOut'), lse: sh(lh.data as Float32Array, 'lse'),
+      dq: dqAcc, dk, dv,
+      units: plan.units,
+      dqPrivate,
+      counter: pooled ? new Int32Array(new SharedArrayBuffer(4)) : new Int32Array(1),
+    };
+    await this.execute(job, nUnits, flops);
+    reducePrivate(p, dqAcc, plan, dqPrivate);
+    if (p.dtype !== 'f32') encode(p.dtype, dqAcc, dq as Uint16Array);
+    return { dq: tensor(dq, p.qShape, p.dtype), dk: tensor(dk, p.kShape, p.dtype), dv: tensor(dv, p.kShape, p.dtype) };
+  }
+
+  async upload(t: HostTensor): Promise<Tensor> {
+    this.alive();
+    return host(t, 'the tensor');
+  }
+
+  async read(t: Tensor): Promise<HostTensor> {
+    return host(t, 'the tensor');
+  }
+
+  disposeTensor(_t: Tensor): void {
+    // host tensors belong to the garbage collector
+  }
+
+  async dispose(): Promise<void> {
+    if (this.disposed) return;
+    this.disposed = true;
+    if (this.platform.pool) await (await this.platform.pool()).dispose();
+  }
+}
+
+/** Creates a CPU engine. The registry's "cpu" entry calls this with no options. */
+export async function createCpuBackend(opts: CpuEngineOptions = {}): Promise<CpuBackend> {
+  if (opts.threads !== undefined && !(Number.isSafeInteger(opts.threads) && opts.threads >= 0)) {
+    throw new FAError('E_ARG', `cpu engine option threads must be an integer >= 0, got ${String(opts.threads)}`);
+  }
+  if (opts.inlineBelowFlops !== undefined && !(typeof opts.inlineBelowFlops === 'number' && opts.inlineBelowFlops >= 0)) {
+    throw new FAError('E_ARG', `cpu engine option inlineBelowFlops must be a number >= 0, got ${String(opts.inlineBelowFlops)}`);
+  }
+  return new CpuBackend(await detectPlatform(opts.threads), opts);
+}

@@ -1,0 +1,123 @@
+/**
+ * A unit of CPU-engine work as plain data: what a worker thread receives (structured-cloned;
+ * the tensors are SharedArrayBuffer-backed so only views travel), and what the calling thread
+ * runs itself when the problem is small or no workers exist. Workers pull units from a shared
+ * counter until none remain, so a slow unit never holds up the others.
+ */
+import type { AttentionProblem } from '../problem.js';
+import type { HostData } from '../tensor.js';
+import { paddedD } from './tiles.js';
+
+export interface ForwardJob {
+  readonly kind: 'forward';
+  readonly p: AttentionProblem;
+  readonly br: number;
+  readonly bc: number;
+  readonly q: HostData;
+  readonly k: HostData;
+  readonly v: HostData;
+  readonly out: HostData;
+  readonly lse: Float32Array;
+  /** Units as (batch, kv head, query tile) triples, heaviest first. */
+  readonly units: Int32Array;
+  /** [0]: index of the next unit to take (Atomics.add). */
+  readonly counter: Int32Array;
+}
+
+export interface BackwardJob {
+  readonly kind: 'backward';
+  readonly p: AttentionProblem;
+  readonly br: number;
+  readonly bc: number;
+  readonly q: HostData;
+  readonly k: HostData;
+  readonly v: HostData;
+  readonly out: HostData;
+  readonly dOut: HostData;
+  readonly lse: Float32Array;
+  /** float32 dQ accumulator, layout of q (the dq output itself when the dtype is f32). */
+  readonly dq: Float32Array;
+  readonly dk: HostData;
+  readonly dv: HostData;
+  /**
+   * Units as (batch, kv head, first key tile, end key tile, private) 5-tuples. `private` is −1
+   * when the unit adds into `dq`, else the index of its own accumulator in `dqPrivate`.
+   */
+  readonly units: Int32Array;
+  /** Private dQ accumulators, each [segment Tq, H/Hkv, D] for its unit's (batch, kv head). */
+  readonly dqPrivate: readonly Float32Array[];
+  readonly counter: Int32Array;
+}
+
+export type Job = ForwardJob | BackwardJob;
+
+export const FWD_UNIT = 3;
+export const BWD_UNIT = 5;
+
+/** The tiles one thread reuses from unit to unit and job to job; grown, never shrunk. */
+export class Workspace {
+  br4 = 0;
+  bc4 = 0;
+  d4 = 0;
+  qRow = new Float64Array(0);
+  qP = new Float64Array(0);
+  oRow = new Float64Array(0); // dO rows (backward) / scratch
+  oP = new Float64Array(0);
+  kRow = new Float64Array(0);
+  kP = new Float64Array(0);
+  vRow = new Float64Array(0);
+  vP = new Float64Array(0);
+  s = new Float64Array(0); // scores, then probabilities (br4 × bc4)
+  dp = new Float64Array(0); // dP, then dS (br4 × bc4)
+  dcap = new Float64Array(0); // softcap derivative (br4 × bc4)
+  acc = new Float64Array(0); // output accumulator / dQ tile (br4 × d4)
+  dk = new Float64Array(0); // bc4 × d4
+  dv = new Float64Array(0);
+  m = new Float64Array(0);
+  l = new Float64Array(0);
+  lse = new Float64Array(0);
+  rowLo = new Int32Array(0);
+  rowHi = new Int32Array(0);
+  dvec = new Float64Array(0);
+
+  ensure(br: number, bc: number, d: number): void {
+    const br4 = (br + 3) & ~3;
+    const bc4 = (bc + 3) & ~3;
+    const d4 = paddedD(d);
+    if (br4 === this.br4 && bc4 === this.bc4 && d4 === this.d4) return;
+    this.br4 = br4;
+    this.bc4 = bc4;
+    this.d4 = d4;
+    const f = (n: number) => new Float64Array(n);
+    this.qRow = f(br4 * d4);
+    this.qP = f(br4 * d4);
+    this.oRow = f(br4 * d4);
+    this.oP = f(br4 * d4);
+    this.kRow = f(bc4 * d4);
+    this.kP = f(bc4 * d4);
+    this.vRow = f(bc4 * d4);
+    this.vP = f(bc4 * d4);
+    this.s = f(br4 * bc4);
+    this.dp = f(br4 * bc4);
+    this.dcap = f(br4 * bc4);
+    this.acc = f(br4 * d4);
+    this.dk = f(bc4 * d4);
+    this.dv = f(bc4 * d4);
+    this.m = f(br4);
+    this.l = f(br4);
+    this.lse = f(br4);
+  }
+
+  /** Row-range scratch of at least n entries. */
+  ranges(n: number): void {
+    if (this.rowLo.length < n) {
+      this.rowLo = new Int32Array(n);
+      this.rowHi = new Int32Array(n);
+    }
+  }
+
+  dvecOf(n: number): Float64Array {
+    if (this.dvec.length < n) this.dvec = new Float64Array(n);
+    return this.dvec;
+  }
+}

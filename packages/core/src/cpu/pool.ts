@@ -1,0 +1,118 @@
+/**
+ * A small pool of worker threads for the CPU engine (Node's worker_threads).
+ *
+ * - Jobs run one at a time, in call order; a job goes to up to `size` workers, each of which
+ *   pulls units from the job's shared counter, and the job ends when every worker answered.
+ * - Workers are unref()'d while idle, so an idle pool never keeps the process alive, and
+ *   ref()'d while they work, so a pending `await backend.forward(...)` does.
+ * - A worker that crashes fails its job (FAError E_DEVICE) and is replaced on the next job;
+ *   the pool stays usable. dispose() terminates every worker.
+ */
+import type { Worker as NodeWorker } from 'node:worker_threads';
+import { FAError } from '../errors.js';
+import type { Job } from './job.js';
+
+type WorkerCtor = new (url: URL, opts?: { name?: string }) => NodeWorker;
+
+interface Slot {
+  worker: NodeWorker;
+  dead: boolean;
+  pending?: { id: number; resolve: () => void; reject: (e: unknown) => void };
+}
+
+let nextId = 1;
+
+export class WorkerPool {
+  private slots: Slot[] = [];
+  private tail: Promise<unknown> = Promise.resolve();
+  private disposed = false;
+
+  constructor(
+    readonly size: number,
+    private readonly WorkerClass: WorkerCtor,
+    private readonly url: URL,
+  ) {}
+
+  /** Threads started so far (the pool starts them on first use). */
+  get started(): number {
+    return this.slots.filter((s) => !s.dead).length;
+  }
+
+  /** Starts every worker now (benchmarks and memory tests warm the pool before measuring). */
+  warm(): void {
+    this.fill(this.size);
+  }
+
+  private fill(n: number): void {
+    this.slots = this.slots.filter((s) => !s.dead);
+    while (this.slots.length < n) this.slots.push(this.spawn());
+  }
+
+  private spawn(): Slot {
+    const worker = new this.WorkerClass(this.url, { name: `fa-cpu-${this.slots.length}` });
+    worker.unref();
+    const slot: Slot = { worker, dead: false };
+    const fail = (why: string, cause?: unknown) => {
+      slot.dead = true;
+      const p = slot.pending;
+      slot.pending = undefined;
+      p?.reject(new FAError('E_DEVICE', `cpu worker thread failed: ${why}`, { cause }));
+    };
+    worker.on('message', (msg: { id: number; ok: boolean; error?: { name: string; message: string; code?: string; stack?: string } }) => {
+      const p = slot.pending;
+      if (!p || p.id !== msg.id) return;
+      slot.pending = undefined;
+      if (msg.ok) p.resolve();
+      else {
+        const e = msg.error!;
+        const err = e.name === 'FAError' && e.code ? new FAError(e.code as 'E_DEVICE', e.message) : new FAError('E_DEVICE', `cpu worker thread failed: ${e.message}`);
+        if (e.stack) err.stack = e.stack;
+        p.reject(err);
+      }
+    });
+    worker.on('error', (err) => fail(err instanceof Error ? err.message : String(err), err));
+    worker.on('exit', (code) => fail(`exited with code ${code}`));
+    return slot;
+  }
+
+  /** Runs `job` on up to `threads` workers; resolves when all of them are done. */
+  run(job: Job, threads: number): Promise<void> {
+    const result = this.tail.then(() => this.runNow(job, threads));
+    this.tail = result.catch(() => undefined);
+    return result;
+  }
+
+  private async runNow(job: Job, threads: number): Promise<void> {
+    if (this.disposed) throw new FAError('E_DEVICE', 'the cpu backend was disposed');
+    const n = Math.max(1, Math.min(this.size, threads));
+    this.fill(n);
+    const used = this.slots.slice(0, n);
+    const id = nextId++;
+    const done = used.map(
+      (slot) =>
+        new Promise<void>((resolve, reject) => {
+          slot.pending = { id, resolve, reject };
+          slot.worker.ref();
+          slot.worker.postMessage({ id, job });
+        }),
+    );
+    // Wait for every worker (even after a failure) so no thread still writes when we return.
+    const settled = await Promise.allSettled(done);
+    for (const slot of used) if (!slot.dead) slot.worker.unref();
+    const bad = settled.find((s) => s.status === 'rejected') as PromiseRejectedResult | undefined;
+    if (bad) throw bad.reason;
+  }
+
+  async dispose(): Promise<void> {
+    this.disposed = true;
+    const slots = this.slots;
+    this.slots = [];
+    await Promise.all(
+      slots.map(async (s) => {
+        s.dead = true;
+        s.pending = undefined;
+        await s.worker.terminate();
+      }),
+    );
+  }
+}

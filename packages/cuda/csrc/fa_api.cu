@@ -1,0 +1,78 @@
+// Host entry points: head-dim buckets, the split-KV heuristic, workspaces, dtype dispatch.
+#include <algorithm>
+
+#include "fa_common.cuh"
+
+namespace fa {
+
+cudaError_t fwd_bf16(FaArgs* a, const FaTensors& t, cudaStream_t st);
+cudaError_t fwd_f16(FaArgs* a, const FaTensors& t, cudaStream_t st);
+cudaError_t bwd_bf16(FaArgs* a, const FaTensors& t, cudaStream_t st);
+cudaError_t bwd_f16(FaArgs* a, const FaTensors& t, cudaStream_t st);
+
+int head_dim_bucket(int d) {
+  if (d <= 0 || d % 8 != 0 || d > 256) return 0;
+  return d <= 64 ? 64 : d <= 128 ? 128 : 256;
+}
+
+static size_t align256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
+
+size_t fwd_workspace_bytes_splits(FaArgs* a, int splits) {
+  a->num_splits = std::max(1, splits);
+  if (a->num_splits == 1) return 0;
+  const size_t rows = static_cast<size_t>(a->total_q) * a->H * a->num_splits;
+  return align256(rows * a->d * sizeof(float)) + align256(rows * sizeof(float));
+}
+
+size_t fwd_workspace_bytes(FaArgs* a) {
+  const int D = head_dim_bucket(a->d);
+  const int BM = D == 64 ? FwdTraits<64>::BM : D == 128 ? FwdTraits<128>::BM : FwdTraits<256>::BM;
+  const int BN = D == 64 ? FwdTraits<64>::BN : D == 128 ? FwdTraits<128>::BN : FwdTraits<256>::BN;
+  const int64_t mblocks = (a->max_tq + BM - 1) / BM;
+  const int64_t ctas = mblocks * a->H * a->B;
+  const int64_t nblocks = (a->max_tk + BN - 1) / BN;
+  int splits = 1;
+  const int sms = a->num_sms > 0 ? a->num_sms : 132;
+  if (ctas > 0 && ctas < sms && nblocks >= 8) {
+    int64_t want = (2 * sms + ctas - 1) / ctas;
+    want = std::min<int64_t>(want, nblocks / 4);
+    want = std::min<int64_t>(want, 64);
+    want = std::min<int64_t>(want, 65535 / std::max(1, a->B));
+    splits = static_cast<int>(std::max<int64_t>(1, want));
+  }
+  return fwd_workspace_bytes_splits(a, splits);
+}
+
+cudaError_t fwd(FaArgs* a, const FaTensors& t, void* ws, cudaStream_t st) {
+  if (a->num_splits > 1) {
+    const size_t rows = static_cast<size_t>(a->total_q) * a->H * a->num_splits;
+    a->oaccum = static_cast<float*>(ws);
+    a->lseaccum = reinterpret_cast<float*>(static_cast<char*>(ws) + align256(rows * a->d * sizeof(float)));
+  } else {
+    a->oaccum = nullptr;
+    a->lseaccum = nullptr;
+  }
+  if (a->total_q == 0) return cudaSuccess;
+  return a->dtype == kBF16 ? fwd_bf16(a, t, st) : fwd_f16(a, t, st);
+}
+
+size_t bwd_workspace_bytes(const FaArgs* a) {
+  const size_t rows = static_cast<size_t>(a->total_q) * a->H;
+  size_t n = 2 * align256(rows * sizeof(float));
+  if (!a->deterministic) n += align256(rows * a->d * sizeof(float));
+  return n;
+}
+
+cudaError_t bwd(FaArgs* a, const FaTensors& t, void* ws, cudaStream_t st) {
+  const size_t rows = static_cast<size_t>(a->total_q) * a->H;
+  char* p = static_cast<char*>(ws);
+  a->lse2 = reinterpret_cast<float*>(p);
+  p += align256(rows * sizeof(float));
+  a->dsum = reinterpret_cast<float*>(p);
+  p += align256(rows * sizeof(float));
+  a->dq_accum = a->deterministic ? nullptr : reinterpret_cast<float*>(p);
+  if (a->total_q == 0 && a->total_k == 0) return cudaSuccess;
+  return a->dtype == kBF16 ? bwd_bf16(a, t, st) : bwd_f16(a, t, st);
+}
+
+}  // namespace fa

@@ -1,0 +1,100 @@
+// Launchers for one dtype; included once per dtype by fa_fwd_<dtype>.cu / fa_bwd_<dtype>.cu so
+// that the template instantiations spread over several files (parallel builds).
+#pragma once
+#include "fa_bwd.cuh"
+#include "fa_fwd.cuh"
+
+namespace fa {
+
+#define FA_CHECK_LAUNCH()                      \
+  do {                                         \
+    cudaError_t e_ = cudaGetLastError();       \
+    if (e_ != cudaSuccess) return e_;          \
+  } while (0)
+
+template <typename K>
+static cudaError_t set_smem(K kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+}
+
+template <typename T, typename Tr>
+cudaError_t launch_fwd_cfg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
+  const size_t smem = static_cast<size_t>(Tr::BM * Tr::D + 4 * Tr::BN * Tr::D) * sizeof(T);
+  cudaError_t e = set_smem(fwd_kernel<T, Tr>, smem);
+  if (e != cudaSuccess) return e;
+  dim3 grid((a->max_tq + Tr::BM - 1) / Tr::BM, a->H, a->B * a->num_splits);
+  fwd_kernel<T, Tr><<<grid, Tr::NW * 32, smem, st>>>(*a, t);
+  FA_CHECK_LAUNCH();
+  if (a->num_splits > 1) {
+    const int64_t items = static_cast<int64_t>(a->total_q) * a->H;
+    fwd_combine_kernel<T><<<static_cast<unsigned>((items + 7) / 8), 256, 0, st>>>(*a, t);
+    FA_CHECK_LAUNCH();
+  }
+  return cudaSuccess;
+}
+template <typename T, int D>
+cudaError_t launch_fwd(FaArgs* a, const FaTensors& t, cudaStream_t st) {
+  return launch_fwd_cfg<T, FwdTraits<D>>(a, t, st);
+}
+
+template <typename T, typename Tr, int D = Tr::D>
+cudaError_t launch_bwd_cfg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
+  const int64_t items = static_cast<int64_t>(a->total_q) * a->H;
+  if (items > 0) {
+    bwd_preprocess_kernel<T><<<static_cast<unsigned>((items + 7) / 8), 256, 0, st>>>(*a, t);
+    FA_CHECK_LAUNCH();
+  }
+  {
+    const size_t smem = static_cast<size_t>(2 * Tr::BN * D + 4 * Tr::BM * D + 2 * Tr::BN * Tr::BM) * sizeof(T) + 4 * Tr::BM * sizeof(float);
+    cudaError_t e = set_smem(bwd_kernel<T, Tr>, smem);
+    if (e != cudaSuccess) return e;
+    dim3 grid((a->max_tk + Tr::BN - 1) / Tr::BN, a->Hkv, a->B);
+    if (a->max_tk > 0) {
+      bwd_kernel<T, Tr><<<grid, Tr::NW * 32, smem, st>>>(*a, t);
+      FA_CHECK_LAUNCH();
+    }
+  }
+  if (a->deterministic) {
+    using Tq = DqTraits<D>;
+    const size_t smem = static_cast<size_t>(2 * Tq::BM * D + 4 * Tq::BN * D) * sizeof(T);
+    cudaError_t e = set_smem(bwd_dq_kernel<T, D>, smem);
+    if (e != cudaSuccess) return e;
+    dim3 grid((a->max_tq + Tq::BM - 1) / Tq::BM, a->H, a->B);
+    if (a->max_tq > 0) {
+      bwd_dq_kernel<T, D><<<grid, Tq::NW * 32, smem, st>>>(*a, t);
+      FA_CHECK_LAUNCH();
+    }
+  } else if (items > 0) {
+    const int64_t n = items * a->d / 2;
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65536));
+    bwd_convert_dq_kernel<T><<<blocks, 256, 0, st>>>(*a, t);
+    FA_CHECK_LAUNCH();
+  }
+  return cudaSuccess;
+}
+template <typename T, int D>
+cudaError_t launch_bwd(FaArgs* a, const FaTensors& t, cudaStream_t st) {
+  return launch_bwd_cfg<T, BwdTraits<D>>(a, t, st);
+}
+
+template <typename T>
+cudaError_t dispatch_fwd(FaArgs* a, const FaTensors& t, cudaStream_t st) {
+  switch (head_dim_bucket(a->d)) {
+    case 64: return launch_fwd<T, 64>(a, t, st);
+    case 128: return launch_fwd<T, 128>(a, t, st);
+    case 256: return launch_fwd<T, 256>(a, t, st);
+    default: return cudaErrorInvalidValue;
+  }
+}
+template <typename T>
+cudaError_t dispatch_bwd(FaArgs* a, const FaTensors& t, cudaStream_t st) {
+  switch (head_dim_bucket(a->d)) {
+    case 64: return launch_bwd<T, 64>(a, t, st);
+    case 128: return launch_bwd<T, 128>(a, t, st);
+    case 256: return launch_bwd<T, 256>(a, t, st);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace fa

@@ -1,0 +1,24 @@
+/// <reference types="@webgpu/types" />
+/**
+ * @fa/webgpu — exact FlashAttention forward and backward in WGSL. Importing this module
+ * registers the backend "webgpu" (priority 50) with @fa/core's registry; it starts lazily, on
+ * navigator.gpu in browsers and on the optional peer package `webgpu` (Dawn) in Node.
+ */
+import { registerBackend } from '@fa/core';
+import { WebGPUBackend, type WebGPUBackendOptions } from './backend.js';
+
+export { WebGPUBackend, type WebGPUBackendOptions, type WebGPUTensorHandle } from './backend.js';
+export { findGPU, acquire, type AcquireOptions } from './gpu.js';
+export { TILE_CANDIDATES, chooseSpec, type Caps } from './tiles.js';
+export type { Tile, KernelSpec } from './wgsl/common.js';
+export { forwardWGSL } from './wgsl/forward.js';
+export { dkdvWGSL, dqWGSL, deltaWGSL } from './wgsl/backward.js';
+
+/** Creates a WebGPU engine (outside the registry), e.g. with a given device or a forced tile. */
+export function createWebGPUBackend(opts: WebGPUBackendOptions = {}): Promise<WebGPUBackend> {
+  return WebGPUBackend.create(opts);
+}
+
+export const WEBGPU_PRIORITY = 50;
+
+registerBackend('webgpu', () => WebGPUBackend.create(), WEBGPU_PRIORITY);

@@ -1,0 +1,380 @@
+/**
+ * Building blocks shared by the WGSL kernels: the specialisation, the parameter block, storage
+ * access for f32 and packed f16/bf16 (two per u32), the score transform and mask, and the two
+ * tile products every FlashAttention kernel is made of:
+ *
+ *   rowdot   acc[r][c] += Σ_d A[r][d]·B[c][d]   (S = Q·Kᵀ, dPᵀ = V·dOᵀ, …)   A, B staged from global
+ *   pmul     acc[r][d] += Σ_c P[r][c]·Y[c][d]   (O += P·V, dV += Pᵀ·dO, …)   P in workgroup memory
+ *
+ * Threads form a TR × TC grid. Thread (tr, tc) owns rows tr·RM … tr·RM+RM−1 of the tile, score
+ * columns tc + j·TC (j < CN) and output columns 2·(tc + j·TC) + {0,1} (j < DN/2): the columns
+ * are interleaved so that neighbouring threads read neighbouring words of workgroup memory.
+ */
+
+export type Storage = 'f32' | 'f16' | 'bf16';
+
+/** Tile shape: NR rows owned by a workgroup, NC columns per inner tile, a TR×TC thread grid. */
+export interface Tile {
+  readonly nr: number;
+  readonly nc: number;
+  readonly tr: number;
+  readonly tc: number;
+  /** Head-dim chunk staged per step of rowdot. */
+  readonly dk: number;
+  /** Rows of Y staged per step of pmul. */
+  readonly kc: number;
+}
+
+export interface KernelSpec {
+  readonly storage: Storage;
+  readonly d: number;
+  readonly tile: Tile;
+  readonly softcap: boolean;
+  readonly alibi: boolean;
+  /** Row reductions with subgroupShuffleXor (needs subgroup size >= TC). */
+  readonly subgroups: boolean;
+  /** Outputs written as f32 even for packed storage (odd D: a pass packs them afterwards). */
+  readonly outF32: boolean;
+}
+
+export function specKey(kind: string, s: KernelSpec): string {
+  const t = s.tile;
+  return [kind, s.storage, s.d, t.nr, t.nc, t.tr, t.tc, t.dk, t.kc, +s.softcap, +s.alibi, +s.subgroups, +s.outF32].join(':');
+}
+
+/** Derived sizes of a specialisation. */
+export interface Dims {
+  readonly NT: number;
+  readonly RM: number; // rows per thread
+  readonly CN: number; // score columns per thread
+  readonly DP1: number; // head dim padded for rowdot (multiple of dk)
+  readonly DP2: number; // head dim padded for pmul (multiple of 2·TC)
+  readonly DN: number; // output columns per thread (even)
+  readonly pairs: boolean; // storage read and written two elements at a time (D even)
+}
+
+export function dims(s: KernelSpec): Dims {
+  const t = s.tile;
+  const DP1 = Math.ceil(s.d / t.dk) * t.dk;
+  const DP2 = Math.ceil(s.d / (2 * t.tc)) * 2 * t.tc;
+  return { NT: t.tr * t.tc, RM: t.nr / t.tr, CN: t.nc / t.tc, DP1, DP2, DN: DP2 / t.tc, pairs: s.d % 2 === 0 };
+}
+
+/** Workgroup memory of a kernel in bytes (must fit maxComputeWorkgroupStorageSize). */
+export function sharedBytes(s: KernelSpec, extraFloats = 0): number {
+  const t = s.tile;
+  const { DP2 } = dims(s);
+  const stage = Math.max(t.dk * (t.nr + t.nc), t.kc * DP2);
+  const red = s.subgroups ? 0 : t.nr * t.tc;
+  return 4 * (stage + t.nc * t.nr + red + extraFloats);
+}
+
+/**
+ * Parameters of one dispatch (a uniform block). Rows are addressed through the offsets in
+ * `mt` (cu_seqlens), so dense and varlen inputs share every kernel.
+ */
+export const PARAMS_WGSL = /* wgsl */ `
+struct Params {
+  h: u32, hkv: u32, batch: u32, total_q: u32,
+  total_k: u32, lse_sh: u32, lse_sb: u32, lse_scu: u32,
+  scale: f32, softcap: f32, wl: i32, wr: i32,
+  neg_inf: f32, alibi_off: u32, di_off: u32, pad1: u32,
+}`;
+
+/** Byte size of Params. */
+export const PARAMS_BYTES = 64;
+
+export interface ParamValues {
+  h: number; hkv: number; batch: number; totalQ: number; totalK: number;
+  lseSh: number; lseSb: number; lseScu: number;
+  scale: number; softcap: number; wl: number; wr: number;
+  diOff?: number;
+}
+
+export function packParams(p: ParamValues): ArrayBuffer {
+  const buf = new ArrayBuffer(PARAMS_BYTES);
+  const u = new Uint32Array(buf);
+  const f = new Float32Array(buf);
+  const i = new Int32Array(buf);
+  u[0] = p.h; u[1] = p.hkv; u[2] = p.batch; u[3] = p.totalQ;
+  u[4] = p.totalK; u[5] = p.lseSh; u[6] = p.lseSb; u[7] = p.lseScu;
+  f[8] = p.scale; f[9] = p.softcap; i[10] = p.wl; i[11] = p.wr;
+  f[12] = -Infinity; u[13] = 2 * (p.batch + 1); u[14] = p.diOff ?? 0; u[15] = 0;
+  return buf;
+}
+
+/** WGSL storage declaration of a tensor binding. */
+export function tensorDecl(binding: number, name: string, storage: Storage, access: 'read' | 'read_write', asF32 = false): string {
+  const elem = storage === 'f32' || asF32 ? 'f32' : 'u32';
+  return `@group(0) @binding(${binding}) var<storage, ${access}> ${name}: array<${elem}>;`;
+}
+
+/** Unpacking helpers for the storage type. */
+export function storageFns(storage: Storage): string {
+  if (storage === 'f32') return '';
+  const un =
+    storage === 'f16'
+      ? 'fn unpack2(w: u32) -> vec2<f32> { return unpack2x16float(w); }'
+      : 'fn unpack2(w: u32) -> vec2<f32> { return vec2<f32>(bitcast<f32>(w << 16u), bitcast<f32>(w & 0xffff0000u)); }';
+  const pk =
+    storage === 'f16'
+      ? 'fn pack2(v: vec2<f32>) -> u32 { return pack2x16float(v); }'
+      : /* wgsl */ `fn bf16_bits(x: f32) -> u32 {
+  let b = bitcast<u32>(x);
+  if ((b & 0x7f800000u) == 0x7f800000u && (b & 0x007fffffu) != 0u) { return 0x7fc0u; } // NaN stays NaN
+  return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u; // round to nearest, ties to even
+}
+fn pack2(v: vec2<f32>) -> u32 { return bf16_bits(v.x) | (bf16_bits(v.y) << 16u); }`;
+  return `${un}\n${pk}`;
+}
+
+/** Expression loading element pair (e, e+1) of `name` as vec2<f32>; e is even. */
+export function ld2(name: string, storage: Storage, e: string): string {
+  return storage === 'f32' ? `vec2<f32>(${name}[${e}], ${name}[${e} + 1u])` : `unpack2(${name}[(${e}) >> 1u])`;
+}
+
+/** Expression loading element e of `name` as f32. */
+export function ld1(name: string, storage: Storage, e: string): string {
+  return storage === 'f32' ? `${name}[${e}]` : `unpack2(${name}[(${e}) >> 1u])[(${e}) & 1u]`;
+}
+
+/**
+ * The score of one (query i, key j) pair, and whether j is visible from i. The single WGSL copy
+ * of packages/core/src/mask.ts (logit, keyRange): scale, then softcap, then ALiBi, then the mask.
+ * `off` = tk − tq (bottom-right alignment). With softcap the tanh is returned too (backward).
+ */
+export function scoreFns(s: KernelSpec): string {
+  const cap = s.softcap
+    ? // tanh saturates to ±1 in f32 beyond |u| = 9.1; clamping keeps drivers whose tanh is
+      // (e^2u − 1)/(e^2u + 1) away from inf/inf.
+      `let t = tanh(clamp(x / P.softcap, -15.0, 15.0));
+  x = P.softcap * t;`
+    : 'let t = 0.0;';
+  const ali = s.alibi ? 'x = x - slope * abs(f32(i + off - j));' : '';
+  return /* wgsl */ `
+// (score, tanh) of raw dot product q·k; i, j positions within the sequence.
+fn score(dot: f32, i: i32, j: i32, off: i32, slope: f32) -> vec2<f32> {
+  var x = dot * P.scale;
+  ${cap}
+  ${ali}
+  return vec2<f32>(x, t);
+}
+// Query i (of tq) sees key j (of tk)?  window [wl, wr], -1 = unbounded; causal is [wl, 0].
+fn visible(i: i32, j: i32, tq: i32, tk: i32) -> bool {
+  let pos = i + tk - tq;
+  return i < tq && j < tk && (P.wl < 0 || j >= pos - P.wl) && (P.wr < 0 || j <= pos + P.wr);
+}`;
+}
+
+/** Names of a thread's accumulators. */
+export const acc = (name: string, i: number, j: number) => `${name}_${i}_${j}`;
+
+export class Src {
+  private lines: string[] = [];
+  private ind = 0;
+  line(s = ''): this {
+    for (const l of s.split('\n')) this.lines.push(l.length ? '  '.repeat(this.ind) + l : '');
+    return this;
+  }
+  open(s: string): this {
+    this.line(s);
+    this.ind++;
+    return this;
+  }
+  close(s = '}'): this {
+    this.ind--;
+    this.line(s);
+    return this;
+  }
+  toString(): string {
+    return this.lines.join('\n');
+  }
+}
+
+/** Declares RM×CN (or RM×DN) f32 accumulators set to zero. */
+export function declAcc(src: Src, name: string, rows: number, cols: number): void {
+  for (let i = 0; i < rows; i++) {
+    const names: string[] = [];
+    for (let j = 0; j < cols; j++) names.push(`${acc(name, i, j)} = 0.0`);
+    src.line(`var ${names.join('; var ')};`);
+  }
+}
+
+export function zeroAcc(src: Src, name: string, rows: number, cols: number): void {
+  for (let i = 0; i < rows; i++) {
+    const names: string[] = [];
+    for (let j = 0; j < cols; j++) names.push(`${acc(name, i, j)} = 0.0;`);
+    src.line(names.join(' '));
+  }
+}
+
+/** A tile of a [tokens, heads, D] tensor: rows tok0 … tok0+n−1 of head `head` (WGSL exprs). */
+export interface TileRef {
+  readonly buf: string;
+  readonly tok0: string;
+  readonly n: string;
+  readonly head: string;
+  readonly heads: string;
+}
+
+/**
+ * rowdot: acc[r][c] += Σ_d A[r][d]·B[c][d] over the head dim, staging DK-wide chunks of both
+ * tiles transposed in workgroup memory (sbuf[dd·NR + r], sbuf[NR·DK + dd·NC + c]).
+ * Ends with a barrier, so sbuf may be reused right after.
+ */
+export function rowdot(src: Src, s: KernelSpec, a: TileRef, b: TileRef, out: string): void {
+  const t = s.tile;
+  const { NT, RM, CN, DP1, pairs } = dims(s);
+  const D = s.d;
+  const offB = t.nr * t.dk;
+  src.open(`for (var d0 = 0u; d0 < ${DP1}u; d0 = d0 + ${t.dk}u) {`);
+  for (const [ref, rows, off] of [[a, t.nr, 0], [b, t.nc, offB]] as const) {
+    if (pairs) {
+      const half = t.dk / 2;
+      src.open(`for (var e = lid; e < ${(rows * t.dk) / 2}u; e = e + ${NT}u) {`);
+      src.line(`let r = e / ${half}u; let dd = (e % ${half}u) * 2u; let d = d0 + dd;`);
+      src.line(`var xv = vec2<f32>(0.0);`);
+      src.line(`if (r < ${ref.n} && d < ${D}u) { xv = ${ld2(ref.buf, s.storage, `((${ref.tok0} + r) * ${ref.heads} + ${ref.head}) * ${D}u + d`)}; }`);
+      src.line(`sbuf[${off}u + dd * ${rows}u + r] = xv.x; sbuf[${off}u + (dd + 1u) * ${rows}u + r] = xv.y;`);
+      src.close();
+    } else {
+      src.open(`for (var e = lid; e < ${rows * t.dk}u; e = e + ${NT}u) {`);
+      src.line(`let r = e / ${t.dk}u; let dd = e % ${t.dk}u; let d = d0 + dd;`);
+      src.line(`var xv = 0.0;`);
+      src.line(`if (r < ${ref.n} && d < ${D}u) { xv = ${ld1(ref.buf, s.storage, `((${ref.tok0} + r) * ${ref.heads} + ${ref.head}) * ${D}u + d`)}; }`);
+      src.line(`sbuf[${off}u + dd * ${rows}u + r] = xv;`);
+      src.close();
+    }
+  }
+  src.line('workgroupBarrier();');
+  src.open(`for (var kk = 0u; kk < ${t.dk}u; kk = kk + 1u) {`);
+  src.line(`let ab = kk * ${t.nr}u + tr * ${RM}u; let bb = ${offB}u + kk * ${t.nc}u + tc;`);
+  for (let i = 0; i < RM; i++) src.line(`let a${i} = sbuf[ab + ${i}u];`);
+  for (let j = 0; j < CN; j++) src.line(`let b${j} = sbuf[bb + ${j * t.tc}u];`);
+  for (let i = 0; i < RM; i++) {
+    const st: string[] = [];
+    for (let j = 0; j < CN; j++) st.push(`${acc(out, i, j)} = fma(a${i}, b${j}, ${acc(out, i, j)});`);
+    src.line(st.join(' '));
+  }
+  src.close();
+  src.line('workgroupBarrier();');
+  src.close();
+}
+
+/**
+ * pmul: acc[r][d] += Σ_c sp[c·NR + r] · Y[c][d], staging KC rows of the Y tile at a time
+ * (sbuf[kc·DP2 + d]). sp holds the NC × NR probabilities (or dS) written by the caller, who
+ * must have put a barrier between writing sp and calling this. Ends with a barrier.
+ */
+export function pmul(src: Src, s: KernelSpec, y: TileRef, out: string): void {
+  const t = s.tile;
+  const { NT, RM, DP2, DN, pairs } = dims(s);
+  const D = s.d;
+  src.open(`for (var c0 = 0u; c0 < ${t.nc}u; c0 = c0 + ${t.kc}u) {`);
+  if (pairs) {
+    src.open(`for (var e = lid; e < ${(t.kc * DP2) / 2}u; e = e + ${NT}u) {`);
+    src.line(`let r = e / ${DP2 / 2}u; let d = (e % ${DP2 / 2}u) * 2u;`);
+    src.line(`var xv = vec2<f32>(0.0);`);
+    src.line(`if (c0 + r < ${y.n} && d < ${D}u) { xv = ${ld2(y.buf, s.storage, `((${y.tok0} + c0 + r) * ${y.heads} + ${y.head}) * ${D}u + d`)}; }`);
+    src.line(`sbuf[r * ${DP2}u + d] = xv.x; sbuf[r * ${DP2}u + d + 1u] = xv.y;`);
+    src.close();
+  } else {
+    src.open(`for (var e = lid; e < ${t.kc * DP2}u; e = e + ${NT}u) {`);
+    src.line(`let r = e / ${DP2}u; let d = e % ${DP2}u;`);
+    src.line(`var xv = 0.0;`);
+    src.line(`if (c0 + r < ${y.n} && d < ${D}u) { xv = ${ld1(y.buf, s.storage, `((${y.tok0} + c0 + r) * ${y.heads} + ${y.head}) * ${D}u + d`)}; }`);
+    src.line(`sbuf[r * ${DP2}u + d] = xv;`);
+    src.close();
+  }
+  src.line('workgroupBarrier();');
+  src.open(`for (var kc = 0u; kc < ${t.kc}u; kc = kc + 1u) {`);
+  src.line(`let pb = (c0 + kc) * ${t.nr}u + tr * ${RM}u; let yb = kc * ${DP2}u + 2u * tc;`);
+  for (let i = 0; i < RM; i++) src.line(`let p${i} = sp[pb + ${i}u];`);
+  for (let jj = 0; jj < DN / 2; jj++) src.line(`let y${jj} = vec2<f32>(sbuf[yb + ${2 * jj * t.tc}u], sbuf[yb + ${2 * jj * t.tc + 1}u]);`);
+  for (let i = 0; i < RM; i++) {
+    const st: string[] = [];
+    for (let jj = 0; jj < DN / 2; jj++) {
+      st.push(`${acc(out, i, 2 * jj)} = fma(p${i}, y${jj}.x, ${acc(out, i, 2 * jj)});`);
+      st.push(`${acc(out, i, 2 * jj + 1)} = fma(p${i}, y${jj}.y, ${acc(out, i, 2 * jj + 1)});`);
+    }
+    src.line(st.join(' '));
+  }
+  src.close();
+  src.line('workgroupBarrier();');
+  src.close();
+}
+
+/**
+ * Stores a thread's RM×DN output accumulators (times `mul`, a WGSL f32 expression per row i)
+ * into rows tok0 + r (r < n) of head `head` of `buf`.
+ */
+export function storeRows(src: Src, s: KernelSpec, buf: string, tok0: string, n: string, head: string, heads: string, name: string, mul: (i: number) => string): void {
+  const t = s.tile;
+  const { RM, DN, pairs } = dims(s);
+  const D = s.d;
+  const packed = s.storage !== 'f32' && !s.outF32;
+  for (let i = 0; i < RM; i++) {
+    src.open(`if (tr * ${RM}u + ${i}u < ${n}) {`);
+    src.line(`let base = ((${tok0} + tr * ${RM}u + ${i}u) * ${heads} + ${head}) * ${D}u;`);
+    src.line(`let m = ${mul(i)};`);
+    for (let jj = 0; jj < DN / 2; jj++) {
+      const col = `2u * tc + ${2 * jj * t.tc}u`;
+      const x0 = `${acc(name, i, 2 * jj)} * m`;
+      const x1 = `${acc(name, i, 2 * jj + 1)} * m`;
+      src.open(`{ let d = ${col};`);
+      if (packed && pairs) {
+        src.line(`if (d < ${D}u) { ${buf}[(base + d) >> 1u] = pack2(vec2<f32>(${x0}, ${x1})); }`);
+      } else {
+        src.line(`if (d < ${D}u) { ${buf}[base + d] = ${x0}; }`);
+        src.line(`if (d + 1u < ${D}u) { ${buf}[base + d + 1u] = ${x1}; }`);
+      }
+      src.close();
+    }
+    src.close();
+  }
+}
+
+/**
+ * Reduces v (a WGSL f32 expression) over the TC threads that share a row; `op` is 'max' or
+ * '+'. With subgroups: a butterfly of subgroupShuffleXor. Without: through `sred` (NR·TC
+ * floats), bracketed by barriers. Emits `let ${dst} = …;`.
+ */
+export function rowReduce(src: Src, s: KernelSpec, dsts: string[], vals: string[], op: 'max' | '+'): void {
+  const t = s.tile;
+  const comb = (a: string, b: string) => (op === 'max' ? `max(${a}, ${b})` : `(${a} + ${b})`);
+  if (s.subgroups) {
+    for (let i = 0; i < dsts.length; i++) {
+      src.line(`var ${dsts[i]} = ${vals[i]};`);
+      for (let o = t.tc / 2; o >= 1; o /= 2) src.line(`${dsts[i]} = ${comb(dsts[i], `subgroupShuffleXor(${dsts[i]}, ${o}u)`)};`);
+    }
+    return;
+  }
+  const { RM } = dims(s);
+  for (let i = 0; i < dsts.length; i++) src.line(`sred[(tr * ${RM}u + ${i}u) * ${t.tc}u + tc] = ${vals[i]};`);
+  src.line('workgroupBarrier();');
+  for (let i = 0; i < dsts.length; i++) {
+    src.line(`var ${dsts[i]} = sred[(tr * ${RM}u + ${i}u) * ${t.tc}u];`);
+    src.line(`for (var x = 1u; x < ${t.tc}u; x = x + 1u) { ${dsts[i]} = ${comb(dsts[i], `sred[(tr * ${RM}u + ${i}u) * ${t.tc}u + x]`)}; }`);
+  }
+  src.line('workgroupBarrier();');
+}
+
+/** Module-scope declarations shared by the attention kernels. */
+export function header(s: KernelSpec, extraShared = ''): string {
+  const t = s.tile;
+  const { DP2 } = dims(s);
+  const stage = Math.max(t.dk * (t.nr + t.nc), t.kc * DP2);
+  return [
+    s.subgroups ? 'enable subgroups;' : '',
+    PARAMS_WGSL,
+    '@group(0) @binding(0) var<uniform> P: Params;',
+    '// cu_seqlens_q (batch+1), cu_seqlens_k (batch+1), then ALiBi slopes [batch·h] as f32 bits.',
+    '@group(0) @binding(1) var<storage, read> mt: array<u32>;',
+    `var<workgroup> sbuf: array<f32, ${stage}>;`,
+    `var<workgroup> sp: array<f32, ${t.nc * t.nr}>;`,
+    s.subgroups ? '' : `var<workgroup> sred: array<f32, ${t.nr * t.tc}>;`,
+    extraShared,
+    storageFns(s.storage),
+    scoreFns(s),
+  ].join('\n');
+}
