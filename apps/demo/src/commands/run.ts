@@ -117,12 +117,12 @@ export async function runCommand(args: readonly string[], io: Io): Promise<numbe
   const ck = p.strings.get('cu-seqlens-k');
   if ((cq === undefined) !== (ck === undefined)) throw argError('--cu-seqlens-q and --cu-seqlens-k must be given together');
 
-  const [q, k, v, dOut] = await Promise.all([
-    readFloatTensor(qPath, '--q', dtype),
-    readFloatTensor(kPath, '--k', dtype),
-    readFloatTensor(vPath, '--v', dtype),
-    p.strings.has('dout') ? readFloatTensor(p.strings.get('dout')!, '--dout', dtype) : Promise.resolve(undefined),
-  ]);
+  // One file at a time, so that the first bad one in flag order is the one reported.
+  const q = await readFloatTensor(qPath, '--q', dtype);
+  const k = await readFloatTensor(kPath, '--k', dtype);
+  const v = await readFloatTensor(vPath, '--v', dtype);
+  const doutPath = p.strings.get('dout');
+  const dOut = doutPath !== undefined ? await readFloatTensor(doutPath, '--dout', dtype) : undefined;
   const alibi = p.strings.get('alibi');
   if (alibi !== undefined) opts.alibiSlopes = await readSlopes(alibi);
   if (cq !== undefined && ck !== undefined) {
