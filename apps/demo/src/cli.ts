@@ -16,8 +16,8 @@ type Command = (args: readonly string[], io: Io) => Promise<number>;
 const COMMANDS: Record<string, { run: Command; help: string; summary: string }> = {
   backends: { run: backendsCommand, help: backendsHelp, summary: 'list the engines and whether each is available' },
   run: { run: runCommand, help: runHelp, summary: 'attention on .npy inputs, results as .npy files' },
-  demo: { run: demoCommand, help: demoHelp, summary: 'a small end-to-end run checked against the float64 reference' },
-  bench: { run: benchCommand, help: benchHelp, summary: 'forward/backward throughput over a few sizes' },
+  demo: { run: demoCommand, help: demoHelp, summary: 'the 100K-token story: memory, exactness, traffic, online softmax' },
+  bench: { run: benchCommand, help: benchHelp, summary: 'throughput and memory tables for any engine' },
 };
 
 const usage = `usage: fa <command> [options]

@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   AdamW, Linear, LayerNorm, Module, Rng, SGD, Tensor, TransformerBlock, add, backward, clipGradNorm, isGradEnabled, linear, memoryReport, mul,
-  noGrad, randn, reshape, sum, tensor, zeros,
+  mean, noGrad, randn, reshape, sum, tensor, zeros,
 } from '@fa/autograd';
 
 describe('reverse mode', () => {
@@ -111,7 +111,7 @@ describe('modules and optimizers', () => {
       for (let step = 0; step < 200; step++) {
         opt.zeroGrad();
         const d = add(linear(x, w), mul(y, -1));
-        const loss = sum(mul(d, d));
+        const loss = mean(mul(d, d));
         await loss.backward();
         clipGradNorm([w], 100);
         opt.step();

@@ -326,8 +326,14 @@ export function finalizeTile(m: Float64Array, l: Float64Array, acc: Float64Array
 /**
  * The backward pass's recomputation for a tile: overwrites scores s with P = e^(s − lse[r])
  * (0 for rows whose lse is −∞, i.e. rows that saw no key).
+ *
+ * With `rowSums`, also adds each row's Σ P to rowSums[r]. That turns the backward's pre-pass
+ * into an online-softmax state whose "max" is pinned at the saved lse: m = lse, l = Σ P,
+ * acc = Σ P·v. Had lse been stored exactly, l would be 1; it was rounded to float32, so l is
+ * 1 + O(|lse|·2⁻²⁴), and finalizeTile(m = lse, l, acc) returns both the output and the
+ * corrected lse + log l — P recomputed from that sums to 1 again.
  */
-export function probabilitiesFromLseTile(s: Float64Array, ld: number, rows: number, cols: number, lse: Float64Array): void {
+export function probabilitiesFromLseTile(s: Float64Array, ld: number, rows: number, cols: number, lse: Float64Array, rowSums?: Float64Array): void {
   for (let r = 0; r < rows; r++) {
     const base = r * ld;
     const L = lse[r];
@@ -335,6 +341,12 @@ export function probabilitiesFromLseTile(s: Float64Array, ld: number, rows: numb
       for (let c = 0; c < cols; c++) s[base + c] = 0;
       continue;
     }
-    for (let c = 0; c < cols; c++) s[base + c] = Math.exp(s[base + c] - L);
+    let sum = 0;
+    for (let c = 0; c < cols; c++) {
+      const w = Math.exp(s[base + c] - L);
+      s[base + c] = w;
+      sum += w;
+    }
+    if (rowSums) rowSums[r] += sum;
   }
 }

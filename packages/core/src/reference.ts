@@ -40,6 +40,8 @@ export interface ReferenceOptions {
   maxBytes?: number;
   /** Also return the term-magnitude tensors used for error bounds (about doubles the cost). */
   magnitudes?: boolean;
+  /** referenceBackward: the out a backward engine was given (q's shape); adds `outCorrection`. */
+  givenOut?: ArrayLike<number>;
 }
 
 export interface ReferenceForward {
@@ -58,13 +60,14 @@ export interface ReferenceBackward extends ReferenceForward {
   /** k's shape (summed over the query heads of each GQA group). */
   readonly dk: Float64Array;
   readonly dv: Float64Array;
+  /** Present with `magnitudes: true`: term magnitudes of dq, dk, dv (see the module comment). */
   readonly magGrad?: { readonly dq: Float64Array; readonly dk: Float64Array; readonly dv: Float64Array };
-}
-
-/** @internal Exact values of a host tensor as float32 (no copy for f32). */
-export function hostValues(t: HostTensor): Float32Array {
-  if (t.dtype === 'f32') return t.data as Float32Array;
-  return decode(t.dtype, t.data as Uint16Array);
+  /**
+   * Present with `givenOut`: the exact change of dq and dk when rowsum(dO∘out) is formed from
+   * `givenOut` instead of the exact out (dS = P∘(dP − rowsum(dO∘out)) is linear in it). A backward
+   * engine receives out rounded to the dtype, so this is what an otherwise exact engine differs by.
+   */
+  readonly outCorrection?: { readonly dq: Float64Array; readonly dk: Float64Array };
 }
 
 /** @internal */
@@ -276,7 +279,7 @@ export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, d
   const mat = p.tq * p.tk * 8;
   const m2 = mag ? 2 : 1;
   const bytes =
-    forwardBytes(p, mag) + (p.dtype === 'f32' ? 0 : nq * 4) + (nq + 2 * nk) * 8 * m2 + mat * (1 + (p.softcap > 0 ? 1 : 0) + (mag ? 1 : 0)) + p.tq * 8 * m2;
+    forwardBytes(p, mag) + (p.dtype === 'f32' ? 0 : nq * 4) + (nq + 2 * nk) * 8 * m2 + (ropts.givenOut ? (nq + nk) * 8 + p.tq * 8 : 0) + mat * (1 + (p.softcap > 0 ? 1 : 0) + (mag ? 1 : 0)) + p.tq * 8 * m2;
   checkBytes(fn, p, bytes, ropts.maxBytes ?? maxBytesDefault);
   const x: Inputs = { p, Q: hostValues(q), K: hostValues(k), V: hostValues(v) };
   const DO = hostValues(dO);
@@ -292,6 +295,11 @@ export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, d
   const X = mag ? new Float64Array(p.tq * p.tk) : null;
   const Drow = new Float64Array(p.tq);
   const DabsRow = mag ? new Float64Array(p.tq) : null;
+  const given = ropts.givenOut;
+  if (given !== undefined) check(given.length === nq, 'E_SHAPE', `${fn}: givenOut has ${given.length} elements, q has ${nq}`);
+  const dDRow = given ? new Float64Array(p.tq) : null;
+  const cq = given ? new Float64Array(nq) : null;
+  const ck = given ? new Float64Array(nk) : null;
   const mq = mag ? new Float64Array(nq) : null;
   const mk = mag ? new Float64Array(nk) : null;
   const mv = mag ? new Float64Array(nk) : null;
@@ -320,6 +328,11 @@ export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, d
           DabsRow![i] = da;
         }
         Drow[i] = dd;
+        if (given) {
+          let g = 0;
+          for (let d = 0; d < D; d++) g += DO[oo + d] * (given[oo + d] - out[oo + d]);
+          dDRow![i] = g;
+        }
       }
       for (let i = 0; i < tq; i++) {
         const [lo, hi] = keyRange(p, i, tq, tk);
@@ -333,7 +346,14 @@ export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, d
           const P = S[row + j];
           const ko = ((k0 + j) * p.hkv + g) * D;
           let dP = 0;
-          for (let d = 0; d < D; d++) dP += DO[qo + d] * V[ko + d];
+          let pa = 0;
+          if (mag) {
+            for (let d = 0; d < D; d++) {
+              const t = DO[qo + d] * V[ko + d];
+              dP += t;
+              pa += Math.abs(t);
+            }
+          } else for (let d = 0; d < D; d++) dP += DO[qo + d] * V[ko + d];
           const dS = P * (dP - Di);
           const t = Tn !== null ? Tn[row + j] : 0;
           const deriv = Tn !== null ? p.scale * (1 - t * t) : p.scale;
@@ -343,9 +363,14 @@ export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, d
             dk[ko + d] += dZ * Q[qo + d];
             dv[ko + d] += P * DO[qo + d];
           }
+          if (given) {
+            const cz = -P * deriv * dDRow![i];
+            for (let d = 0; d < D; d++) {
+              cq![qo + d] += cz * K[ko + d];
+              ck![ko + d] += cz * Q[qo + d];
+            }
+          }
           if (mag && P > 0) {
-            let pa = 0;
-            for (let d = 0; d < D; d++) pa += Math.abs(DO[qo + d] * V[ko + d]);
             const xa = X![row + j];
             const sa = sAbs(p, Math.log(P) + lseI, xa, t, slope, i, j, tq, tk);
             const cdr = Tn !== null ? absScale * (1 - t * t) : absScale;
@@ -365,6 +390,7 @@ export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, d
   return {
     out, lse, problem: p, dq, dk, dv,
     ...(mag ? { mag: { out: st.magOut!, lse: st.magLse! }, magGrad: { dq: mq!, dk: mk!, dv: mv! } } : {}),
+    ...(given ? { outCorrection: { dq: cq!, dk: ck! } } : {}),
   };
 }
 

@@ -1,7 +1,7 @@
 // Host entry points: head-dim buckets, the split-KV heuristic, workspaces, dtype dispatch.
 #include <algorithm>
 
-#include "fa_common.cuh"
+#include "fa_fwd_wgmma.cuh"
 
 namespace fa {
 
@@ -26,8 +26,12 @@ size_t fwd_workspace_bytes_splits(FaArgs* a, int splits) {
 
 size_t fwd_workspace_bytes(FaArgs* a) {
   const int D = head_dim_bucket(a->d);
-  const int BM = D == 64 ? FwdTraits<64>::BM : D == 128 ? FwdTraits<128>::BM : FwdTraits<256>::BM;
-  const int BN = D == 64 ? FwdTraits<64>::BN : D == 128 ? FwdTraits<128>::BN : FwdTraits<256>::BN;
+  int BM, BN;
+  if (a->arch == 90 && D == 64) { BM = WgTraits<64>::BM; BN = WgTraits<64>::BN; }
+  else if (a->arch == 90 && D == 128) { BM = WgTraits<128>::BM; BN = WgTraits<128>::BN; }
+  else if (D == 64) { BM = FwdTraits<64>::BM; BN = FwdTraits<64>::BN; }
+  else if (D == 128) { BM = FwdTraits<128>::BM; BN = FwdTraits<128>::BN; }
+  else { BM = FwdTraits<256>::BM; BN = FwdTraits<256>::BN; }
   const int64_t mblocks = (a->max_tq + BM - 1) / BM;
   const int64_t ctas = mblocks * a->H * a->B;
   const int64_t nblocks = (a->max_tk + BN - 1) / BN;
@@ -63,7 +67,7 @@ size_t bwd_workspace_bytes(const FaArgs* a) {
   return n;
 }
 
-cudaError_t bwd(FaArgs* a, const FaTensors& t, void* ws, cudaStream_t st) {
+void bwd_setup(FaArgs* a, void* ws) {
   const size_t rows = static_cast<size_t>(a->total_q) * a->H;
   char* p = static_cast<char*>(ws);
   a->lse2 = reinterpret_cast<float*>(p);
@@ -71,6 +75,10 @@ cudaError_t bwd(FaArgs* a, const FaTensors& t, void* ws, cudaStream_t st) {
   a->dsum = reinterpret_cast<float*>(p);
   p += align256(rows * sizeof(float));
   a->dq_accum = a->deterministic ? nullptr : reinterpret_cast<float*>(p);
+}
+
+cudaError_t bwd(FaArgs* a, const FaTensors& t, void* ws, cudaStream_t st) {
+  bwd_setup(a, ws);
   if (a->total_q == 0 && a->total_k == 0) return cudaSuccess;
   return a->dtype == kBF16 ? bwd_bf16(a, t, st) : bwd_f16(a, t, st);
 }

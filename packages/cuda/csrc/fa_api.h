@@ -23,6 +23,7 @@ struct FaArgs {
   int win_left, win_right;  // -1 = unbounded
   int deterministic;
   int num_sms;
+  int arch;           // compute capability * 10 (90 = Hopper: wgmma forward kernels)
   // forward split-KV (filled by the launcher)
   int num_splits;
   float* oaccum;      // [num_splits, total_q, H, d]
@@ -58,5 +59,7 @@ size_t fwd_workspace_bytes_splits(FaArgs* a, int num_splits);
 
 size_t bwd_workspace_bytes(const FaArgs* a);
 cudaError_t bwd(FaArgs* a, const FaTensors& t, void* workspace, cudaStream_t stream);
+// Points the backward scratch pointers of `a` into `workspace` (bwd() does this itself).
+void bwd_setup(FaArgs* a, void* workspace);
 
 }  // namespace fa

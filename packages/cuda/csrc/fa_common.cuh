@@ -128,7 +128,7 @@ struct FwdCfg {
 template <int D>
 struct FwdTraits;
 template <>
-struct FwdTraits<64> : FwdCfg<64, 128, 64, 8, 1, true> {};
+struct FwdTraits<64> : FwdCfg<64, 64, 128, 4, 1, true> {};
 template <>
 struct FwdTraits<128> : FwdCfg<128, 128, 64, 8, 1, true> {};
 template <>

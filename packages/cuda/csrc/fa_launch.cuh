@@ -3,6 +3,7 @@
 #pragma once
 #include "fa_bwd.cuh"
 #include "fa_fwd.cuh"
+#include "fa_fwd_wgmma.cuh"
 
 namespace fa {
 
@@ -33,8 +34,26 @@ cudaError_t launch_fwd_cfg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   }
   return cudaSuccess;
 }
+template <typename T, typename Tr>
+cudaError_t launch_fwd_wg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
+  const size_t smem = static_cast<size_t>(Tr::BM * Tr::D + 4 * Tr::BN * Tr::D) * sizeof(T);
+  cudaError_t e = set_smem(fwd_wgmma_kernel<T, Tr>, smem);
+  if (e != cudaSuccess) return e;
+  dim3 grid((a->max_tq + Tr::BM - 1) / Tr::BM, a->H, a->B * a->num_splits);
+  fwd_wgmma_kernel<T, Tr><<<grid, Tr::NWG * 128, smem, st>>>(*a, t);
+  FA_CHECK_LAUNCH();
+  if (a->num_splits > 1) {
+    const int64_t items = static_cast<int64_t>(a->total_q) * a->H;
+    fwd_combine_kernel<T><<<static_cast<unsigned>((items + 7) / 8), 256, 0, st>>>(*a, t);
+    FA_CHECK_LAUNCH();
+  }
+  return cudaSuccess;
+}
 template <typename T, int D>
 cudaError_t launch_fwd(FaArgs* a, const FaTensors& t, cudaStream_t st) {
+  if constexpr (D == 64 || D == 128) {
+    if (a->arch == 90) return launch_fwd_wg<T, WgTraits<D>>(a, t, st);
+  }
   return launch_fwd_cfg<T, FwdTraits<D>>(a, t, st);
 }
 

@@ -179,7 +179,7 @@ struct Dev {
   size_t bws_bytes = 0;
 };
 
-static int g_sms = 132;
+static int g_sms = 132, g_arch = 90;
 
 template <typename T>
 static void fill(void* p, size_t n, uint64_t seed, float amp) {
@@ -224,6 +224,7 @@ static Dev make_dev(const Case& c, uint64_t seed) {
   a.win_right = c.causal ? 0 : c.wr;
   a.deterministic = c.det;
   a.num_sms = g_sms;
+  a.arch = g_arch;
   CK(cudaMalloc(&D.dcuq, D.cuq.size() * 4));
   CK(cudaMalloc(&D.dcuk, D.cuk.size() * 4));
   CK(cudaMemcpy(D.dcuq, D.cuq.data(), D.cuq.size() * 4, cudaMemcpyHostToDevice));
@@ -277,7 +278,7 @@ static void run_fwd(Dev& D) {
 static void run_bwd(Dev& D) {
   FaTensors t = tensors(D);
   if (g_bwd_override) {
-    CK(bwd(&D.a, t, D.bws, 0));  // sets the scratch pointers
+    bwd_setup(&D.a, D.bws);
     CK(g_bwd_override(&D.a, t, 0));
   } else {
     CK(bwd(&D.a, t, D.bws, 0));
@@ -464,22 +465,32 @@ static void bench(FILE* js) {
 }
 
 static void big() {
-  Case c;
-  c.B = 1; c.H = c.Hkv = 1; c.d = 128; c.tq = c.tk = 100000;
-  size_t f0, tot;
-  CK(cudaMemGetInfo(&f0, &tot));
-  Dev D = make_dev(c, 11);
-  size_t f1;
-  CK(cudaMemGetInfo(&f1, &tot));
-  const double io = (double)D.nq * 2 * 8;  // q k v o do dq dk dv, bf16
-  const double fl = 4.0 * 100000.0 * 100000.0 * 128;
-  float fms = time_ms([&] { run_fwd(D); }, 2, 10);
-  float bms = time_ms([&] { run_bwd(D); }, 1, 5);
-  const double extra = (double)(f0 - f1) - io;  // lse + workspaces (+ allocator rounding)
-  printf("\nbig: T=100000 H=1 D=128 bf16: fwd %.2f ms (%.1f TF/s), bwd %.2f ms (%.1f TF/s); extra device memory %.1f MB "
-         "(lse %.1f MB, fwd ws %.1f MB, bwd ws %.1f MB); inputs+outputs %.1f MB\n",
-         fms, fl / fms / 1e9, bms, 2.5 * fl / bms / 1e9, extra / 1e6, 100000 * 4 / 1e6, D.ws_bytes / 1e6, D.bws_bytes / 1e6, io / 1e6);
-  free_dev(D);
+  for (int T : {25000, 50000, 100000}) {
+    Case c;
+    c.B = 1; c.H = c.Hkv = 1; c.d = 128; c.tq = c.tk = T;
+    size_t f0, tot;
+    CK(cudaMemGetInfo(&f0, &tot));
+    Dev D = make_dev(c, 11);
+    size_t f1;
+    CK(cudaMemGetInfo(&f1, &tot));
+    const double io = (double)D.nq * 2 * 8;  // q k v o do dq dk dv, bf16
+    const double extra = (double)(f0 - f1) - io;  // lse + workspaces (+ allocation rounding)
+    const double fl = 4.0 * T * (double)T * 128;
+    float fms = 0, bms = 0;
+    if (T == 100000) {
+      fms = time_ms([&] { run_fwd(D); }, 2, 10);
+      bms = time_ms([&] { run_bwd(D); }, 1, 5);
+    } else {
+      run_fwd(D);
+      run_bwd(D);
+      CK(cudaDeviceSynchronize());
+    }
+    printf("big: T=%d H=1 D=128 bf16: fwd %.2f ms (%.1f TF/s), bwd %.2f ms (%.1f TF/s); extra device memory %.1f MB "
+           "(lse %.2f MB, fwd ws %.1f MB, bwd ws %.1f MB); inputs+outputs %.1f MB\n",
+           T, fms, fms ? fl / fms / 1e9 : 0, bms, bms ? 2.5 * fl / bms / 1e9 : 0, extra / 1e6, T * 4 / 1e6, D.ws_bytes / 1e6, D.bws_bytes / 1e6, io / 1e6);
+    fflush(stdout);
+    free_dev(D);
+  }
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -493,13 +504,12 @@ struct Variant {
 static void variants() {
   using BF = __nv_bfloat16;
   Variant vs[] = {
+      {"W0 wgmma d128 BN128 2wg", 128, launch_fwd_wg<BF, WgCfg<128, 128, 2>>, nullptr},
+      {"W1 wgmma d128 BN64 2wg", 128, launch_fwd_wg<BF, WgCfg<128, 64, 2>>, nullptr},
+      {"W2 wgmma d128 BN128 1wg", 128, launch_fwd_wg<BF, WgCfg<128, 128, 1>>, nullptr},
+      {"W3 wgmma d64 BN128 2wg", 64, launch_fwd_wg<BF, WgCfg<64, 128, 2>>, nullptr},
+      {"W4 wgmma d64 BN128 3wg", 64, launch_fwd_wg<BF, WgCfg<64, 128, 3>>, nullptr},
       {"F0 fwd d128 BM128 BN64 8w", 128, launch_fwd_cfg<BF, FwdCfg<128, 128, 64, 8, 1, true>>, nullptr},
-      {"F1 fwd d128 BM64 BN64 4w", 128, launch_fwd_cfg<BF, FwdCfg<128, 64, 64, 4, 1, true>>, nullptr},
-      {"F2 fwd d128 BM128 BN64 4w x2", 128, launch_fwd_cfg<BF, FwdCfg<128, 128, 64, 4, 2, false>>, nullptr},
-      {"F3 fwd d128 BM128 BN32 4w x2", 128, launch_fwd_cfg<BF, FwdCfg<128, 128, 32, 4, 2, false>>, nullptr},
-      {"F4 fwd d128 BM64 BN128 4w", 128, launch_fwd_cfg<BF, FwdCfg<128, 64, 128, 4, 1, true>>, nullptr},
-      {"G0 fwd d64 BM128 BN64 8w", 64, launch_fwd_cfg<BF, FwdCfg<64, 128, 64, 8, 1, true>>, nullptr},
-      {"G1 fwd d64 BM128 BN128 4w x2", 64, launch_fwd_cfg<BF, FwdCfg<64, 128, 128, 4, 2, false>>, nullptr},
       {"G2 fwd d64 BM64 BN128 4w", 64, launch_fwd_cfg<BF, FwdCfg<64, 64, 128, 4, 1, true>>, nullptr},
       {"B0 bwd d128 BM64 BN128 8w", 128, nullptr, launch_bwd_cfg<BF, BwdCfg<128, 64, 128, 8, 8>>},
       {"B1 bwd d128 BM64 BN64 4w", 128, nullptr, launch_bwd_cfg<BF, BwdCfg<128, 64, 64, 4, 4>>},
@@ -542,6 +552,8 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   g_sms = prop.multiProcessorCount;
+  g_arch = prop.major * 10 + prop.minor;
+  if (getenv("FA_NO_WGMMA")) g_arch = 0;
   printf("device %s, %d SMs, cc %d.%d\n", prop.name, g_sms, prop.major, prop.minor);
   bool t = false, b = false, g = false;
   const char* json = nullptr;

@@ -34,6 +34,12 @@ import { BWD, DELTA, deltaWGSL, dkdvWGSL, dqWGSL, packWGSL } from './wgsl/backwa
 export interface WebGPUBackendOptions extends AcquireOptions {
   /** Force a tile shape (tests, tuning); fields left out come from the chosen candidate. */
   readonly tile?: Partial<Tile>;
+  /**
+   * 'specialised': one pipeline per (dtype, D, softcap, ALiBi) — fastest kernels.
+   * 'generic': those read at run time — few pipelines, for CPU adapters whose compiler is slow.
+   * 'auto' (default): generic on CPU adapters (llvmpipe, SwiftShader), specialised elsewhere.
+   */
+  readonly codegen?: 'auto' | 'specialised' | 'generic';
 }
 
 /** What a webgpu DeviceTensor's handle holds. */
@@ -158,11 +164,17 @@ export class WebGPUBackend implements AttentionBackend {
     };
   }
 
+  /** Whether this backend compiles the generic kernels. */
+  get generic(): boolean {
+    const c = this.opts.codegen ?? 'auto';
+    return c === 'generic' || (c === 'auto' && this.acq.cpu);
+  }
+
   private specFor(kind: KernelKind, p: AttentionProblem): Choice | { reason: string } {
     const packed = p.dtype !== 'f32';
     return chooseSpec(
       kind,
-      { storage: p.dtype, d: p.d, softcap: p.softcap > 0, alibi: p.alibi !== undefined, outF32: packed && p.d % 2 === 1 },
+      { storage: p.dtype, d: p.d, softcap: p.softcap > 0, alibi: p.alibi !== undefined, outF32: packed && p.d % 2 === 1, dynamic: this.generic },
       this.caps(),
       this.opts.tile,
       this.opts.subgroups !== false,
@@ -392,6 +404,7 @@ export class WebGPUBackend implements AttentionBackend {
     const data = packParams({
       h: p.h, hkv: p.hkv, batch: p.batch, totalQ: p.totalQ, totalK: p.totalK, ...lse,
       scale: p.scale, softcap: p.softcap, wl: p.windowLeft, wr: p.windowRight, diOff,
+      d: p.d, dtype: p.dtype, outF32: p.dtype !== 'f32' && p.d % 2 === 1, alibi: p.alibi !== undefined,
     });
     const b = this.createBuffer(scope, PARAMS_BYTES, BufferUsage.UNIFORM | BufferUsage.COPY_DST, 'params');
     this.acq.device.queue.writeBuffer(b, 0, data);
@@ -441,7 +454,8 @@ export class WebGPUBackend implements AttentionBackend {
         const bpe = bytesPerElement(p.dtype);
         outBuf = this.createBuffer(scope, nOut * bpe, BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST, 'out');
         lseBuf = this.createBuffer(scope, p.totalQ * p.h * 4, BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST, 'lse');
-        const o32 = spec.outF32 ? this.createBuffer(scope, nOut * 4, BufferUsage.STORAGE, 'out f32') : outBuf;
+        const outF32 = p.dtype !== 'f32' && p.d % 2 === 1;
+        const o32 = outF32 ? this.createBuffer(scope, nOut * 4, BufferUsage.STORAGE, 'out f32') : outBuf;
         const params = this.paramsBuffer(scope, p);
         const meta = this.metaBuffer(scope, p);
         const enc = dev.createCommandEncoder();
@@ -450,7 +464,7 @@ export class WebGPUBackend implements AttentionBackend {
         pass.setBindGroup(0, this.bind(pipe, [params, meta, qb, kb, vb, o32, lseBuf]));
         if (p.batch > 0 && p.tq > 0) pass.dispatchWorkgroups(Math.ceil(p.tq / spec.tile.nr), p.h, p.batch);
         pass.end();
-        if (spec.outF32) await this.packPass(enc, scope, p.dtype as 'f16' | 'bf16', o32, outBuf, nOut);
+        if (outF32) await this.packPass(enc, scope, p.dtype as 'f16' | 'bf16', o32, outBuf, nOut);
         dev.queue.submit([enc.finish()]);
         if (onDevice) return { out: this.wrap(outBuf, p.dtype, p.qShape), lse: this.wrap(lseBuf, 'f32', p.lseShape) };
         const out = await this.readBuffer(scope, outBuf, p.dtype, p.qShape);
@@ -478,7 +492,7 @@ export class WebGPUBackend implements AttentionBackend {
         const sQ = (this.specFor('dq', p) as Choice).spec;
         this.lastSpecs = [sKV, sQ];
         const [pDelta, pKV, pQ] = await Promise.all([
-          this.pipeline(`delta:${p.dtype}:${p.d}`, () => deltaWGSL(p.dtype, p.d)),
+          this.generic ? this.pipeline('delta:dyn', () => deltaWGSL('f32', 0, true)) : this.pipeline(`delta:${p.dtype}:${p.d}`, () => deltaWGSL(p.dtype, p.d)),
           this.pipeline(specKey('dkdv', sKV), () => dkdvWGSL(sKV)),
           this.pipeline(specKey('dq', sQ), () => dqWGSL(sQ)),
         ]);
@@ -505,7 +519,7 @@ export class WebGPUBackend implements AttentionBackend {
         const dk = this.createBuffer(scope, nK * bpe, usage, 'dk');
         const dv = this.createBuffer(scope, nK * bpe, usage, 'dv');
         outs.push(dq, dk, dv);
-        const f32 = sKV.outF32;
+        const f32 = p.dtype !== 'f32' && p.d % 2 === 1;
         const dq32 = f32 ? this.createBuffer(scope, nQ * 4, BufferUsage.STORAGE, 'dq f32') : dq;
         const dk32 = f32 ? this.createBuffer(scope, nK * 4, BufferUsage.STORAGE, 'dk f32') : dk;
         const dv32 = f32 ? this.createBuffer(scope, nK * 4, BufferUsage.STORAGE, 'dv f32') : dv;

@@ -27,6 +27,8 @@ export interface Acquired {
   readonly subgroupMin: number;
   readonly subgroupMax: number;
   readonly owned: boolean;
+  /** A CPU implementation (llvmpipe/lavapipe, SwiftShader, a fallback adapter). */
+  readonly cpu: boolean;
   readonly source: 'navigator.gpu' | 'webgpu package' | 'given';
 }
 
@@ -67,6 +69,8 @@ export async function findGPU(opts: AcquireOptions = {}): Promise<{ gpu: GPU; so
   return { gpu: nodeGpu, source: 'webgpu package' };
 }
 
+const CPU_NAMES = /llvmpipe|lavapipe|swiftshader|software|fallback/i;
+
 function adapterName(info: GPUAdapterInfo | undefined): string {
   if (!info) return 'WebGPU adapter';
   const parts = [info.description, info.device, info.vendor && info.architecture ? `${info.vendor} ${info.architecture}` : info.vendor].filter((x) => typeof x === 'string' && x.length > 0);
@@ -94,6 +98,7 @@ export async function acquire(opts: AcquireOptions = {}): Promise<Acquired> {
       subgroupMin: (info as { subgroupMinSize?: number } | undefined)?.subgroupMinSize ?? 0,
       subgroupMax: (info as { subgroupMaxSize?: number } | undefined)?.subgroupMaxSize ?? 0,
       owned: false,
+      cpu: CPU_NAMES.test(adapterName(info)) || (info as { isFallbackAdapter?: boolean } | undefined)?.isFallbackAdapter === true,
       source: 'given',
     };
   }
@@ -131,6 +136,7 @@ export async function acquire(opts: AcquireOptions = {}): Promise<Acquired> {
     subgroupMin: info?.subgroupMinSize ?? 0,
     subgroupMax: info?.subgroupMaxSize ?? 0,
     owned: true,
+    cpu: CPU_NAMES.test(adapterName(info)) || (info as { isFallbackAdapter?: boolean }).isFallbackAdapter === true || (adapter as { isFallbackAdapter?: boolean }).isFallbackAdapter === true,
     source,
   };
 }

@@ -28,6 +28,22 @@ export const TILE_CANDIDATES: readonly Tile[] = [
   { nr: 16, nc: 16, tr: 4, tc: 4, dk: 4, kc: 2 },
 ];
 
+/**
+ * Candidates of the generic kernels (CPU adapters): small tiles keep the unrolled code, and so
+ * the driver's compile time, small.
+ */
+export const GENERIC_TILE_CANDIDATES: readonly Tile[] = [
+  { nr: 16, nc: 16, tr: 8, tc: 8, dk: 8, kc: 8 },
+  { nr: 16, nc: 16, tr: 8, tc: 8, dk: 8, kc: 4 },
+  { nr: 16, nc: 16, tr: 4, tc: 4, dk: 4, kc: 2 },
+];
+
+/** The head-dim bucket a generic kernel is compiled for. */
+export function dBucket(d: number): number {
+  for (const b of [32, 64, 128, 256]) if (d <= b) return b;
+  return Math.ceil(d / 64) * 64;
+}
+
 /** Extra workgroup floats a kernel needs beyond the common ones. */
 export function extraShared(kind: KernelKind, t: Tile): number {
   return kind === 'dkdv' ? 2 * t.nc : 0;
@@ -51,8 +67,10 @@ export interface Choice {
  * The specialisation for a kernel: the first candidate (or the forced tile) that fits the
  * limits. Returns a reason when none does.
  */
-export function chooseSpec(kind: KernelKind, base: { storage: Storage; d: number; softcap: boolean; alibi: boolean; outF32: boolean }, caps: Caps, force?: Partial<Tile>, allowSubgroups = true): Choice | { reason: string } {
-  const cands = force ? TILE_CANDIDATES.map((t) => ({ ...t, ...force })) : TILE_CANDIDATES;
+export function chooseSpec(kind: KernelKind, base: { storage: Storage; d: number; softcap: boolean; alibi: boolean; outF32: boolean; dynamic?: boolean }, caps: Caps, force?: Partial<Tile>, allowSubgroups = true): Choice | { reason: string } {
+  const list = base.dynamic ? GENERIC_TILE_CANDIDATES : TILE_CANDIDATES;
+  const cands = force ? list.map((t) => ({ ...t, ...force })) : list;
+  if (base.dynamic) base = { ...base, d: dBucket(base.d), storage: 'f32', softcap: false, alibi: false, outF32: false };
   let why = '';
   for (const tile of cands) {
     const bad = validTile(tile);

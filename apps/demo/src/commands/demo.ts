@@ -1,96 +1,327 @@
 /**
- * `fa demo` — for now a small end-to-end check (a later issue turns it into the guided 100K-token
- * story): random inputs, forward and backward on the chosen engine, the float64 reference on the
- * same (rounded) inputs, the errors, the timing and what the IO model says about the schedule.
+ * `fa demo` — the 100K-token story, with real numbers from this machine:
+ *   1. what naive attention would need at 100K tokens, against what the machine has;
+ *   2. exact FlashAttention at the size the engine does within the time budget (100K on a GPU);
+ *   3. exactness on sampled rows against the float64 reference;
+ *   4. measured peak extra memory, the IO model's traffic and intensity, time and throughput;
+ *   5. the online-softmax walkthrough (core's explainOnlineSoftmax);
+ *   6. the backward pass: recomputation against storing P.
+ * --json prints the same results as JSON; --report FILE writes a self-contained HTML report.
  */
-import { ioModel, parseDType, referenceBackward, UNIT_ROUNDOFF, type AttentionOptions } from '@fa/core';
+import { cpus, freemem, totalmem } from 'node:os';
+import { writeFile } from 'node:fs/promises';
+import { FAError, forwardFlops, parseDType, type AttentionBackend, type DType } from '@fa/core';
 import { flagHelp, parseCount, parseFlags, parseNumber, type FlagSpec } from '../args.js';
-import { compare, values } from '../compare.js';
-import { BACKEND_CHOICES, pickBackend } from '../engines.js';
-import { fmtBytes, fmtMs, fmtShape, type Io } from '../io.js';
-import { randomTensor, rng } from '../random.js';
+import { argError } from '../errors.js';
+import { BACKEND_CHOICES } from '../engines.js';
+import type { Io } from '../io.js';
+import { rssProbe } from '../memory.js';
+import { isSoftwareAdapter, pickStoryBackend, type Candidate } from '../pick.js';
+import { progressBar } from '../progress.js';
+import { reportHtml } from '../report.js';
+import { checkRows, sampleRows } from '../story/exact.js';
+import { fmtBytes } from '../story/format.js';
+import { gpuMemoryProbe } from '../story/gpumem.js';
+import { naiveMemory } from '../story/model.js';
+import { naiveAttention } from '../story/naive.js';
+import { backwardPart, FULL_T, ioSummary, naivePart, walkthroughPart } from '../story/parts.js';
+import { SCHEMA, type DemoResult, type MemoryPoint, type Rates, type ThroughputEntry } from '../story/result.js';
+import { AttentionRun, makeInputs, type MemoryProbe, type PassOptions } from '../story/run.js';
+import { header, part1, part2, part3, part4, part5, part6 } from '../story/text.js';
 
 const SPEC: FlagSpec = {
-  backend: { type: 'string', value: 'NAME', help: `engine: ${BACKEND_CHOICES.join(', ')} (default auto)` },
-  batch: { type: 'string', value: 'B', help: 'sequences (default 1)' },
-  seq: { type: 'string', value: 'T', help: 'tokens per sequence (default 256)' },
-  heads: { type: 'string', value: 'H', help: 'query heads (default 4)' },
-  'kv-heads': { type: 'string', value: 'HKV', help: 'key/value heads, divides H (default H)' },
-  dim: { type: 'string', value: 'D', help: 'head dim (default 64)' },
-  dtype: { type: 'string', value: 'f32|f16|bf16', help: 'compute dtype (default f32)' },
+  backend: { type: 'string', value: 'NAME', help: `engine: ${BACKEND_CHOICES.join(', ')} (default auto: cuda, then webgpu on a hardware adapter, then cpu)` },
+  tokens: { type: 'string', value: 'T', help: 'tokens (default: 100000 on a GPU; on a CPU the largest T that fits --budget)' },
+  seq: { type: 'string', value: 'T', help: 'same as --tokens' },
+  budget: { type: 'string', value: 'SECONDS', help: 'time for forward + backward when T is chosen for you (default 60)' },
+  dim: { type: 'string', value: 'D', help: 'head dim (default 64 on a CPU, 128 on a GPU)' },
+  dtype: { type: 'string', value: 'f32|f16|bf16', help: 'compute dtype (default f32, or bf16 where the engine has no f32)' },
   causal: { type: 'boolean', help: 'causal mask' },
-  softcap: { type: 'string', value: 'C', help: 'tanh soft-capping' },
-  seed: { type: 'string', value: 'N', help: 'random seed (default 1)' },
+  rows: { type: 'string', value: 'N', help: 'query rows checked against the float64 reference (default 64)' },
+  seed: { type: 'string', value: 'N', help: 'random seed of the inputs (default 1)' },
+  json: { type: 'boolean', help: 'print the results as JSON (progress still goes to stderr)' },
+  report: { type: 'string', value: 'FILE.html', help: 'also write a self-contained HTML report with charts' },
   help: { type: 'boolean', short: 'h', help: 'show this help' },
 };
 
-export const demoHelp = `usage: fa demo [--backend NAME] [--batch B] [--seq T] [--heads H] [--kv-heads HKV] [--dim D]
-               [--dtype f32|f16|bf16] [--causal] [--softcap C] [--seed N]
+export const demoHelp = `usage: fa demo [--backend NAME] [--tokens T] [--budget SECONDS] [--dim D]
+               [--dtype f32|f16|bf16] [--causal] [--rows N] [--seed N]
+               [--json] [--report FILE.html]
 
-A small end-to-end run: random inputs, forward and backward on the engine, compared with the
-float64 reference. (Placeholder: the guided long-context demo replaces it.)
+How exact attention over 100K tokens fits in memory, with numbers measured on this
+machine: naive attention's memory at 100K tokens; exact FlashAttention forward and
+backward (100K tokens on a GPU; on a CPU the largest size that fits the time budget);
+exactness against the float64 reference on sampled rows; measured peak memory, HBM
+traffic and throughput; the online softmax step by step; the recompute backward.
 
 ${flagHelp(SPEC)}`;
 
-export async function demoCommand(args: readonly string[], io: Io): Promise<number> {
+interface Opts {
+  backend: string;
+  tokens?: number;
+  budget: number;
+  dim?: number;
+  dtype?: DType;
+  causal: boolean;
+  rows: number;
+  seed: number;
+  json: boolean;
+  report?: string;
+}
+
+function parseOpts(args: readonly string[]): Opts | 'help' {
   const p = parseFlags('demo', args, SPEC);
-  if (p.booleans.has('help')) {
+  if (p.booleans.has('help')) return 'help';
+  const s = (n: string) => p.strings.get(n);
+  if (s('tokens') !== undefined && s('seq') !== undefined) throw argError('give --tokens or --seq, not both');
+  const tok = s('tokens') ?? s('seq');
+  const budget = s('budget') !== undefined ? parseNumber('budget', s('budget')!) : 60;
+  if (!(budget > 0) || !Number.isFinite(budget)) throw argError(`--budget expects a positive number of seconds, got ${JSON.stringify(s('budget'))}`);
+  const o: Opts = {
+    backend: s('backend') ?? 'auto',
+    budget,
+    causal: p.booleans.has('causal'),
+    rows: s('rows') !== undefined ? parseCount('rows', s('rows')!) : 64,
+    seed: s('seed') !== undefined ? parseCount('seed', s('seed')!, 0) : 1,
+    json: p.booleans.has('json'),
+  };
+  if (tok !== undefined) o.tokens = parseCount(s('tokens') !== undefined ? 'tokens' : 'seq', tok);
+  if (s('dim') !== undefined) o.dim = parseCount('dim', s('dim')!);
+  if (s('dtype') !== undefined) o.dtype = parseDType(s('dtype'), '--dtype');
+  if (s('report') !== undefined) o.report = s('report');
+  return o;
+}
+
+const isGpu = (b: AttentionBackend) => b.name !== 'cpu' && !isSoftwareAdapter(b);
+
+function probeFor(b: AttentionBackend): MemoryProbe | undefined {
+  return b.name === 'cpu' ? rssProbe() : gpuMemoryProbe(b);
+}
+
+/** Forward + backward once at size T (calibration or a throughput entry). */
+async function measure(b: AttentionBackend, T: number, D: number, dtype: DType, causal: boolean, seed: number, memory?: MemoryProbe): Promise<{ rates: Rates; fwdExtra?: number }> {
+  const run = new AttentionRun(b, makeInputs(T, D, dtype, seed), causal);
+  try {
+    const o: PassOptions = { single: true, ...(memory ? { memory } : {}) };
+    const f = await run.forward(o);
+    const g = await run.backward({ single: true });
+    return {
+      rates: { T, forwardSeconds: f.seconds, backwardSeconds: g.seconds, forwardRate: f.flops / f.seconds, backwardRate: g.flops / g.seconds },
+      ...(f.peakExtra !== undefined ? { fwdExtra: f.peakExtra } : {}),
+    };
+  } finally {
+    run.dispose();
+  }
+}
+
+/** Largest T (a multiple of 256, at least 256, at most 100K) whose forward + backward fits `budget`. */
+export function tokensForBudget(budget: number, D: number, causal: boolean, fwdRate: number, bwdRate: number): number {
+  const perT2 = forwardFlops({ batch: 1, heads: 1, tq: 1, d: D }, causal) * (1 / fwdRate + 2.5 / bwdRate);
+  const T = Math.sqrt(budget / perT2);
+  return Math.max(256, Math.min(FULL_T, Math.floor(T / 256) * 256));
+}
+
+function machineInfo(b: AttentionBackend): DemoResult['machine'] {
+  const x = b as unknown as { memInfo?: () => { free: number; total: number }; gpuDevice?: { limits?: { maxBufferSize?: number; maxStorageBufferBindingSize?: number } } };
+  let gpuTotal: number | null = null;
+  let gpuFree: number | null = null;
+  let maxBuf: number | null = null;
+  let maxBind: number | null = null;
+  try {
+    if (typeof x.memInfo === 'function') {
+      const m = x.memInfo.call(b);
+      gpuTotal = m.total;
+      gpuFree = m.free;
+    }
+    const lim = b.name === 'webgpu' ? x.gpuDevice?.limits : undefined;
+    if (lim && typeof lim.maxBufferSize === 'number') maxBuf = lim.maxBufferSize;
+    if (lim && typeof lim.maxStorageBufferBindingSize === 'number') maxBind = lim.maxStorageBufferBindingSize;
+  } catch {
+    /* informational */
+  }
+  return { runtime: `Node ${process.versions.node}`, cpus: cpus().length, ramTotal: totalmem(), ramFree: freemem(), gpuTotal, gpuFree, maxBufferBytes: maxBuf, maxBindingBytes: maxBind };
+}
+
+function say(io: Io, json: boolean, lines: readonly string[]): void {
+  if (!json) for (const l of lines) io.out(l);
+}
+
+export async function demoCommand(args: readonly string[], io: Io): Promise<number> {
+  const o = parseOpts(args);
+  if (o === 'help') {
     io.out(demoHelp);
     return 0;
   }
-  const get = (n: string, d: number) => (p.strings.has(n) ? parseCount(n, p.strings.get(n)!) : d);
-  const B = get('batch', 1);
-  const T = get('seq', 256);
-  const H = get('heads', 4);
-  const Hkv = get('kv-heads', H);
-  const D = get('dim', 64);
-  const seed = p.strings.has('seed') ? parseCount('seed', p.strings.get('seed')!, 0) : 1;
-  const dtype = parseDType(p.strings.get('dtype') ?? 'f32', '--dtype');
-  const opts: { causal?: boolean; softcap?: number } = {};
-  if (p.booleans.has('causal')) opts.causal = true;
-  if (p.strings.has('softcap')) opts.softcap = parseNumber('softcap', p.strings.get('softcap')!);
+  const { backend, candidates } = await pickStoryBackend(o.backend);
+  const gpu = isGpu(backend);
+  const dtype: DType = o.dtype ?? (backend.dtypes.includes('f32') ? 'f32' : 'bf16');
+  if (!backend.dtypes.includes(dtype)) throw new FAError('E_UNSUPPORTED', `backend ${backend.name} does not compute ${dtype} (it computes ${backend.dtypes.join(', ')})`);
+  const D = o.dim ?? (gpu ? 128 : 64);
+  const causal = o.causal;
+  const machine = machineInfo(backend);
+  const engine = { name: backend.name, device: backend.device, dtype, onDevice: backend.name !== 'cpu' };
 
-  const next = rng(seed);
-  const q = randomTensor([B, T, H, D], dtype, next);
-  const k = randomTensor([B, T, Hkv, D], dtype, next);
-  const v = randomTensor([B, T, Hkv, D], dtype, next);
-  const dOut = randomTensor([B, T, H, D], dtype, next);
+  // 1. naive attention at 100K tokens
+  const available = machine.gpuTotal ?? machine.ramTotal;
+  const availableLabel = machine.gpuTotal !== null ? `${fmtBytes(machine.gpuTotal)} of GPU memory (${fmtBytes(machine.gpuFree ?? 0)} free)` : `${fmtBytes(machine.ramTotal)} of RAM (${fmtBytes(machine.ramFree)} free)`;
+  const naive = naivePart(dtype, available, availableLabel);
+  const pre = { engine, candidates: candidates.map((c: Candidate) => ({ name: c.name, status: c.status })), machine, naive };
 
-  const backend = await pickBackend(p.strings.get('backend') ?? 'auto');
-  io.out(`fa demo: ${backend.name} (${backend.device}), q ${fmtShape(q.shape)} k/v ${fmtShape(k.shape)} ${dtype}${opts.causal ? ' causal' : ''}${opts.softcap ? ` softcap ${opts.softcap}` : ''}`);
-  const t0 = performance.now();
-  const fwd = await backend.forward(q, k, v, opts as AttentionOptions);
-  const out = await backend.read(fwd.out);
-  const lse = await backend.read(fwd.lse);
-  const t1 = performance.now();
-  const g = await backend.backward(q, k, v, fwd.out, dOut, fwd.lse, opts as AttentionOptions);
-  const [dq, dk, dv] = [await backend.read(g.dq), await backend.read(g.dk), await backend.read(g.dv)];
-  const t2 = performance.now();
+  // 2. calibrate, choose T, run
+  const software = isSoftwareAdapter(backend);
+  const warmT = Math.min(o.tokens ?? Infinity, gpu ? 1024 : 256);
+  const calT = Math.min(o.tokens ?? Infinity, gpu ? 8192 : 1024);
+  const points: MemoryPoint[] = [];
+  const headerLines = header({ engine, candidates: pre.candidates, config: { T: 0, D, causal, seed: o.seed, budgetSeconds: o.budget, tokensFrom: 'flag' } });
+  say(io, o.json, [...headerLines, ...part1(pre)]);
 
-  const model = ioModel({ batch: B, heads: H, tq: T, d: D }, { dtype });
-  const causalDiv = opts.causal ? 2 : 1;
-  const gf = (flops: number, ms: number) => `${((flops / causalDiv / ms) * 1e-6).toFixed(2)} GFLOP/s`;
-  io.out(`  forward  ${fmtMs(t1 - t0)} (${gf(model.forward.flops, t1 - t0)}), backward ${fmtMs(t2 - t1)} (${gf(model.backward.flops, t2 - t1)})`);
-
-  const ref = referenceBackward(q, k, v, dOut, opts as AttentionOptions);
-  const tol = dtype === 'f32' ? 1e-5 : 4 * UNIT_ROUNDOFF[dtype];
-  let worst = 0;
-  for (const [name, x, r] of [
-    ['out', values(out), ref.out],
-    ['lse', values(lse), ref.lse],
-    ['dq', values(dq), ref.dq],
-    ['dk', values(dk), ref.dk],
-    ['dv', values(dv), ref.dv],
-  ] as const) {
-    const e = compare(x, r);
-    worst = Math.max(worst, e.mismatched > 0 ? Infinity : e.rel);
-    io.out(`  ${name.padEnd(4)} relative error ${e.rel.toExponential(2)}, max abs error ${e.maxAbs.toExponential(2)}${e.mismatched ? `, ${e.mismatched} non-finite mismatches` : ''}`);
+  const warm = await measure(backend, warmT, D, dtype, causal, o.seed + 100, probeFor(backend));
+  if (warm.fwdExtra !== undefined) points.push({ T: warmT, flash: warm.fwdExtra });
+  const cal = calT === warmT ? warm : await measure(backend, calT, D, dtype, causal, o.seed + 200, probeFor(backend));
+  if (cal !== warm && cal.fwdExtra !== undefined) points.push({ T: calT, flash: cal.fwdExtra });
+  const calibration = [cal.rates];
+  let T: number;
+  let tokensFrom: DemoResult['config']['tokensFrom'];
+  if (o.tokens !== undefined) {
+    T = o.tokens;
+    tokensFrom = 'flag';
+  } else if (gpu) {
+    T = FULL_T;
+    tokensFrom = 'gpu-default';
+  } else {
+    T = tokensForBudget(o.budget, D, causal, cal.rates.forwardRate, cal.rates.backwardRate);
+    tokensFrom = 'budget';
   }
-  io.out(`  against the float64 reference: ${worst <= tol ? 'within' : 'OUTSIDE'} ${tol.toExponential(0)} (${dtype === 'f32' ? "DESIGN.md's float32 bound" : `a few units of ${dtype} roundoff`})`);
-  const f = model.forward;
-  io.out(
-    `  IO model (${fmtBytes(model.sramBytes)} on-chip, Bc=${model.blocks.bc}, Br=${model.blocks.br}): forward HBM traffic naive ${fmtBytes(f.naive.traffic.bytes)} vs tiled ${fmtBytes(f.flash.traffic.bytes)}; intensity ${f.naive.intensity.toFixed(1)} vs ${f.flash.intensity.toFixed(1)} FLOP/B`,
-  );
-  for (const t of [fwd.out, fwd.lse, g.dq, g.dk, g.dv]) backend.disposeTensor(t);
+  const fwdFlops = forwardFlops({ batch: 1, heads: 1, tq: T, d: D }, causal);
+  const predicted = { forwardSeconds: fwdFlops / cal.rates.forwardRate, backwardSeconds: (2.5 * fwdFlops) / cal.rates.backwardRate };
+  const config = { T, D, causal, seed: o.seed, budgetSeconds: o.budget, tokensFrom };
+
+  // naive attention measured at small sizes (host memory, a textbook implementation)
+  if (backend.name === 'cpu' || software || !gpu) {
+    for (const t of [256, 512, 1024, 2048]) {
+      if (t > Math.max(T, 1024) || (t === 2048 && o.budget < 30)) break;
+      const inp = makeInputs(t, D, 'f32', o.seed + 300);
+      const nv = naiveAttention(inp.q.data as Float32Array, inp.k.data as Float32Array, inp.v.data as Float32Array, t, D, causal, rssProbe());
+      const pt = points.find((p) => p.T === t);
+      if (pt) points[points.indexOf(pt)] = { ...pt, naive: nv.peakExtra ?? 0 };
+      else points.push({ T: t, naive: nv.peakExtra ?? 0 });
+    }
+  }
+
+  const inputs = makeInputs(T, D, dtype, o.seed);
+  const run = new AttentionRun(backend, inputs, causal);
+  let fwd;
+  let bwd;
+  try {
+    await run.prepare();
+    const long = (s: number) => s >= 2;
+    const barF = progressBar('forward ');
+    try {
+      fwd = await run.forward({ predictedSeconds: predicted.forwardSeconds, ...(long(predicted.forwardSeconds) ? { progress: barF.update } : {}), ...(probeOpt(backend)) });
+    } finally {
+      barF.done();
+    }
+    const bwdPredicted = predicted.backwardSeconds * (fwd.seconds / Math.max(1e-9, predicted.forwardSeconds));
+    const barB = progressBar('backward');
+    try {
+      bwd = await run.backward({ predictedSeconds: bwdPredicted, ...(long(bwdPredicted) ? { progress: barB.update } : {}), ...(probeOpt(backend)) });
+    } finally {
+      barB.done();
+    }
+  } finally {
+    run.dispose();
+  }
+  if (fwd.peakExtra !== undefined) {
+    const pt = points.find((p) => p.T === T);
+    if (pt) points[points.indexOf(pt)] = { ...pt, flash: fwd.peakExtra };
+    else points.push({ T, flash: fwd.peakExtra });
+  }
+  points.sort((a, b) => a.T - b.T);
+  const full = forwardFlops({ batch: 1, heads: 1, tq: FULL_T, d: D }, causal);
+  const runPart: DemoResult['run'] = {
+    calibration,
+    predicted,
+    forward: { seconds: fwd.seconds, flops: fwd.flops, rate: fwd.flops / fwd.seconds, chunks: fwd.chunks, peakExtraBytes: fwd.peakExtra ?? null },
+    backward: { seconds: bwd.seconds, flops: bwd.flops, rate: bwd.flops / bwd.seconds, chunks: bwd.chunks, peakExtraBytes: bwd.peakExtra ?? null },
+    fullRunSeconds: full / (fwd.flops / fwd.seconds) + (2.5 * full) / (bwd.flops / bwd.seconds),
+  };
+  say(io, o.json, part2({ config, run: runPart }));
+
+  // 3. exactness on sampled rows
+  const rows = sampleRows(T, Math.min(o.rows, T), o.seed + 7);
+  const chk = checkRows({ q: inputs.q, k: inputs.k, v: inputs.v, dOut: inputs.dOut, causal, out: fwd.out, lse: fwd.lse, dq: bwd.dq }, rows);
+  const exactness: DemoResult['exactness'] = {
+    rows: rows.length,
+    sampledRows: rows,
+    out: chk.out,
+    lse: chk.lse,
+    dq: chk.dq ?? null,
+    rule: chk.rule,
+    verified: chk.verified,
+    seconds: chk.seconds,
+  };
+  say(io, o.json, part3({ exactness }));
+
+  // 4. memory, traffic, time; throughput of the other engines at a small size
+  const throughput: ThroughputEntry[] = [{ backend: backend.name, device: backend.device, D, dtype, causal, T, forwardSeconds: fwd.seconds, backwardSeconds: bwd.seconds, forwardRate: fwd.flops / fwd.seconds, backwardRate: bwd.flops / bwd.seconds }];
+  for (const c of candidates) {
+    const b = c.backend;
+    if (!b || b === backend) continue;
+    const dt: DType = b.dtypes.includes(dtype) ? dtype : b.dtypes.includes('f32') ? 'f32' : 'bf16';
+    const t = isGpu(b) ? 8192 : isSoftwareAdapter(b) ? 512 : 1024;
+    try {
+      const m = await measure(b, t, D, dt, causal, o.seed + 400);
+      throughput.push({ backend: b.name, device: b.device, D, dtype: dt, causal, ...m.rates });
+    } catch {
+      /* an engine that fails here is left out of the table */
+    }
+  }
+  const memory: DemoResult['memory'] = {
+    method: fwd.peakExtra !== undefined ? probeFor(backend)!.method : 'not measured (the engine reports no memory use)',
+    forwardPeakExtra: fwd.peakExtra ?? null,
+    backwardPeakExtra: bwd.peakExtra ?? null,
+    naiveForwardBytes: naiveMemory(T, dtype).forward,
+    naiveBackwardBytes: naiveMemory(T, dtype).backward,
+    points,
+    io: ioSummary(T, D, dtype),
+    io100k: ioSummary(FULL_T, D, dtype),
+  };
+  const walkthrough = walkthroughPart();
+  const backwardInfo = backwardPart(T, D, causal, dtype, bwd.peakExtra ?? null);
+  say(io, o.json, [...part4({ memory, config, engine, run: runPart, throughput }), ...part5({ walkthrough }), ...part6({ backward: backwardInfo, config, engine, naive })]);
+
+  const result: DemoResult = {
+    schema: SCHEMA,
+    createdAt: new Date().toISOString(),
+    ...pre,
+    config,
+    run: runPart,
+    exactness,
+    memory,
+    walkthrough,
+    backward: backwardInfo,
+    throughput,
+  };
+  if (o.report) {
+    try {
+      await writeFile(o.report, reportHtml(result));
+    } catch (e) {
+      throw new FAError('E_IO', `cannot write the report ${o.report}: ${(e as Error).message}`, { cause: e });
+    }
+    say(io, o.json, ['', `Report with charts written to ${o.report}`]);
+  }
+  if (o.json) io.out(JSON.stringify(result, jsonReplacer, 2));
+  if (!exactness.verified) throw new FAError('E_DEVICE', `the ${backend.name} result is outside the float64 reference's tolerance on sampled rows (see part 3)`);
   return 0;
+}
+
+function probeOpt(b: AttentionBackend): { memory?: MemoryProbe } {
+  const p = probeFor(b);
+  return p ? { memory: p } : {};
+}
+
+/** JSON without NaN/Infinity surprises: non-finite numbers become strings. */
+function jsonReplacer(_k: string, v: unknown): unknown {
+  if (typeof v === 'number' && !Number.isFinite(v)) return String(v);
+  return v;
 }

@@ -16,6 +16,8 @@ const TANH_C = Math.sqrt(2 / Math.PI);
  * erf(z) = 2/√π · e^{−z²} · Σ 2ⁿ z^{2n+1} / (1·3···(2n+1)) for |z| < 3, and the continued
  * fraction of erfc (modified Lentz) beyond.
  */
+const INV_ODD = Float64Array.from({ length: 200 }, (_, n) => 1 / (2 * n + 1));
+
 export function erf(z: number): number {
   if (Number.isNaN(z)) return NaN;
   const a = Math.abs(z);
@@ -24,7 +26,7 @@ export function erf(z: number): number {
     let sum = a;
     const z2 = a * a;
     for (let n = 1; n < 200; n++) {
-      term *= (2 * z2) / (2 * n + 1);
+      term *= 2 * z2 * INV_ODD[n];
       sum += term;
       if (term < sum * 1e-17) break;
     }

@@ -2,9 +2,13 @@
  * The backward kernel, by recomputation (FlashAttention-2's schedule): nothing of size Tq×Tk is
  * stored; P is rebuilt tile by tile from Q, K and the forward's lse.
  *
- * One unit is one (batch, kv head) and a contiguous range of its key tiles:
+ * Phase 1 (DvecJob, units like the forward's): Dvec[i] = Σ_c dO[i,c]·O[i,c] for every query
+ * row and head — with O the given `out` (f32), or for f16/bf16 the float64 output recomputed
+ * from P = e^(S − lse) and V, since an `out` rounded to 8 or 11 bits would leave dP − Dvec
+ * with rounding noise exactly where P is nearly one-hot.
  *
- *   Dvec[i] = Σ_c dO[i,c]·O[i,c]                       for every query row of the group
+ * Phase 2: one unit is one (batch, kv head) and a contiguous range of its key tiles:
+ *
  *   for each key tile (K, V loaded once):
  *     dK, dV ← 0
  *     for each query head h of the group, each query tile that sees this key tile (queryRange):
@@ -25,10 +29,10 @@
  * (batch, kv head)) or into its own private one, which the engine sums in a fixed order
  * afterwards — the result does not depend on which thread ran what, or when.
  */
-import { keyRange, queryRange, slopeOf } from '../mask.js';
-import { probabilitiesFromLseTile } from '../online-softmax.js';
+import { keyRange, queryRange, slopeOf, tileKeyRange } from '../mask.js';
+import { finalizeTile, probabilitiesFromLseTile } from '../online-softmax.js';
 import { lseIndex, segment, type AttentionProblem } from '../problem.js';
-import { BWD_UNIT, type BackwardJob, type Workspace } from './job.js';
+import { BWD_UNIT, FWD_UNIT, type BackwardJob, type DvecJob, type Workspace } from './job.js';
 import { gemmAB, gemmABtPacked, gemmAtB, maskedAB, maskedAtB, packPanels } from './kernels.js';
 import { scoreTile } from './scores.js';
 import { addRows, loadRows, storeRows } from './tileio.js';
@@ -54,7 +58,7 @@ export function backwardUnit(job: BackwardJob, ws: Workspace, b: number, kvh: nu
   const dqStride = priv < 0 ? qStride : g * d;
   const dqCol0 = priv < 0 ? kvh * g * d : 0;
 
-  const { qRow, qP, oRow, oP, kRow, kP, vRow, vP, s, dp, acc: dqt, dk, dv, lse } = ws;
+  const { qRow, qP, oRow, oP, kRow, kP, vRow, vP, s, dp, acc: dqt, dk, dv, lse, l: dvecT } = ws;
   const dcap = p.softcap > 0 ? ws.dcap : undefined;
 
   // The keys each query row sees (mask.ts), for the whole sequence, once per unit.
@@ -65,23 +69,6 @@ export function backwardUnit(job: BackwardJob, ws: Workspace, b: number, kvh: nu
     const [lo, hi] = keyRange(p, i, seg.tq, seg.tk);
     rowLo[i] = lo;
     rowHi[i] = hi;
-  }
-
-  // Dvec = rowsum(dO ∘ O) for every row and head of the group (float64), tile by tile.
-  const dvec = ws.dvecOf(g * seg.tq);
-  for (let hh = 0; hh < g; hh++) {
-    const h = kvh * g + hh;
-    for (let i0 = 0; i0 < seg.tq; i0 += br) {
-      const nr = Math.min(br, seg.tq - i0);
-      loadRows(job.out, dtype, seg.q0 + i0, nr, qStride, h * d, d, d4, nr, qRow);
-      loadRows(job.dOut, dtype, seg.q0 + i0, nr, qStride, h * d, d, d4, nr, oRow);
-      for (let r = 0; r < nr; r++) {
-        let sum = 0;
-        const o = r * d4;
-        for (let c = 0; c < d; c++) sum += qRow[o + c] * oRow[o + c];
-        dvec[hh * seg.tq + i0 + r] = sum;
-      }
-    }
   }
 
   for (let kt = ktStart; kt < ktEnd; kt++) {
@@ -112,7 +99,11 @@ export function backwardUnit(job: BackwardJob, ws: Workspace, b: number, kvh: nu
           packPanels(qRow, nr4, d4, qP);
           const dOFinite = loadRows(job.dOut, dtype, seg.q0 + i0, nr, qStride, h * d, d, d4, nr4, oRow);
           packPanels(oRow, nr4, d4, oP);
-          for (let r = 0; r < nr; r++) lse[r] = job.lse[lseIndex(p, b, h, i0 + r)];
+          for (let r = 0; r < nr; r++) {
+            const x = lseIndex(p, b, h, i0 + r);
+            lse[r] = job.lse64[x];
+            dvecT[r] = job.dvec[x];
+          }
 
           // P = exp(logit(Q·Kᵀ) − lse)
           gemmABtPacked(qP, kP, s, nr4, nc4, d4, bc4);
@@ -126,10 +117,9 @@ export function backwardUnit(job: BackwardJob, ws: Workspace, b: number, kvh: nu
           else maskedAtB(s, bc4, nr, oRow, nc, d4, dv, rowLo, rowHi, i0, j0);
           // dP = dO·Vᵀ, then dS = P∘(dP − Dvec)∘softcap' · scale (0 where masked)
           gemmABtPacked(oP, vP, dp, nr4, nc4, d4, bc4);
-          const dvb = hh * seg.tq + i0;
           for (let r = 0; r < nr; r++) {
             const base = r * bc4;
-            const dvr = dvec[dvb + r];
+            const dvr = dvecT[r];
             const lo = Math.max(0, rowLo[i0 + r] - j0);
             const hi = Math.min(nc - 1, rowHi[i0 + r] - j0);
             for (let c = 0; c < lo && c < nc4; c++) dp[base + c] = 0;
@@ -163,6 +153,96 @@ export function runBackward(job: BackwardJob, ws: Workspace): void {
     const o = u * BWD_UNIT;
     const U = job.units;
     backwardUnit(job, ws, U[o], U[o + 1], U[o + 2], U[o + 3], U[o + 4]);
+  }
+}
+
+/**
+ * Phase 1 for one (batch, kv head, query tile): Dvec of its rows, for each query head of the
+ * group, into job.dvec (lse layout).
+ */
+export function dvecUnit(job: DvecJob, ws: Workspace, b: number, kvh: number, qt: number): void {
+  const p = job.p;
+  const { br, bc } = job;
+  const d = p.d;
+  ws.ensure(br, bc, d);
+  const d4 = ws.d4;
+  const bc4 = ws.bc4;
+  const seg = segment(p, b);
+  const i0 = qt * br;
+  const nr = Math.min(br, seg.tq - i0);
+  if (nr <= 0) return;
+  const nr4 = (nr + 3) & ~3;
+  const g = p.h / p.hkv;
+  const qStride = p.h * d;
+  const kStride = p.hkv * d;
+  const dtype = p.dtype;
+  const { qRow, qP, oRow, kRow, kP, vRow, s, acc, m, l, lse } = ws;
+  let kt0 = 0;
+  let kt1 = -1;
+  if (job.exact) {
+    ws.ranges(nr);
+    for (let r = 0; r < nr; r++) {
+      const [lo, hi] = keyRange(p, i0 + r, seg.tq, seg.tk);
+      ws.rowLo[r] = lo;
+      ws.rowHi[r] = hi;
+    }
+    const [tlo, thi] = tileKeyRange(p, i0, i0 + nr, seg.tq, seg.tk);
+    if (tlo <= thi) {
+      kt0 = Math.floor(tlo / bc);
+      kt1 = Math.floor(thi / bc);
+    }
+  }
+  for (let hh = 0; hh < g; hh++) {
+    const h = kvh * g + hh;
+    loadRows(job.dOut, dtype, seg.q0 + i0, nr, qStride, h * d, d, d4, nr4, oRow);
+    if (!job.exact) {
+      loadRows(job.out, dtype, seg.q0 + i0, nr, qStride, h * d, d, d4, nr4, acc);
+      for (let r = 0; r < nr; r++) lse[r] = job.lse[lseIndex(p, b, h, i0 + r)];
+    } else {
+      // The row state with its max pinned at the saved lse: m = lse, l = Σ P, acc = Σ P·V,
+      // P = e^(S − lse); finalizeTile then gives O (float64) and the corrected lse.
+      const slope = slopeOf(p, b, h);
+      loadRows(job.q, dtype, seg.q0 + i0, nr, qStride, h * d, d, d4, nr4, qRow);
+      packPanels(qRow, nr4, d4, qP);
+      for (let r = 0; r < nr; r++) {
+        m[r] = job.lse[lseIndex(p, b, h, i0 + r)];
+        l[r] = 0;
+      }
+      acc.fill(0, 0, nr4 * d4);
+      for (let kt = kt0; kt <= kt1; kt++) {
+        const j0 = kt * bc;
+        const nc = Math.min(bc, seg.tk - j0);
+        const nc4 = (nc + 3) & ~3;
+        loadRows(job.k, dtype, seg.k0 + j0, nc, kStride, kvh * d, d, d4, nc4, kRow);
+        packPanels(kRow, nc4, d4, kP);
+        const vFinite = loadRows(job.v, dtype, seg.k0 + j0, nc, kStride, kvh * d, d, d4, nc4, vRow);
+        gemmABtPacked(qP, kP, s, nr4, nc4, d4, bc4);
+        const full = scoreTile(p, s, bc4, nr, nc, i0, j0, seg.tq, seg.tk, slope, ws.rowLo, ws.rowHi, 0, undefined);
+        probabilitiesFromLseTile(s, bc4, nr, nc, m, l);
+        if (full || vFinite) gemmAB(s, bc4, nr4, vRow, nc, d4, acc);
+        else maskedAB(s, bc4, nr, vRow, nc, d4, acc, ws.rowLo, ws.rowHi, 0, j0);
+      }
+      finalizeTile(m, l, acc, nr, d4, lse);
+    }
+    for (let r = 0; r < nr; r++) {
+      let sum = 0;
+      const o = r * d4;
+      for (let c = 0; c < d; c++) sum += acc[o + c] * oRow[o + c];
+      const x = lseIndex(p, b, h, i0 + r);
+      job.dvec[x] = sum;
+      job.lse64[x] = lse[r];
+    }
+  }
+}
+
+/** Runs phase-1 units from the shared counter until none is left. */
+export function runDvec(job: DvecJob, ws: Workspace): void {
+  const n = job.units.length / FWD_UNIT;
+  for (;;) {
+    const u = Atomics.add(job.counter, 0, 1);
+    if (u >= n) return;
+    const o = u * FWD_UNIT;
+    dvecUnit(job, ws, job.units[o], job.units[o + 1], job.units[o + 2]);
   }
 }
 

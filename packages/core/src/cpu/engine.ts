@@ -22,7 +22,7 @@ import { describeBackward, describeProblem, problemFlops, type AttentionOptions,
 import { allocFloat32, allocHost, isHostTensor, tensor, type HostData, type HostTensor, type Tensor } from '../tensor.js';
 import { planBackward, reducePrivate } from './backward.js';
 import { planForward } from './forward.js';
-import { BWD_UNIT, FWD_UNIT, Workspace, type BackwardJob, type ForwardJob, type Job } from './job.js';
+import { BWD_UNIT, FWD_UNIT, Workspace, type BackwardJob, type DvecJob, type ForwardJob, type Job } from './job.js';
 import type { WorkerPool } from './pool.js';
 import { runJob } from './run.js';
 import { checkTiles, chooseTiles, DEFAULT_CPU_CACHE, type CacheModel, type TileSizes } from './tiles.js';
@@ -140,9 +140,10 @@ export class CpuBackend implements AttentionBackend {
     if (this.disposed) throw new FAError('E_DEVICE', 'the cpu backend was disposed; resolve a new one');
   }
 
-  private async execute(job: Job, units: number, flops: number): Promise<void> {
+  /** Runs a job on the pool (its buffers are then all SharedArrayBuffer-backed) or inline. */
+  private async execute(job: Job, units: number, pooled: boolean): Promise<void> {
     if (units === 0) return;
-    if (!this.platform.pool || this.threads <= 1 || flops < this.inlineBelow || units === 1) {
+    if (!pooled || !this.platform.pool) {
       runJob(job, this.ws);
       return;
     }
@@ -177,7 +178,7 @@ export class CpuBackend implements AttentionBackend {
       out, lse, units,
       counter: pooled ? new Int32Array(new SharedArrayBuffer(4)) : new Int32Array(1),
     };
-    await this.execute(job, nUnits, flops);
+    await this.execute(job, nUnits, pooled);
     return { out: tensor(out, p.qShape, p.dtype), lse: tensor(lse, p.lseShape, 'f32') };
   }
 
@@ -201,16 +202,26 @@ export class CpuBackend implements AttentionBackend {
     const mk = pooled ? allocFloat32 : (n: number) => new Float32Array(n);
     const dqPrivate = alloc(() => plan.privateSizes.map((n) => mk(n)), 'the private dq accumulators');
     const sh = <T extends HostData>(d: T, what: string): T => (pooled ? alloc(() => shared(d), `a shared copy of ${what}`) : d);
+    const counter = () => (pooled ? new Int32Array(new SharedArrayBuffer(4)) : new Int32Array(1));
+    const [qd, kd, vd, od, dOd, ld] = [sh(qh.data, 'q'), sh(kh.data, 'k'), sh(vh.data, 'v'), sh(oh.data, 'out'), sh(dOh.data, 'dOut'), sh(lh.data as Float32Array, 'lse')];
+    // phase 1: Dvec = rowsum(dO ∘ O), in the lse layout; exact O (recomputed) for f16/bf16
+    const exact = p.dtype !== 'f32';
+    const f64 = (n: number) => (pooled ? new Float64Array(new SharedArrayBuffer(n * 8)) : new Float64Array(n));
+    const dvec = alloc(() => f64(p.h * p.totalQ), 'Dvec');
+    const lse64 = alloc(() => f64(p.h * p.totalQ), 'the float64 lse');
+    const dvecUnits = planForward(p, br);
+    const dvecJob: DvecJob = { kind: 'dvec', p, br, bc, q: qd, k: kd, v: vd, out: od, dOut: dOd, lse: ld, exact, dvec, lse64, units: dvecUnits, counter: counter() };
+    await this.execute(dvecJob, dvecUnits.length / FWD_UNIT, pooled);
+    // phase 2: the gradients
     const job: BackwardJob = {
       kind: 'backward', p, br, bc,
-      q: sh(qh.data, 'q'), k: sh(kh.data, 'k'), v: sh(vh.data, 'v'),
-      out: sh(oh.data, 'out'), dOut: sh(dOh.data, 'dOut'), lse: sh(lh.data as Float32Array, 'lse'),
+      q: qd, k: kd, v: vd, out: od, dOut: dOd, lse: ld, dvec, lse64,
       dq: dqAcc, dk, dv,
       units: plan.units,
       dqPrivate,
-      counter: pooled ? new Int32Array(new SharedArrayBuffer(4)) : new Int32Array(1),
+      counter: counter(),
     };
-    await this.execute(job, nUnits, flops);
+    await this.execute(job, nUnits, pooled);
     reducePrivate(p, dqAcc, plan, dqPrivate);
     if (p.dtype !== 'f32') encode(p.dtype, dqAcc, dq as Uint16Array);
     return { dq: tensor(dq, p.qShape, p.dtype), dk: tensor(dk, p.kShape, p.dtype), dv: tensor(dv, p.kShape, p.dtype) };

@@ -35,6 +35,9 @@ export interface BackwardJob {
   readonly out: HostData;
   readonly dOut: HostData;
   readonly lse: Float32Array;
+  /** Dvec = rowsum(dO ∘ O) and the lse to recompute P with, laid out like lse (from the DvecJob). */
+  readonly dvec: Float64Array;
+  readonly lse64: Float64Array;
   /** float32 dQ accumulator, layout of q (the dq output itself when the dtype is f32). */
   readonly dq: Float32Array;
   readonly dk: HostData;
@@ -49,7 +52,34 @@ export interface BackwardJob {
   readonly counter: Int32Array;
 }
 
-export type Job = ForwardJob | BackwardJob;
+/**
+ * The backward's first phase: Dvec[row] = rowsum(dO ∘ O) for every query row and head, into a
+ * buffer laid out like lse, and the lse the second phase uses (float64, same layout).
+ * Without `exact`: O is the given `out` and lse the given float32 lse. With `exact`: O is the
+ * float64 output recomputed from P = e^(S − lse) and V and renormalised, and the lse is
+ * corrected for its float32 rounding (probabilitiesFromLseTile explains) — used for f16/bf16,
+ * whose rounded `out` would leave dP − Dvec with rounding noise where P is nearly one-hot.
+ */
+export interface DvecJob {
+  readonly kind: 'dvec';
+  readonly p: AttentionProblem;
+  readonly br: number;
+  readonly bc: number;
+  readonly q: HostData;
+  readonly k: HostData;
+  readonly v: HostData;
+  readonly out: HostData;
+  readonly dOut: HostData;
+  readonly lse: Float32Array;
+  readonly exact: boolean;
+  readonly dvec: Float64Array;
+  readonly lse64: Float64Array;
+  /** (batch, kv head, query tile) triples, as for the forward. */
+  readonly units: Int32Array;
+  readonly counter: Int32Array;
+}
+
+export type Job = ForwardJob | BackwardJob | DvecJob;
 
 export const FWD_UNIT = 3;
 export const BWD_UNIT = 5;
@@ -78,7 +108,6 @@ export class Workspace {
   lse = new Float64Array(0);
   rowLo = new Int32Array(0);
   rowHi = new Int32Array(0);
-  dvec = new Float64Array(0);
 
   ensure(br: number, bc: number, d: number): void {
     const br4 = (br + 3) & ~3;
@@ -114,10 +143,5 @@ export class Workspace {
       this.rowLo = new Int32Array(n);
       this.rowHi = new Int32Array(n);
     }
-  }
-
-  dvecOf(n: number): Float64Array {
-    if (this.dvec.length < n) this.dvec = new Float64Array(n);
-    return this.dvec;
   }
 }

@@ -12,7 +12,7 @@ import type { Worker as NodeWorker } from 'node:worker_threads';
 import { FAError } from '../errors.js';
 import type { Job } from './job.js';
 
-type WorkerCtor = new (url: URL, opts?: { name?: string }) => NodeWorker;
+type WorkerCtor = new (url: URL, opts?: { name?: string; execArgv?: string[] }) => NodeWorker;
 
 interface Slot {
   worker: NodeWorker;
@@ -21,6 +21,25 @@ interface Slot {
 }
 
 let nextId = 1;
+
+/**
+ * The parent's Node flags minus those that only make sense for the main script: a worker
+ * inherits process.execArgv, and `node --input-type=module -e '…'` would otherwise make every
+ * worker fail to start (ERR_INPUT_TYPE_NOT_ALLOWED).
+ */
+export function workerExecArgv(argv: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    if (a === '-e' || a === '--eval' || a === '-p' || a === '--print') {
+      i++; // and the script
+      continue;
+    }
+    if (a.startsWith('--input-type') || a.startsWith('--eval=') || a.startsWith('--print=')) continue;
+    out.push(a);
+  }
+  return out;
+}
 
 export class WorkerPool {
   private slots: Slot[] = [];
@@ -49,7 +68,8 @@ export class WorkerPool {
   }
 
   private spawn(): Slot {
-    const worker = new this.WorkerClass(this.url, { name: `fa-cpu-${this.slots.length}` });
+    const execArgv = typeof process !== 'undefined' && Array.isArray(process.execArgv) ? workerExecArgv(process.execArgv) : undefined;
+    const worker = new this.WorkerClass(this.url, { name: `fa-cpu-${this.slots.length}`, ...(execArgv ? { execArgv } : {}) });
     worker.unref();
     const slot: Slot = { worker, dead: false };
     const fail = (why: string, cause?: unknown) => {

@@ -187,13 +187,13 @@ export async function checkCase(backend: AttentionBackend, c: ConformanceCase, o
     const bad = checkResultTensor(outH, p.qShape, p.dtype, 'out') ?? checkResultTensor(lseH, p.lseShape, 'f32', 'lse');
     if (bad) return done(bad);
     stage = 'reference';
+    const out = tensorValues(outH);
     const ref = wantBwd
-      ? referenceBackward(inputs.q, inputs.k, inputs.v, inputs.dOut, inputs.options, { magnitudes: true })
+      ? referenceBackward(inputs.q, inputs.k, inputs.v, inputs.dOut, inputs.options, { magnitudes: true, givenOut: out })
       : referenceForward(inputs.q, inputs.k, inputs.v, inputs.options, { magnitudes: true });
     let naive: NaiveForward | NaiveBackward | undefined;
     if (p.dtype !== 'f32') naive = wantBwd ? naiveBackward(inputs.q, inputs.k, inputs.v, inputs.dOut, inputs.options) : naiveForward(inputs.q, inputs.k, inputs.v, inputs.options);
-    const out = tensorValues(outH);
-    metrics.push(compareTensor('out', p.dtype, out, ref.out, ref.mag!.out, naive?.out));
+    metrics.push(compareTensor({ tensor: 'out', dtype: p.dtype, got: out, ref: ref.out, mag: ref.mag!.out, naive: naive?.out }));
     metrics.push(compareLse(p.dtype, tensorValues(lseH), ref.lse, ref.mag!.lse));
     const z = structuralZeros(p, 'out', out);
     if (z) problems.push(z);
@@ -211,13 +211,14 @@ export async function checkCase(backend: AttentionBackend, c: ConformanceCase, o
       const dvH = await backend.read(bwd.dv);
       const badB = checkResultTensor(dqH, p.qShape, p.dtype, 'dq') ?? checkResultTensor(dkH, p.kShape, p.dtype, 'dk') ?? checkResultTensor(dvH, p.kShape, p.dtype, 'dv');
       if (badB) return done(badB);
-      for (const [nm, h, r, m, n] of [
-        ['dq', dqH, rb.dq, rb.magGrad!.dq, nb?.dq],
-        ['dk', dkH, rb.dk, rb.magGrad!.dk, nb?.dk],
-        ['dv', dvH, rb.dv, rb.magGrad!.dv, nb?.dv],
+      const mg = rb.magGrad!;
+      for (const [nm, h, r, m, n, os] of [
+        ['dq', dqH, rb.dq, mg.dq, nb?.dq, rb.outCorrection!.dq],
+        ['dk', dkH, rb.dk, mg.dk, nb?.dk, rb.outCorrection!.dk],
+        ['dv', dvH, rb.dv, mg.dv, nb?.dv, undefined],
       ] as const) {
         const x = tensorValues(h);
-        metrics.push(compareTensor(nm, p.dtype, x, r, m, n));
+        metrics.push(compareTensor({ tensor: nm, dtype: p.dtype, got: x, ref: r, mag: m, naive: n, correction: os }));
         const zz = structuralZeros(p, nm, x);
         if (zz) problems.push(zz);
       }

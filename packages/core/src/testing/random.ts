@@ -4,7 +4,8 @@
  * every platform.
  */
 import type { DType } from '../dtype.js';
-import { encode, decode } from '../dtype.js';
+import { decode } from '../dtype.js';
+import { dtypeRounder } from '../naive.js';
 import { numel, type HostTensor } from '../tensor.js';
 
 export interface Rng {
@@ -83,10 +84,40 @@ export function randomValues(rng: Rng, n: number, scale = 1): Float32Array {
   return out;
 }
 
+const f32buf = new Float32Array(1);
+const u32buf = new Uint32Array(f32buf.buffer);
+
+/**
+ * Bit patterns of the values rounded to f16 or bf16 (ties to even, from the exact value); the
+ * same as encode() but fast for any input array type.
+ */
+export function toBits(dtype: 'f16' | 'bf16', values: ArrayLike<number>, out: Uint16Array = new Uint16Array(values.length)): Uint16Array {
+  const rd = dtypeRounder(dtype);
+  for (let i = 0; i < values.length; i++) {
+    const x = values[i];
+    if (x !== x) {
+      out[i] = dtype === 'f16' ? 0x7e00 : 0x7fc0;
+      continue;
+    }
+    f32buf[0] = rd(x); // exact in float32
+    const u = u32buf[0];
+    if (dtype === 'bf16') {
+      out[i] = u >>> 16;
+      continue;
+    }
+    const sign = (u >>> 16) & 0x8000;
+    const e = ((u >>> 23) & 0xff) - 127;
+    if (e === 128) out[i] = sign | 0x7c00;
+    else if (e >= -14) out[i] = sign | ((e + 15) << 10) | ((u >>> 13) & 0x3ff);
+    else out[i] = sign | Math.round(Math.abs(f32buf[0]) * 16777216); // subnormal (or zero): an exact multiple of 2^-24
+  }
+  return out;
+}
+
 /** Rounds values to `dtype` and wraps them as a host tensor (raw bits for f16/bf16). */
 export function hostTensor(values: ArrayLike<number>, shape: readonly number[], dtype: DType): HostTensor {
   if (values.length !== numel(shape)) throw new RangeError(`hostTensor: ${values.length} values for shape [${shape.join(', ')}]`);
-  const data = dtype === 'f32' ? Float32Array.from(values) : encode(dtype, values);
+  const data = dtype === 'f32' ? Float32Array.from(values) : toBits(dtype, values);
   return { kind: 'host', dtype, shape: [...shape], data };
 }
 

@@ -10,32 +10,37 @@
  *
  * With softcap, S = c·tanh(S₀/c) and dS₀ = dS·(1 − tanh²); the scale is applied on store.
  */
-import { type KernelSpec, Src, acc, declAcc, dims, header, ld2, ld1, pmul, rowdot, storeRows, storageFns, tensorDecl, zeroAcc, PARAMS_WGSL } from './common.js';
+import { type KernelSpec, Src, acc, declAcc, dims, dynLoader, dynLoaders, header, ld2, ld1, pmul, rowdot, slopeLine, storeRows, storageFns, tensorDecl, zeroAcc, PARAMS_WGSL } from './common.js';
 
 // Roles (bindings) of the backward kernels.
 // `ld` holds the forward's LSE (copied in) followed by Di, so a kernel needs 8 storage bindings.
 export const BWD = { params: 0, meta: 1, q: 2, k: 3, v: 4, dout: 5, ld: 6, dk: 7, dv: 8, dq: 7 } as const;
 export const DELTA = { params: 0, out: 1, dout: 2, ld: 3 } as const;
 
-/** Di = rowsum(dO ∘ O) in f32, laid out [H, totalQ]. 64 threads per workgroup, 2-D grid. */
-export function deltaWGSL(storage: KernelSpec['storage'], d: number): string {
-  const pairs = d % 2 === 0;
+/**
+ * Di = rowsum(dO ∘ O) in f32, laid out [H, totalQ] after the LSE in `ld`. 64 threads per
+ * workgroup, 2-D grid. `dynamic`: dtype and D from Params (the generic kernels' companion).
+ */
+export function deltaWGSL(storage: KernelSpec['storage'], d: number, dynamic = false): string {
+  const pairs = !dynamic && d % 2 === 0;
+  const D = dynamic ? 'P.d' : `${d}u`;
   const body = pairs
-    ? `for (var x = 0u; x < ${d}u; x = x + 2u) { acc = acc + dot(${ld2('o', storage, 'base + x')}, ${ld2('dout', storage, 'base + x')}); }`
-    : `for (var x = 0u; x < ${d}u; x = x + 1u) { acc = acc + ${ld1('o', storage, 'base + x')} * ${ld1('dout', storage, 'base + x')}; }`;
+    ? `for (var x = 0u; x < ${D}; x = x + 2u) { acc = acc + dot(${ld2('o', storage, 'base + x')}, ${ld2('dout', storage, 'base + x')}); }`
+    : `for (var x = 0u; x < ${D}; x = x + 1u) { acc = acc + ${ld1('o', storage, 'base + x', dynamic)} * ${ld1('dout', storage, 'base + x', dynamic)}; }`;
   return [
     PARAMS_WGSL,
     '@group(0) @binding(0) var<uniform> P: Params;',
-    tensorDecl(DELTA.out, 'o', storage, 'read'),
-    tensorDecl(DELTA.dout, 'dout', storage, 'read'),
+    tensorDecl(DELTA.out, 'o', storage, 'read', false, dynamic),
+    tensorDecl(DELTA.dout, 'dout', storage, 'read', false, dynamic),
     `@group(0) @binding(${DELTA.ld}) var<storage, read_write> ld: array<f32>;`,
-    storageFns(storage),
+    storageFns(storage, dynamic),
+    dynamic ? dynLoader('o') + '\n' + dynLoader('dout') : '',
     `@compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let idx = (wid.y * nw.x + wid.x) * 64u + lid; // = row * H + h
   if (idx >= P.total_q * P.h) { return; }
   let row = idx / P.h; let h = idx % P.h;
-  let base = idx * ${d}u;
+  let base = idx * ${D};
   var acc = 0.0;
   ${body}
   ld[P.di_off + h * P.total_q + row] = acc;
@@ -45,24 +50,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
 
 function bwdDecls(s: KernelSpec, kind: 'dkdv' | 'dq'): string {
   const lines = [
-    tensorDecl(BWD.q, 'q', s.storage, 'read'),
-    tensorDecl(BWD.k, 'k', s.storage, 'read'),
-    tensorDecl(BWD.v, 'v', s.storage, 'read'),
-    tensorDecl(BWD.dout, 'dout', s.storage, 'read'),
+    tensorDecl(BWD.q, 'q', s.storage, 'read', false, s.dynamic),
+    tensorDecl(BWD.k, 'k', s.storage, 'read', false, s.dynamic),
+    tensorDecl(BWD.v, 'v', s.storage, 'read', false, s.dynamic),
+    tensorDecl(BWD.dout, 'dout', s.storage, 'read', false, s.dynamic),
     `@group(0) @binding(${BWD.ld}) var<storage, read> ld: array<f32>;`,
   ];
   if (kind === 'dkdv') {
-    lines.push(tensorDecl(BWD.dk, 'dk', s.storage, 'read_write', s.outF32));
-    lines.push(tensorDecl(BWD.dv, 'dv', s.storage, 'read_write', s.outF32));
+    lines.push(tensorDecl(BWD.dk, 'dk', s.storage, 'read_write', s.outF32, s.dynamic));
+    lines.push(tensorDecl(BWD.dv, 'dv', s.storage, 'read_write', s.outF32, s.dynamic));
   } else {
-    lines.push(tensorDecl(BWD.dq, 'dq', s.storage, 'read_write', s.outF32));
+    lines.push(tensorDecl(BWD.dq, 'dq', s.storage, 'read_write', s.outF32, s.dynamic));
   }
+  lines.push(dynLoaders(s, ['q', 'k', 'v', 'dout']));
   return lines.join('\n');
 }
 
 /** dS from the recomputed score: p·(dp − Di), times (1 − t²) under softcap. */
 function dsExpr(s: KernelSpec, p: string, dp: string, di: string, t: string): string {
-  return s.softcap ? `${p} * (${dp} - ${di}) * (1.0 - ${t} * ${t})` : `${p} * (${dp} - ${di})`;
+  return s.softcap || s.dynamic ? `${p} * (${dp} - ${di}) * (1.0 - ${t} * ${t})` : `${p} * (${dp} - ${di})`;
 }
 
 export function dkdvWGSL(s: KernelSpec): string {
@@ -92,7 +98,7 @@ export function dkdvWGSL(s: KernelSpec): string {
   declAcc(src, 'dp', RM, CN);
   src.open(`for (var hh = 0u; hh < group; hh = hh + 1u) {`);
   src.line(`let h = hk * group + hh;`);
-  src.line(s.alibi ? `let slope = bitcast<f32>(mt[P.alibi_off + b * P.h + h]);` : `let slope = 0.0;`);
+  src.line(slopeLine(s));
   src.line(`if (lo > hi) { break; }`);
   src.open(`for (var qt = u32(lo) / ${NC}u; qt <= u32(hi) / ${NC}u; qt = qt + 1u) {`);
   src.line(`let i0 = qt * ${NC}u; let ncols = min(${NC}u, tq - i0);`);
@@ -149,7 +155,7 @@ export function dqWGSL(s: KernelSpec): string {
   src.line(`let nrows = min(${NR}u, tq - i0);`);
   src.line(`let hk = h / (P.h / P.hkv);`);
   src.line(`let off = i32(tk) - i32(tq);`);
-  src.line(s.alibi ? `let slope = bitcast<f32>(mt[P.alibi_off + b * P.h + h]);` : `let slope = 0.0;`);
+  src.line(slopeLine(s));
   src.line(`let tr = lid / ${TC}u; let tc = lid % ${TC}u;`);
   for (let i = 0; i < RM; i++) {
     src.line(`var lse${i} = 0.0; var di${i} = 0.0;`);

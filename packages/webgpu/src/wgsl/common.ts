@@ -35,10 +35,17 @@ export interface KernelSpec {
   readonly subgroups: boolean;
   /** Outputs written as f32 even for packed storage (odd D: a pass packs them afterwards). */
   readonly outF32: boolean;
+  /**
+   * Generic kernel: dtype, D (≤ d, which is then a bucket), softcap, ALiBi and outF32 are read
+   * from Params at run time, so one pipeline serves many problems. Used on CPU adapters, where
+   * compiling a pipeline costs seconds and running one is cheap for the sizes they get.
+   */
+  readonly dynamic?: boolean;
 }
 
 export function specKey(kind: string, s: KernelSpec): string {
   const t = s.tile;
+  if (s.dynamic) return [kind, 'dyn', s.d, t.nr, t.nc, t.tr, t.tc, t.dk, t.kc, +s.subgroups].join(':');
   return [kind, s.storage, s.d, t.nr, t.nc, t.tr, t.tc, t.dk, t.kc, +s.softcap, +s.alibi, +s.subgroups, +s.outF32].join(':');
 }
 
@@ -57,7 +64,12 @@ export function dims(s: KernelSpec): Dims {
   const t = s.tile;
   const DP1 = Math.ceil(s.d / t.dk) * t.dk;
   const DP2 = Math.ceil(s.d / (2 * t.tc)) * 2 * t.tc;
-  return { NT: t.tr * t.tc, RM: t.nr / t.tr, CN: t.nc / t.tc, DP1, DP2, DN: DP2 / t.tc, pairs: s.d % 2 === 0 };
+  return { NT: t.tr * t.tc, RM: t.nr / t.tr, CN: t.nc / t.tc, DP1, DP2, DN: DP2 / t.tc, pairs: !s.dynamic && s.d % 2 === 0 };
+}
+
+/** The head dim as a WGSL u32 expression. */
+export function dExpr(s: KernelSpec): string {
+  return s.dynamic ? 'P.d' : `${s.d}u`;
 }
 
 /** Workgroup memory of a kernel in bytes (must fit maxComputeWorkgroupStorageSize). */
@@ -78,17 +90,22 @@ struct Params {
   h: u32, hkv: u32, batch: u32, total_q: u32,
   total_k: u32, lse_sh: u32, lse_sb: u32, lse_scu: u32,
   scale: f32, softcap: f32, wl: i32, wr: i32,
-  neg_inf: f32, alibi_off: u32, di_off: u32, pad1: u32,
+  neg_inf: f32, alibi_off: u32, di_off: u32, d: u32,
+  dtype: u32, out_f32: u32, alibi_on: u32, pad0: u32,
 }`;
 
 /** Byte size of Params. */
-export const PARAMS_BYTES = 64;
+export const PARAMS_BYTES = 80;
 
 export interface ParamValues {
   h: number; hkv: number; batch: number; totalQ: number; totalK: number;
   lseSh: number; lseSb: number; lseScu: number;
   scale: number; softcap: number; wl: number; wr: number;
   diOff?: number;
+  d: number;
+  dtype: Storage;
+  outF32: boolean;
+  alibi: boolean;
 }
 
 export function packParams(p: ParamValues): ArrayBuffer {
@@ -99,18 +116,20 @@ export function packParams(p: ParamValues): ArrayBuffer {
   u[0] = p.h; u[1] = p.hkv; u[2] = p.batch; u[3] = p.totalQ;
   u[4] = p.totalK; u[5] = p.lseSh; u[6] = p.lseSb; u[7] = p.lseScu;
   f[8] = p.scale; f[9] = p.softcap; i[10] = p.wl; i[11] = p.wr;
-  f[12] = -Infinity; u[13] = 2 * (p.batch + 1); u[14] = p.diOff ?? 0; u[15] = 0;
+  f[12] = -Infinity; u[13] = 2 * (p.batch + 1); u[14] = p.diOff ?? 0; u[15] = p.d;
+  u[16] = p.dtype === 'f32' ? 0 : p.dtype === 'f16' ? 1 : 2; u[17] = +p.outF32; u[18] = +p.alibi; u[19] = 0;
   return buf;
 }
 
 /** WGSL storage declaration of a tensor binding. */
-export function tensorDecl(binding: number, name: string, storage: Storage, access: 'read' | 'read_write', asF32 = false): string {
-  const elem = storage === 'f32' || asF32 ? 'f32' : 'u32';
+export function tensorDecl(binding: number, name: string, storage: Storage, access: 'read' | 'read_write', asF32 = false, dynamic = false): string {
+  const elem = dynamic ? 'u32' : storage === 'f32' || asF32 ? 'f32' : 'u32';
   return `@group(0) @binding(${binding}) var<storage, ${access}> ${name}: array<${elem}>;`;
 }
 
 /** Unpacking helpers for the storage type. */
-export function storageFns(storage: Storage): string {
+export function storageFns(storage: Storage, dynamic = false): string {
+  if (dynamic) return DYNAMIC_FNS;
   if (storage === 'f32') return '';
   const un =
     storage === 'f16'
@@ -128,13 +147,38 @@ fn pack2(v: vec2<f32>) -> u32 { return bf16_bits(v.x) | (bf16_bits(v.y) << 16u);
   return `${un}\n${pk}`;
 }
 
+const DYNAMIC_FNS = /* wgsl */ `
+fn bf16_bits(x: f32) -> u32 {
+  let b = bitcast<u32>(x);
+  if ((b & 0x7f800000u) == 0x7f800000u && (b & 0x007fffffu) != 0u) { return 0x7fc0u; } // NaN stays NaN
+  return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u; // round to nearest, ties to even
+}
+// P.dtype: 0 f32 (one per u32), 1 f16, 2 bf16 (two per u32, element 2i in the low half).
+fn unpack_any(w: u32) -> vec2<f32> {
+  if (P.dtype == 1u) { return unpack2x16float(w); }
+  return vec2<f32>(bitcast<f32>(w << 16u), bitcast<f32>(w & 0xffff0000u));
+}
+fn pack_any(v: vec2<f32>) -> u32 {
+  if (P.dtype == 1u) { return pack2x16float(v); }
+  return bf16_bits(v.x) | (bf16_bits(v.y) << 16u);
+}`;
+
+/** A loader of element e of buffer `name` for the generic kernel. */
+export function dynLoader(name: string): string {
+  return `fn ld1_${name}(e: u32) -> f32 {
+  if (P.dtype == 0u) { return bitcast<f32>(${name}[e]); }
+  return unpack_any(${name}[e >> 1u])[e & 1u];
+}`;
+}
+
 /** Expression loading element pair (e, e+1) of `name` as vec2<f32>; e is even. */
 export function ld2(name: string, storage: Storage, e: string): string {
   return storage === 'f32' ? `vec2<f32>(${name}[${e}], ${name}[${e} + 1u])` : `unpack2(${name}[(${e}) >> 1u])`;
 }
 
 /** Expression loading element e of `name` as f32. */
-export function ld1(name: string, storage: Storage, e: string): string {
+export function ld1(name: string, storage: Storage, e: string, dynamic = false): string {
+  if (dynamic) return `ld1_${name}(${e})`;
   return storage === 'f32' ? `${name}[${e}]` : `unpack2(${name}[(${e}) >> 1u])[(${e}) & 1u]`;
 }
 
@@ -144,13 +188,16 @@ export function ld1(name: string, storage: Storage, e: string): string {
  * `off` = tk − tq (bottom-right alignment). With softcap the tanh is returned too (backward).
  */
 export function scoreFns(s: KernelSpec): string {
-  const cap = s.softcap
+  const cap = s.dynamic
+    ? `var t = 0.0;
+  if (P.softcap > 0.0) { t = tanh(clamp(x / P.softcap, -15.0, 15.0)); x = P.softcap * t; }`
+    : s.softcap
     ? // tanh saturates to ±1 in f32 beyond |u| = 9.1; clamping keeps drivers whose tanh is
       // (e^2u − 1)/(e^2u + 1) away from inf/inf.
       `let t = tanh(clamp(x / P.softcap, -15.0, 15.0));
   x = P.softcap * t;`
     : 'let t = 0.0;';
-  const ali = s.alibi ? 'x = x - slope * abs(f32(i + off - j));' : '';
+  const ali = s.alibi || s.dynamic ? 'x = x - slope * abs(f32(i + off - j));' : '';
   return /* wgsl */ `
 // (score, tanh) of raw dot product q·k; i, j positions within the sequence.
 fn score(dot: f32, i: i32, j: i32, off: i32, slope: f32) -> vec2<f32> {
@@ -164,6 +211,17 @@ fn visible(i: i32, j: i32, tq: i32, tk: i32) -> bool {
   let pos = i + tk - tq;
   return i < tq && j < tk && (P.wl < 0 || j >= pos - P.wl) && (P.wr < 0 || j <= pos + P.wr);
 }`;
+}
+
+/** `let slope = …;` — the ALiBi slope of (b, h), 0 without ALiBi. */
+export function slopeLine(s: KernelSpec): string {
+  if (s.dynamic) return 'var slope = 0.0; if (P.alibi_on != 0u) { slope = bitcast<f32>(mt[P.alibi_off + b * P.h + h]); }';
+  return s.alibi ? 'let slope = bitcast<f32>(mt[P.alibi_off + b * P.h + h]);' : 'let slope = 0.0;';
+}
+
+/** Loaders for the generic kernel's tensor bindings. */
+export function dynLoaders(s: KernelSpec, names: string[]): string {
+  return s.dynamic ? names.map(dynLoader).join('\n') : '';
 }
 
 /** Names of a thread's accumulators. */
@@ -225,7 +283,7 @@ export interface TileRef {
 export function rowdot(src: Src, s: KernelSpec, a: TileRef, b: TileRef, out: string): void {
   const t = s.tile;
   const { NT, RM, CN, DP1, pairs } = dims(s);
-  const D = s.d;
+  const D = dExpr(s);
   const offB = t.nr * t.dk;
   src.open(`for (var d0 = 0u; d0 < ${DP1}u; d0 = d0 + ${t.dk}u) {`);
   for (const [ref, rows, off] of [[a, t.nr, 0], [b, t.nc, offB]] as const) {
@@ -234,14 +292,14 @@ export function rowdot(src: Src, s: KernelSpec, a: TileRef, b: TileRef, out: str
       src.open(`for (var e = lid; e < ${(rows * t.dk) / 2}u; e = e + ${NT}u) {`);
       src.line(`let r = e / ${half}u; let dd = (e % ${half}u) * 2u; let d = d0 + dd;`);
       src.line(`var xv = vec2<f32>(0.0);`);
-      src.line(`if (r < ${ref.n} && d < ${D}u) { xv = ${ld2(ref.buf, s.storage, `((${ref.tok0} + r) * ${ref.heads} + ${ref.head}) * ${D}u + d`)}; }`);
+      src.line(`if (r < ${ref.n} && d < ${D}) { xv = ${ld2(ref.buf, s.storage, `((${ref.tok0} + r) * ${ref.heads} + ${ref.head}) * ${D} + d`)}; }`);
       src.line(`sbuf[${off}u + dd * ${rows}u + r] = xv.x; sbuf[${off}u + (dd + 1u) * ${rows}u + r] = xv.y;`);
       src.close();
     } else {
       src.open(`for (var e = lid; e < ${rows * t.dk}u; e = e + ${NT}u) {`);
       src.line(`let r = e / ${t.dk}u; let dd = e % ${t.dk}u; let d = d0 + dd;`);
       src.line(`var xv = 0.0;`);
-      src.line(`if (r < ${ref.n} && d < ${D}u) { xv = ${ld1(ref.buf, s.storage, `((${ref.tok0} + r) * ${ref.heads} + ${ref.head}) * ${D}u + d`)}; }`);
+      src.line(`if (r < ${ref.n} && d < ${D}) { xv = ${ld1(ref.buf, s.storage, `((${ref.tok0} + r) * ${ref.heads} + ${ref.head}) * ${D} + d`, s.dynamic)}; }`);
       src.line(`sbuf[${off}u + dd * ${rows}u + r] = xv;`);
       src.close();
     }
@@ -269,20 +327,20 @@ export function rowdot(src: Src, s: KernelSpec, a: TileRef, b: TileRef, out: str
 export function pmul(src: Src, s: KernelSpec, y: TileRef, out: string): void {
   const t = s.tile;
   const { NT, RM, DP2, DN, pairs } = dims(s);
-  const D = s.d;
+  const D = dExpr(s);
   src.open(`for (var c0 = 0u; c0 < ${t.nc}u; c0 = c0 + ${t.kc}u) {`);
   if (pairs) {
     src.open(`for (var e = lid; e < ${(t.kc * DP2) / 2}u; e = e + ${NT}u) {`);
     src.line(`let r = e / ${DP2 / 2}u; let d = (e % ${DP2 / 2}u) * 2u;`);
     src.line(`var xv = vec2<f32>(0.0);`);
-    src.line(`if (c0 + r < ${y.n} && d < ${D}u) { xv = ${ld2(y.buf, s.storage, `((${y.tok0} + c0 + r) * ${y.heads} + ${y.head}) * ${D}u + d`)}; }`);
+    src.line(`if (c0 + r < ${y.n} && d < ${D}) { xv = ${ld2(y.buf, s.storage, `((${y.tok0} + c0 + r) * ${y.heads} + ${y.head}) * ${D} + d`)}; }`);
     src.line(`sbuf[r * ${DP2}u + d] = xv.x; sbuf[r * ${DP2}u + d + 1u] = xv.y;`);
     src.close();
   } else {
     src.open(`for (var e = lid; e < ${t.kc * DP2}u; e = e + ${NT}u) {`);
     src.line(`let r = e / ${DP2}u; let d = e % ${DP2}u;`);
     src.line(`var xv = 0.0;`);
-    src.line(`if (c0 + r < ${y.n} && d < ${D}u) { xv = ${ld1(y.buf, s.storage, `((${y.tok0} + c0 + r) * ${y.heads} + ${y.head}) * ${D}u + d`)}; }`);
+    src.line(`if (c0 + r < ${y.n} && d < ${D}) { xv = ${ld1(y.buf, s.storage, `((${y.tok0} + c0 + r) * ${y.heads} + ${y.head}) * ${D} + d`, s.dynamic)}; }`);
     src.line(`sbuf[r * ${DP2}u + d] = xv;`);
     src.close();
   }
@@ -311,22 +369,28 @@ export function pmul(src: Src, s: KernelSpec, y: TileRef, out: string): void {
 export function storeRows(src: Src, s: KernelSpec, buf: string, tok0: string, n: string, head: string, heads: string, name: string, mul: (i: number) => string): void {
   const t = s.tile;
   const { RM, DN, pairs } = dims(s);
-  const D = s.d;
+  const D = dExpr(s);
   const packed = s.storage !== 'f32' && !s.outF32;
   for (let i = 0; i < RM; i++) {
     src.open(`if (tr * ${RM}u + ${i}u < ${n}) {`);
-    src.line(`let base = ((${tok0} + tr * ${RM}u + ${i}u) * ${heads} + ${head}) * ${D}u;`);
+    src.line(`let base = ((${tok0} + tr * ${RM}u + ${i}u) * ${heads} + ${head}) * ${D};`);
     src.line(`let m = ${mul(i)};`);
     for (let jj = 0; jj < DN / 2; jj++) {
       const col = `2u * tc + ${2 * jj * t.tc}u`;
       const x0 = `${acc(name, i, 2 * jj)} * m`;
       const x1 = `${acc(name, i, 2 * jj + 1)} * m`;
       src.open(`{ let d = ${col};`);
-      if (packed && pairs) {
-        src.line(`if (d < ${D}u) { ${buf}[(base + d) >> 1u] = pack2(vec2<f32>(${x0}, ${x1})); }`);
+      if (s.dynamic) {
+        // f32 (or the f32 staging of an odd D): one word per element; else a packed pair.
+        src.open(`if (P.dtype == 0u || P.out_f32 != 0u) {`);
+        src.line(`if (d < ${D}) { ${buf}[base + d] = bitcast<u32>(${x0}); }`);
+        src.line(`if (d + 1u < ${D}) { ${buf}[base + d + 1u] = bitcast<u32>(${x1}); }`);
+        src.close(`} else if (d < ${D}) { ${buf}[(base + d) >> 1u] = pack_any(vec2<f32>(${x0}, ${x1})); }`);
+      } else if (packed && pairs) {
+        src.line(`if (d < ${D}) { ${buf}[(base + d) >> 1u] = pack2(vec2<f32>(${x0}, ${x1})); }`);
       } else {
-        src.line(`if (d < ${D}u) { ${buf}[base + d] = ${x0}; }`);
-        src.line(`if (d + 1u < ${D}u) { ${buf}[base + d + 1u] = ${x1}; }`);
+        src.line(`if (d < ${D}) { ${buf}[base + d] = ${x0}; }`);
+        src.line(`if (d + 1u < ${D}) { ${buf}[base + d + 1u] = ${x1}; }`);
       }
       src.close();
     }
@@ -374,7 +438,7 @@ export function header(s: KernelSpec, extraShared = ''): string {
     `var<workgroup> sp: array<f32, ${t.nc * t.nr}>;`,
     s.subgroups ? '' : `var<workgroup> sred: array<f32, ${t.nr * t.tc}>;`,
     extraShared,
-    storageFns(s.storage),
+    storageFns(s.storage, s.dynamic),
     scoreFns(s),
   ].join('\n');
 }

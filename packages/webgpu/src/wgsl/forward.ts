@@ -4,7 +4,7 @@
  * softmax of packages/core/src/online-softmax.ts) and the unnormalised output O in registers,
  * and writes O / l and LSE = m + log l at the end. The T×T score matrix never exists.
  */
-import { type KernelSpec, Src, acc, declAcc, dims, header, pmul, rowdot, rowReduce, storeRows, tensorDecl, zeroAcc } from './common.js';
+import { type KernelSpec, Src, acc, declAcc, dims, dynLoaders, header, pmul, rowdot, rowReduce, slopeLine, storeRows, tensorDecl, zeroAcc } from './common.js';
 
 // Roles (bindings) of the forward kernel.
 export const FWD = { params: 0, meta: 1, q: 2, k: 3, v: 4, out: 5, lse: 6 } as const;
@@ -15,11 +15,12 @@ export function forwardWGSL(s: KernelSpec): string {
   const NR = t.nr, NC = t.nc, TC = t.tc;
   const src = new Src();
   src.line(header(s));
-  src.line(tensorDecl(FWD.q, 'q', s.storage, 'read'));
-  src.line(tensorDecl(FWD.k, 'k', s.storage, 'read'));
-  src.line(tensorDecl(FWD.v, 'v', s.storage, 'read'));
-  src.line(tensorDecl(FWD.out, 'o', s.storage, 'read_write', s.outF32));
+  src.line(tensorDecl(FWD.q, 'q', s.storage, 'read', false, s.dynamic));
+  src.line(tensorDecl(FWD.k, 'k', s.storage, 'read', false, s.dynamic));
+  src.line(tensorDecl(FWD.v, 'v', s.storage, 'read', false, s.dynamic));
+  src.line(tensorDecl(FWD.out, 'o', s.storage, 'read_write', s.outF32, s.dynamic));
   src.line(`@group(0) @binding(${FWD.lse}) var<storage, read_write> lse: array<f32>;`);
+  src.line(dynLoaders(s, ['q', 'k', 'v']));
   src.line('');
   src.open(`@compute @workgroup_size(${NT})\nfn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {`);
   src.line(`let h = wid.y; let b = wid.z;`);
@@ -30,7 +31,7 @@ export function forwardWGSL(s: KernelSpec): string {
   src.line(`let nrows = min(${NR}u, tq - i0);`);
   src.line(`let hk = h / (P.h / P.hkv);`);
   src.line(`let off = i32(tk) - i32(tq);`);
-  src.line(s.alibi ? `let slope = bitcast<f32>(mt[P.alibi_off + b * P.h + h]);` : `let slope = 0.0;`);
+  src.line(slopeLine(s));
   src.line(`let tr = lid / ${TC}u; let tc = lid % ${TC}u;`);
   src.line(`let neg_inf = P.neg_inf;`);
   src.line('// Keys visible from any row of this tile (the bounds are monotone in the row).');

@@ -1,0 +1,183 @@
+/**
+ * The story as text, part by part, from a DemoResult: what `fa demo` prints (every line at most
+ * 80 columns), what the HTML report embeds, and what the web page shows beside its charts.
+ */
+import { bytesPerElement } from '@fa/core';
+import { fmtBytes, fmtErr, fmtInt, fmtRate, fmtRatio, fmtSeconds, fmtTokens, wrap } from './format.js';
+import type { DemoResult, IoSummary } from './result.js';
+
+export const WIDTH = 80;
+
+const para = (text: string, indent = '   '): string[] => wrap(text, WIDTH, indent);
+
+/** Truncates to the width with an ellipsis. */
+export function fit(s: string, width = WIDTH): string {
+  return [...s].length <= width ? s : [...s].slice(0, width - 1).join('') + '…';
+}
+
+function table(rows: readonly (readonly string[])[], indent = '   ', rightFrom = 1): string[] {
+  const w = rows[0].map((_, i) => Math.max(...rows.map((r) => [...(r[i] ?? '')].length)));
+  return rows.map((r) =>
+    fit(
+      (indent + r.map((c, i) => (i < rightFrom ? c.padEnd(w[i]) : c.padStart(w[i]))).join('   ')).replace(/\s+$/, ''),
+    ),
+  );
+}
+
+export function header(r: Pick<DemoResult, 'engine' | 'config' | 'candidates'>): string[] {
+  const c = r.config;
+  const lines = [
+    'fa demo: exact attention at 100K tokens, tile by tile',
+    '',
+    fit(`Engine: ${r.engine.name} (${r.engine.device}), ${r.engine.dtype}, one head, D = ${c.D}${c.causal ? ', causal' : ''}`),
+  ];
+  for (const k of r.candidates) lines.push(fit(`  ${k.name.padEnd(7)} ${k.status}`));
+  return lines;
+}
+
+export function part1(r: Pick<DemoResult, 'naive' | 'engine' | 'machine'>): string[] {
+  const n = r.naive;
+  const e = bytesPerElement(r.engine.dtype);
+  const lines = [
+    '',
+    `1. Naive attention at ${fmtInt(n.T)} tokens, one head`,
+    ...para(`The scores S = QKᵀ have ${fmtInt(n.T)}² = ${fmtInt(n.entries)} entries; naive attention writes all of them to memory, then the probabilities P = softmax(S) again:`),
+    ...table([
+      ['', 'S', 'S + P'],
+      ['bf16', fmtBytes(n.scoresBytes.bf16), fmtBytes(2 * n.scoresBytes.bf16)],
+      ['f32', fmtBytes(n.scoresBytes.f32), fmtBytes(2 * n.scoresBytes.f32)],
+    ], '     '),
+  ];
+  const ratio = n.forwardBytes / n.available;
+  const need = `S + P in ${r.engine.dtype} (${e} B each) need ${fmtBytes(n.forwardBytes)}`;
+  if (ratio >= 1) lines.push(...para(`This machine has ${n.availableLabel}. ${need}: ${fmtRatio(ratio)} all of it, for one head of one layer, before the backward pass.`));
+  else lines.push(...para(`This machine has ${n.availableLabel}. ${need}: ${Math.round(ratio * 100)}% of it for one head of one layer; a model has dozens of heads per layer.`));
+  if (r.machine.maxBufferBytes !== null) {
+    lines.push(...para(`WebGPU also caps one buffer at ${fmtBytes(r.machine.maxBufferBytes)} (maxBufferSize): S alone would not fit in one.`));
+  }
+  return lines;
+}
+
+export function part2(r: Pick<DemoResult, 'config' | 'run'>): string[] {
+  const c = r.config;
+  const run = r.run;
+  const lines = ['', '2. Exact FlashAttention on this machine'];
+  for (const k of run.calibration) {
+    lines.push(fit(`   calibration, T = ${fmtInt(k.T)}: forward ${fmtSeconds(k.forwardSeconds)} (${fmtRate(k.forwardRate)}), backward ${fmtSeconds(k.backwardSeconds)}`));
+  }
+  if (c.tokensFrom === 'budget') {
+    lines.push(...para(`Budget ${fmtSeconds(c.budgetSeconds)} for forward + backward (--budget): the largest T that fits is ${fmtInt(c.T)} tokens (predicted ${fmtSeconds(run.predicted.forwardSeconds + run.predicted.backwardSeconds)}). The full run, fa demo --tokens 100000, would take about ${fmtSeconds(run.fullRunSeconds)} here.`));
+  } else if (c.tokensFrom === 'gpu-default') {
+    lines.push(...para(`A GPU engine runs the full ${fmtInt(c.T)} tokens (predicted ${fmtSeconds(run.predicted.forwardSeconds + run.predicted.backwardSeconds)}).`));
+  } else {
+    lines.push(...para(`T = ${fmtInt(c.T)} tokens (--tokens), predicted ${fmtSeconds(run.predicted.forwardSeconds + run.predicted.backwardSeconds)}.`));
+  }
+  const pass = (name: string, p: DemoResult['run']['forward']) =>
+    fit(`   ${name.padEnd(9)} ${fmtInt(c.T)} tokens  ${fmtSeconds(p.seconds).padStart(9)}  ${fmtRate(p.rate).padStart(13)}${p.chunks > 1 ? `  (${p.chunks} query chunks)` : ''}`);
+  lines.push(pass('forward', run.forward), pass('backward', run.backward));
+  return lines;
+}
+
+export function part3(r: Pick<DemoResult, 'exactness'>): string[] {
+  const x = r.exactness;
+  const s = (name: string, e: DemoResult['exactness']['out'] | null) => {
+    if (!e) return [];
+    const detail = e.rule === 'row' ? `worst row ${fmtErr(e.err)} ≤ ${fmtErr(e.bound)}` : e.rule === 'rel' ? `relative ${fmtErr(e.rel)} ≤ ${fmtErr(e.bound)}` : `max ${fmtErr(e.err)} ≤ ${fmtErr(e.bound)}`;
+    return [fit(`     ${name.padEnd(4)} max abs error ${fmtErr(e.maxAbs).padEnd(8)} ${detail.padEnd(30)} ${e.pass ? 'ok' : 'FAILED'}`)];
+  };
+  const n = x.rows;
+  const what = x.dq ? 'out, lse and dq' : 'out and lse';
+  return [
+    '',
+    '3. Exactness against the float64 reference',
+    ...para(`${n} sampled query rows (the first, the last and ${Math.max(0, n - 2)} random ones) of ${what}, recomputed in float64 from the same inputs (referenceRows: O(T·D) a row, ${fmtSeconds(x.seconds)} in all):`),
+    ...s('out', x.out),
+    ...s('lse', x.lse),
+    ...s('dq', x.dq),
+    ...para(x.verified ? `Verified exact: every sampled row is within the conformance rule (${x.rule}).` : `NOT verified: a sampled row is outside the rule (${x.rule}).`),
+  ];
+}
+
+function ioRows(io: IoSummary): string[][] {
+  const f = io.forward;
+  const b = io.backward;
+  return [
+    ['', 'naive', 'flash', 'FLOP/B naive', 'flash'],
+    ['forward', fmtBytes(f.naive.bytes), fmtBytes(f.flash.bytes), f.naive.intensity.toFixed(1), f.flash.intensity.toFixed(0)],
+    ['backward', fmtBytes(b.naive.bytes), fmtBytes(b.flash.bytes), b.naive.intensity.toFixed(1), b.flash.intensity.toFixed(0)],
+  ];
+}
+
+export function part4(r: Pick<DemoResult, 'memory' | 'config' | 'engine' | 'run' | 'throughput'>): string[] {
+  const m = r.memory;
+  const c = r.config;
+  const mb = (x: number | null) => (x === null ? 'not measured' : fmtBytes(x));
+  const lines = [
+    '',
+    `4. Memory, traffic and time (T = ${fmtInt(c.T)}, D = ${c.D}, ${r.engine.dtype})`,
+    ...table([
+      ['extra memory', 'measured peak', 'naive needs'],
+      ['forward', mb(m.forwardPeakExtra), `${fmtBytes(m.naiveForwardBytes)} (S, P)`],
+      ['backward', mb(m.backwardPeakExtra), `${fmtBytes(m.naiveBackwardBytes)} (P, dP, dS)`],
+    ], '   ', 1),
+    ...para(`Measured: ${m.method}, beyond inputs and outputs.`, '   '),
+  ];
+  const ratio = m.forwardPeakExtra !== null && m.forwardPeakExtra > 0 ? m.naiveForwardBytes / m.forwardPeakExtra : null;
+  if (ratio !== null) lines.push(...para(`At this size naive attention would need ${fmtRatio(ratio)} the memory the tiled forward used.`));
+  lines.push(`   Slow-memory (HBM) traffic, IO model with ${fmtBytes(m.io.sramBytes)} on-chip:`);
+  lines.push(...table(ioRows(m.io), '     '));
+  lines.push(`   at ${fmtTokens(m.io100k.T)} tokens:`);
+  lines.push(...table(ioRows(m.io100k), '     '));
+  const run = r.run;
+  lines.push(fit(`   Time: forward ${fmtSeconds(run.forward.seconds)} (${fmtRate(run.forward.rate)}), backward ${fmtSeconds(run.backward.seconds)} (${fmtRate(run.backward.rate)}).`));
+  if (r.throughput.length > 0) {
+    lines.push('   Throughput per engine (one head):');
+    lines.push(
+      ...table(
+        [['engine', 'device', 'T', 'forward', 'backward'], ...r.throughput.map((t) => [t.backend, t.device, fmtInt(t.T), fmtRate(t.forwardRate), fmtRate(t.backwardRate)])],
+        '     ',
+        2,
+      ),
+    );
+  }
+  return lines;
+}
+
+export function part5(r: Pick<DemoResult, 'walkthrough'>): string[] {
+  const w = r.walkthrough;
+  const lines = [
+    '',
+    '5. The online softmax, step by step',
+    ...para('Each query row keeps three numbers instead of a row of T scores: m, the largest score so far; l, the sum of e^(s − m); acc, the sum of e^(s − m)·v. When a block brings a larger score, the old l and acc are rescaled by e^(m_old − m_new). Two blocks, [1, 2, 3] then [4], with v_j = j + 1 (core\'s explainOnlineSoftmax):'),
+  ];
+  for (const l of w.lines) {
+    const indent = l.startsWith('  ') ? '       ' : '     ';
+    const wrapped = wrap(l.trim(), WIDTH, indent);
+    lines.push(wrapped[0], ...wrapped.slice(1).map((x) => '  ' + x));
+  }
+  const same = Math.abs(w.out[0] - w.direct.out[0]) <= 1e-12 * Math.abs(w.direct.out[0]) && Math.abs(w.lse - w.direct.lse) <= 1e-12 * Math.abs(w.direct.lse);
+  lines.push(...para(same ? 'Block by block or all at once: the same out and lse, to the last bit of float64 rounding.' : 'Block by block or all at once: the same out and lse, up to float64 rounding.'));
+  return lines;
+}
+
+export function part6(r: Pick<DemoResult, 'backward' | 'config' | 'engine' | 'naive'>): string[] {
+  const b = r.backward;
+  const c = r.config;
+  const dt = r.engine.dtype;
+  return [
+    '',
+    '6. The backward pass: recompute instead of storing P',
+    ...para(`Naive backpropagation keeps P from the forward (T² values) to form dV = Pᵀ·dO and dS = P∘(dP − δ). FlashAttention keeps one number a row, the logsumexp, and recomputes S and P tile by tile from Q, K and V (backward FLOPs 2.5× the forward's, recomputation included).`),
+    ...table([
+      ['kept for the backward', `T = ${fmtTokens(c.T)}`, `T = ${fmtTokens(r.naive.T)}`],
+      [`P (${dt})`, fmtBytes(b.storedPBytes), fmtBytes(b.storedPBytes100k)],
+      ['LSE (f32, one a row)', fmtBytes(b.lseBytes), fmtBytes(b.lseBytes100k)],
+    ], '     '),
+    ...para(`Measured peak extra memory of this backward: ${b.measuredExtra === null ? 'not measured on this engine' : fmtBytes(b.measuredExtra)}.`),
+  ];
+}
+
+/** All six parts. */
+export function storyText(r: DemoResult): string[] {
+  return [...header(r), ...part1(r), ...part2(r), ...part3(r), ...part4(r), ...part5(r), ...part6(r)];
+}

@@ -1,0 +1,130 @@
+// Malformed calls straight into the native binding. Every call built here is invalid in at least
+// one way, so each must throw (synchronously) a JS Error with a string `code`, and never crash.
+// Used by test/fuzz.test.ts (dry-run context, no GPU needed) and bench/fuzz.mjs (on the GPU).
+
+function rng(seed) {
+  let s = seed >>> 0 || 1;
+  return () => {
+    s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
+    return s / 4294967296;
+  };
+}
+
+function detachedI32(n) {
+  const a = new Int32Array(n);
+  structuredClone(a.buffer, { transfer: [a.buffer] });
+  return a;
+}
+
+/** A valid forward/backward spec (B=2, H=4, Hkv=2, d=64, Tq=5, Tk=7) on `ctx`. */
+export function validSpec(ctx, backward = false) {
+  const B = 2, H = 4, Hkv = 2, d = 64, tq = 5, tk = 7;
+  const nq = B * tq * H * d * 2, nk = B * tk * Hkv * d * 2, nl = B * H * tq * 4;
+  const s = {
+    dtype: 'bf16', B, H, Hkv, d, totalQ: B * tq, totalK: B * tk, varlen: false,
+    cuSeqlensQ: Int32Array.from([0, tq, 2 * tq]), cuSeqlensK: Int32Array.from([0, tk, 2 * tk]),
+    alibi: null, scale: 0.125, softcap: 0, windowLeft: -1, windowRight: -1, deterministic: false,
+    q: ctx.alloc(nq), k: ctx.alloc(nk), v: ctx.alloc(nk), out: ctx.alloc(nq), lse: ctx.alloc(nl),
+  };
+  if (backward) Object.assign(s, { dout: ctx.alloc(nq), dq: ctx.alloc(nq), dk: ctx.alloc(nk), dv: ctx.alloc(nk) });
+  return s;
+}
+
+/**
+ * Runs `count` malformed calls against `ctx` (a native Context) and returns
+ * { calls, threw, notErrors, badCodes, resolved } — a healthy binding has threw === calls.
+ * `other` is a second Context (for foreign-buffer cases).
+ */
+export async function fuzzBinding(binding, ctx, other, count = 10000, seed = 1) {
+  const r = rng(seed);
+  const pick = (a) => a[Math.floor(r() * a.length)];
+  const fwd = validSpec(ctx, false);
+  const bwd = validSpec(ctx, true);
+  const disposed = ctx.alloc(64); disposed.dispose();
+  const foreign = other.alloc(fwd.q.bytes);
+  const wrong = ctx.alloc(fwd.q.bytes + 2);
+  const fake = Object.create(Object.getPrototypeOf(fwd.q));
+  const thrower = new Proxy({}, { get() { throw new Error('getter boom'); } });
+  const junk = [undefined, null, NaN, Infinity, -Infinity, -1, 1.5, 2 ** 31, 2 ** 53, 1e300, '3', '', {}, [], () => 0, true, Symbol('x'), 10n, thrower, new Float64Array(3), new DataView(new ArrayBuffer(8))];
+  const badBuffers = [disposed, foreign, wrong, fake, {}, new Uint16Array(4), null, undefined, 0, ctx, thrower];
+  // field -> invalid values (each makes the call invalid on its own)
+  const badFields = {
+    dtype: ['f32', 'F16', '', 'bfloat16', 1, null, undefined, {}, thrower],
+    B: [0, -1, 1.5, NaN, Infinity, 65536, 3, '2', null, undefined, 2 ** 53, thrower],
+    H: [0, -4, 3, 8, 65536, NaN, '4', null, 2 ** 40],
+    Hkv: [0, 3, 8, -1, 1, NaN, '2', null],
+    d: [0, 7, 12, 264, 1e9, -64, 32, 128, NaN, '64', null],
+    totalQ: [-1, 11, 9, 2 ** 31, 1.5, NaN, null, '10'],
+    totalK: [-1, 15, 13, 2 ** 31, 1.5, NaN, null],
+    varlen: ['yes', 1, {}, null],
+    cuSeqlensQ: [[0, 5, 10], new Float32Array([0, 5, 10]), new Uint32Array([0, 5, 10]), new Int32Array([0, 10]), new Int32Array([0, 5, 10, 10]),
+      Int32Array.from([0, 11, 10]), Int32Array.from([1, 5, 10]), Int32Array.from([0, 5, 9]), Int32Array.from([0, 4, 10]), detachedI32(3), Int32Array.from([0, 2 ** 31 - 1, 10]), null, undefined, thrower],
+    cuSeqlensK: [new Int32Array([0, 7]), Int32Array.from([0, 8, 14]), Int32Array.from([0, 7, 15]), Int32Array.from([0, -7, 14]), detachedI32(3), new Int16Array(3), null],
+    alibi: [new Float32Array(7), new Float32Array(9), new Float64Array(8), [0.1, 0.2], Float32Array.from([0, 0, 0, NaN, 0, 0, 0, 0]), Float32Array.from([Infinity, 0, 0, 0, 0, 0, 0, 0]), 'x', 5, thrower],
+    scale: [NaN, Infinity, -Infinity, '1', null, undefined, 1e39, {}, thrower],
+    softcap: [-1, NaN, Infinity, '0', undefined, null, 1e39],
+    windowLeft: [-2, 1.5, 2 ** 31, NaN, '3', undefined, null, -1e9],
+    windowRight: [-2, 0.5, 2 ** 32, NaN, undefined, {}],
+    deterministic: ['yes', 1, null, {}],
+    q: badBuffers, k: badBuffers, v: badBuffers, out: badBuffers, lse: badBuffers,
+  };
+  const bwdOnly = { dout: badBuffers, dq: badBuffers, dk: badBuffers, dv: badBuffers };
+  const fields = Object.keys(badFields);
+  const stats = { calls: 0, threw: 0, notErrors: 0, badCodes: 0, resolved: 0, samples: new Map() };
+  const record = (e) => {
+    stats.threw++;
+    if (!(e instanceof Error)) stats.notErrors++;
+    else if (typeof e.code !== 'string' && !/boom/.test(e.message)) stats.badCodes++;
+    const key = e instanceof Error ? `${e.code ?? e.name}` : typeof e;
+    stats.samples.set(key, (stats.samples.get(key) ?? 0) + 1);
+  };
+  const call = async (f) => {
+    stats.calls++;
+    let p;
+    try {
+      p = f();
+    } catch (e) {
+      record(e);
+      return;
+    }
+    // a malformed call that did not throw synchronously: it must at least reject
+    try {
+      await p;
+      stats.resolved++;
+    } catch (e) {
+      record(e);
+    }
+  };
+  for (let i = 0; i < count; i++) {
+    const kind = r();
+    if (kind < 0.7) {
+      const backward = r() < 0.4;
+      const base = backward ? bwd : fwd;
+      const s = { ...base };
+      const nmut = 1 + Math.floor(r() * 3);
+      for (let m = 0; m < nmut; m++) {
+        const f = backward && r() < 0.25 ? pick(Object.keys(bwdOnly)) : pick(fields);
+        s[f] = pick((badFields[f] ?? bwdOnly[f]));
+      }
+      if (r() < 0.05) s.out = s.q; // aliasing output and input
+      await call(() => (backward ? ctx.backward(s) : ctx.forward(s)));
+    } else if (kind < 0.8) {
+      const bad = pick([null, 42, 'spec', [], () => 0, thrower, undefined, Symbol('s')]);
+      await call(() => (r() < 0.5 ? ctx.forward(bad) : ctx.backward(bad)));
+    } else if (kind < 0.93) {
+      const up = r() < 0.5;
+      const buf = r() < 0.5 ? fwd.q : pick(badBuffers);
+      const data = buf === fwd.q ? pick([new Uint16Array(fwd.q.bytes / 2 + 1), new Uint8Array(3), new Float32Array(1), new DataView(new ArrayBuffer(fwd.q.bytes)), [1, 2], 'x', null, undefined, (() => { const a = new Uint16Array(fwd.q.bytes / 2); structuredClone(a.buffer, { transfer: [a.buffer] }); return a; })()])
+        : new Uint16Array(fwd.q.bytes / 2);
+      await call(() => (up ? ctx.upload(buf, data) : ctx.download(buf, data)));
+    } else {
+      await call(() => ctx.alloc(pick([-1, NaN, 1.5, 2 ** 41, '8', undefined, null, {}, Infinity, -0.5, thrower])));
+    }
+  }
+  // new DeviceBuffer() from JS is refused
+  await call(() => new (Object.getPrototypeOf(fwd.q).constructor)(1));
+  for (const b of [...Object.values(fwd), ...Object.values(bwd)]) if (b && typeof b.dispose === 'function') b.dispose();
+  foreign.dispose();
+  wrong.dispose();
+  return stats;
+}

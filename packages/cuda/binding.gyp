@@ -1,0 +1,45 @@
+{
+  "variables": {
+    "cuda_home%": "<!(node scripts/find-nvcc.mjs --home)",
+    "nvcc%": "<!(node scripts/find-nvcc.mjs)"
+  },
+  "targets": [
+    {
+      "target_name": "fa_cuda",
+      "sources": [
+        "csrc/binding.cc",
+        "csrc/fa_api.cu",
+        "csrc/fa_fwd_bf16.cu",
+        "csrc/fa_fwd_f16.cu",
+        "csrc/fa_bwd_bf16.cu",
+        "csrc/fa_bwd_f16.cu"
+      ],
+      "include_dirs": [
+        "<!(node -p \"require('node-addon-api').include_dir\")",
+        "<(cuda_home)/include",
+        "csrc"
+      ],
+      "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],
+      "cflags_cc": ["-std=c++17", "-fexceptions", "-O2"],
+      "cflags_cc!": ["-fno-exceptions", "-std=gnu++17", "-std=gnu++20"],
+      "libraries": ["-L<(cuda_home)/lib64", "-lcudart_static", "-ldl", "-lrt", "-lpthread"],
+      "rules": [
+        {
+          "rule_name": "nvcc",
+          "extension": "cu",
+          "inputs": ["<(RULE_INPUT_PATH)", "csrc/fa_common.cuh", "csrc/fa_fwd.cuh", "csrc/fa_bwd.cuh", "csrc/fa_launch.cuh", "csrc/fa_api.h"],
+          "outputs": ["<(INTERMEDIATE_DIR)/<(RULE_INPUT_ROOT).o"],
+          "action": [
+            "<(nvcc)", "-std=c++17", "-O3", "-Xcompiler", "-fPIC",
+            "-gencode=arch=compute_90a,code=sm_90a",
+            "-gencode=arch=compute_80,code=sm_80",
+            "-gencode=arch=compute_80,code=compute_80",
+            "-Icsrc", "-c", "<(RULE_INPUT_PATH)", "-o", "<@(_outputs)"
+          ],
+          "message": "nvcc <(RULE_INPUT_PATH)",
+          "process_outputs_as_sources": 1
+        }
+      ]
+    }
+  ]
+}

@@ -1,0 +1,692 @@
+// node-addon-api binding of the @fa CUDA kernels.
+//
+// Safety contract: whatever JavaScript passes, this file never reads or writes out of bounds.
+// Every argument is type-checked, every size is checked against limits and against the byte
+// length of the buffer it describes (exactly), buffers are native objects found in a registry
+// of live ones (never trusted by prototype), and all of it happens before any CUDA call.
+// Errors are JS Errors with a `code` (E_ARG, E_SHAPE, E_DTYPE, E_TOO_LARGE, E_UNSUPPORTED,
+// E_OOM, E_DEVICE); CUDA errors name the CUDA error. A failed call frees what it allocated.
+//
+// Objects:
+//   probe()                         -> { ok, reason?, device?, sms?, cc?, driver?, runtime? }
+//   new Context({ device?, dryRun? })  one CUDA stream; dryRun validates but never touches CUDA
+//     ctx.alloc(bytes)              -> Buffer (device memory, stream-ordered)
+//     ctx.upload(buf, typedArray)   -> Promise<void>   (byteLength must equal buf.bytes)
+//     ctx.download(buf, typedArray) -> Promise<void>
+//     ctx.forward(spec)             -> Promise<{ splits }>
+//     ctx.backward(spec)            -> Promise<void>
+//     ctx.memInfo()                 -> { free, total }
+//     ctx.synchronize()             -> Promise<void>
+//     ctx.dispose()
+//   Buffer: .bytes, .disposed, .dispose()   (a finalizer frees it too)
+#include <cuda_runtime_api.h>
+#include <napi.h>
+
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "fa_api.h"
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// errors
+// ---------------------------------------------------------------------------------------------
+Napi::Error MakeError(Napi::Env env, const std::string& code, const std::string& msg) {
+  Napi::Error e = Napi::Error::New(env, msg);
+  e.Value().Set("code", Napi::String::New(env, code));
+  return e;
+}
+[[noreturn]] void Throw(Napi::Env env, const char* code, const std::string& msg) { throw MakeError(env, code, msg); }
+
+std::string CudaText(cudaError_t e) { return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")"; }
+const char* CudaCode(cudaError_t e) { return e == cudaErrorMemoryAllocation ? "E_OOM" : "E_DEVICE"; }
+
+// ---------------------------------------------------------------------------------------------
+// the context (one stream) and device buffers
+// ---------------------------------------------------------------------------------------------
+struct CtxState {
+  int device = 0;
+  bool dry = false;
+  cudaStream_t stream = nullptr;
+  int sms = 132;
+  int arch = 0;
+  std::string name;
+  // Operations run one at a time, in the order JavaScript issued them: each takes a ticket on
+  // the main thread when queued, and its worker waits for its turn (libuv starts work in FIFO
+  // order, so the earliest ticket is always running).
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t next_ticket = 0, serving = 0;
+  ~CtxState() {
+    if (stream) {
+      cudaSetDevice(device);
+      cudaStreamSynchronize(stream);
+      cudaStreamDestroy(stream);
+    }
+  }
+};
+
+class Buffer;
+class Context;
+std::unordered_set<const void*> g_live_buffers;   // main thread only
+std::unordered_set<const void*> g_live_contexts;  // main thread only
+int kToken = 0;                                   // its address proves a constructor call came from C++
+
+struct AddonData {
+  Napi::FunctionReference buffer_ctor;
+};
+
+class Buffer : public Napi::ObjectWrap<Buffer> {
+ public:
+  static Napi::Function Init(Napi::Env env) {
+    return DefineClass(env, "DeviceBuffer",
+                       {InstanceAccessor<&Buffer::GetBytes>("bytes"), InstanceAccessor<&Buffer::GetDisposed>("disposed"),
+                        InstanceMethod<&Buffer::Dispose>("dispose")});
+  }
+  Buffer(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Buffer>(info) {
+    Napi::Env env = info.Env();
+    if (info.Length() != 1 || !info[0].IsExternal() || info[0].As<Napi::External<int>>().Data() != &kToken)
+      Throw(env, "E_ARG", "DeviceBuffer cannot be constructed from JavaScript; use Context.alloc(bytes)");
+    g_live_buffers.insert(this);
+  }
+  ~Buffer() override {
+    g_live_buffers.erase(this);
+    inflight_ = 0;
+    Release();
+  }
+  void Setup(std::shared_ptr<CtxState> ctx, void* ptr, size_t bytes) {
+    ctx_ = std::move(ctx);
+    ptr_ = ptr;
+    bytes_ = bytes;
+  }
+  void Release() {
+    if (ptr_ && inflight_ == 0) {
+      if (!ctx_->dry) {
+        cudaSetDevice(ctx_->device);
+        cudaFreeAsync(ptr_, ctx_->stream);
+      }
+      ptr_ = nullptr;
+    }
+  }
+  Napi::Value GetBytes(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(bytes_)); }
+  Napi::Value GetDisposed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), disposed_); }
+  Napi::Value Dispose(const Napi::CallbackInfo& info) {
+    disposed_ = true;
+    Release();  // deferred until pending operations finish
+    return info.Env().Undefined();
+  }
+
+  std::shared_ptr<CtxState> ctx_;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  int inflight_ = 0;
+  bool disposed_ = false;
+};
+
+// Finds the live Buffer behind a JS value, or throws. Never trusts the prototype chain.
+Buffer* UnwrapBuffer(Napi::Env env, Napi::Value v, const std::shared_ptr<CtxState>& ctx, const std::string& what) {
+  if (!v.IsObject()) Throw(env, "E_ARG", what + " must be a device buffer");
+  void* raw = nullptr;
+  if (napi_unwrap(env, v, &raw) != napi_ok || raw == nullptr || g_live_buffers.count(raw) == 0) {
+    // napi_unwrap may leave an exception pending on some failures
+    bool pending = false;
+    napi_is_exception_pending(env, &pending);
+    if (pending) {
+      napi_value ex;
+      napi_get_and_clear_last_exception(env, &ex);
+    }
+    Throw(env, "E_ARG", what + " is not a device buffer made by this binding");
+  }
+  Buffer* b = static_cast<Buffer*>(raw);
+  if (b->disposed_ || (b->ptr_ == nullptr && b->bytes_ > 0)) Throw(env, "E_ARG", what + " is a disposed device buffer");
+  if (b->ctx_ != ctx) Throw(env, "E_ARG", what + " belongs to another CUDA backend (context)");
+  return b;
+}
+
+// ---------------------------------------------------------------------------------------------
+// checked readers
+// ---------------------------------------------------------------------------------------------
+Napi::Object AsObject(Napi::Env env, Napi::Value v, const char* what) {
+  if (!v.IsObject() || v.IsArray() || v.IsFunction()) Throw(env, "E_ARG", std::string(what) + " must be an object");
+  return v.As<Napi::Object>();
+}
+int64_t GetInt(Napi::Env env, Napi::Object o, const char* key, int64_t lo, int64_t hi) {
+  Napi::Value v = o.Get(key);
+  if (!v.IsNumber()) Throw(env, "E_ARG", std::string(key) + " must be a number");
+  const double x = v.As<Napi::Number>().DoubleValue();
+  if (!std::isfinite(x) || std::floor(x) != x) Throw(env, "E_ARG", std::string(key) + " must be an integer");
+  if (x < static_cast<double>(lo) || x > static_cast<double>(hi))
+    Throw(env, "E_TOO_LARGE", std::string(key) + " = " + std::to_string(x) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return static_cast<int64_t>(x);
+}
+double GetNum(Napi::Env env, Napi::Object o, const char* key) {
+  Napi::Value v = o.Get(key);
+  if (!v.IsNumber()) Throw(env, "E_ARG", std::string(key) + " must be a number");
+  const double x = v.As<Napi::Number>().DoubleValue();
+  if (!std::isfinite(x)) Throw(env, "E_ARG", std::string(key) + " must be finite");
+  return x;
+}
+bool GetBool(Napi::Env env, Napi::Object o, const char* key) {
+  Napi::Value v = o.Get(key);
+  if (v.IsUndefined()) return false;
+  if (!v.IsBoolean()) Throw(env, "E_ARG", std::string(key) + " must be a boolean");
+  return v.As<Napi::Boolean>().Value();
+}
+// Copies a typed array of the given type and exact length into a vector (so a later detach or
+// resize of the JS buffer cannot matter).
+template <typename E>
+std::vector<E> CopyTyped(Napi::Env env, Napi::Value v, napi_typedarray_type type, size_t want, const std::string& what) {
+  if (!v.IsTypedArray()) Throw(env, "E_DTYPE", what + " must be a typed array");
+  Napi::TypedArray ta = v.As<Napi::TypedArray>();
+  if (ta.TypedArrayType() != type) Throw(env, "E_DTYPE", what + " has the wrong typed-array type");
+  napi_typedarray_type t;
+  size_t len = 0;
+  void* data = nullptr;
+  napi_value ab;
+  size_t off = 0;
+  if (napi_get_typedarray_info(env, ta, &t, &len, &data, &ab, &off) != napi_ok) Throw(env, "E_ARG", what + ": cannot read the typed array");
+  if (len != want) Throw(env, "E_SHAPE", what + " must have " + std::to_string(want) + " elements, has " + std::to_string(len));
+  if (want > 0 && data == nullptr) Throw(env, "E_ARG", what + " is detached");
+  std::vector<E> out(want);
+  if (want) std::memcpy(out.data(), data, want * sizeof(E));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// asynchronous operations
+// ---------------------------------------------------------------------------------------------
+class Op : public Napi::AsyncWorker {
+ public:
+  Op(Napi::Env env, std::shared_ptr<CtxState> ctx)
+      : Napi::AsyncWorker(env, "fa-cuda-op"), deferred_(Napi::Promise::Deferred::New(env)), ctx_(std::move(ctx)) {}
+  void Hold(Buffer* b) {
+    b->inflight_++;
+    held_.push_back(b);
+    refs_.push_back(Napi::Persistent(b->Value()));
+  }
+  Napi::Promise Promise() { return deferred_.Promise(); }
+  void Start() {
+    ticket_ = ctx_->next_ticket++;
+    Queue();
+  }
+
+ protected:
+  // Runs on a worker thread. Returns false (after setting code_/msg_) on failure.
+  virtual bool Run() = 0;
+  virtual Napi::Value Result(Napi::Env env) { return env.Undefined(); }
+  bool Fail(cudaError_t e, const std::string& what) {
+    code_ = CudaCode(e);
+    msg_ = "CUDA error in " + what + ": " + CudaText(e);
+    return false;
+  }
+  void Execute() override {
+    {
+      std::unique_lock<std::mutex> lk(ctx_->mu);
+      ctx_->cv.wait(lk, [&] { return ctx_->serving == ticket_; });
+    }
+    bool ok = true;
+    if (!ctx_->dry) {
+      cudaError_t e = cudaSetDevice(ctx_->device);
+      ok = e == cudaSuccess ? Run() : Fail(e, "cudaSetDevice");
+    }
+    {
+      std::lock_guard<std::mutex> lk(ctx_->mu);
+      ctx_->serving++;
+    }
+    ctx_->cv.notify_all();
+    if (!ok) SetError(msg_);
+  }
+  void Finish() {
+    for (Buffer* b : held_) {
+      if (g_live_buffers.count(b)) {
+        b->inflight_--;
+        if (b->disposed_) b->Release();
+      }
+    }
+    held_.clear();
+    refs_.clear();
+  }
+  void OnOK() override {
+    Napi::Env env = Env();
+    Napi::HandleScope scope(env);
+    Napi::Value r;
+    try {
+      r = Result(env);
+    } catch (const Napi::Error& e) {
+      Finish();
+      deferred_.Reject(e.Value());
+      return;
+    }
+    Finish();
+    deferred_.Resolve(r);
+  }
+  void OnError(const Napi::Error&) override {
+    Napi::Env env = Env();
+    Napi::HandleScope scope(env);
+    Finish();
+    deferred_.Reject(MakeError(env, code_, msg_).Value());
+  }
+
+  Napi::Promise::Deferred deferred_;
+  std::shared_ptr<CtxState> ctx_;
+  std::vector<Buffer*> held_;
+  std::vector<Napi::ObjectReference> refs_;
+  std::string code_ = "E_DEVICE", msg_;
+  uint64_t ticket_ = 0;
+};
+
+class CopyOp : public Op {
+ public:
+  CopyOp(Napi::Env env, std::shared_ptr<CtxState> ctx, Buffer* b, bool up, std::vector<uint8_t> staging, Napi::Value target)
+      : Op(env, std::move(ctx)), buf_(b), up_(up), staging_(std::move(staging)) {
+    Hold(b);
+    if (!up) {
+      target_ = Napi::Persistent(target.As<Napi::Object>());
+      staging_.resize(b->bytes_);
+    }
+  }
+
+ protected:
+  bool Run() override {
+    if (staging_.empty()) return true;
+    cudaError_t e = up_ ? cudaMemcpyAsync(buf_->ptr_, staging_.data(), staging_.size(), cudaMemcpyHostToDevice, ctx_->stream)
+                        : cudaMemcpyAsync(staging_.data(), buf_->ptr_, staging_.size(), cudaMemcpyDeviceToHost, ctx_->stream);
+    if (e != cudaSuccess) return Fail(e, up_ ? "upload" : "download");
+    e = cudaStreamSynchronize(ctx_->stream);
+    if (e != cudaSuccess) return Fail(e, up_ ? "upload" : "download");
+    return true;
+  }
+  Napi::Value Result(Napi::Env env) override {
+    if (up_) return env.Undefined();
+    // Re-validate the destination: it may have been detached or replaced meanwhile.
+    Napi::Value v = target_.Value();
+    if (!v.IsTypedArray()) Throw(env, "E_ARG", "download target is no longer a typed array");
+    napi_typedarray_type t;
+    size_t len = 0;
+    void* data = nullptr;
+    napi_value ab;
+    size_t off = 0;
+    if (napi_get_typedarray_info(env, v, &t, &len, &data, &ab, &off) != napi_ok) Throw(env, "E_ARG", "download target unreadable");
+    const size_t bytes = len * v.As<Napi::TypedArray>().ElementSize();
+    if (bytes != staging_.size() || (bytes > 0 && data == nullptr)) Throw(env, "E_ARG", "download target was detached or resized during the copy");
+    if (bytes) std::memcpy(data, staging_.data(), bytes);
+    return env.Undefined();
+  }
+
+ private:
+  Buffer* buf_;
+  bool up_;
+  std::vector<uint8_t> staging_;
+  Napi::ObjectReference target_;
+};
+
+class AttnOp : public Op {
+ public:
+  AttnOp(Napi::Env env, std::shared_ptr<CtxState> ctx, bool backward) : Op(env, std::move(ctx)), backward_(backward) {}
+  fa::FaArgs args{};
+  fa::FaTensors tens{};
+  std::vector<int> cuq, cuk;
+  std::vector<float> alibi;
+  bool backward_;
+  int splits_ = 1;
+
+ protected:
+  bool Run() override {
+    std::vector<void*> allocs;
+    auto cleanup = [&]() {
+      for (void* p : allocs) cudaFreeAsync(p, ctx_->stream);
+      cudaStreamSynchronize(ctx_->stream);
+    };
+    auto alloc = [&](void** p, size_t n) -> cudaError_t {
+      *p = nullptr;
+      if (n == 0) return cudaSuccess;
+      cudaError_t e = cudaMallocAsync(p, n, ctx_->stream);
+      if (e == cudaSuccess) allocs.push_back(*p);
+      return e;
+    };
+    const size_t small = (cuq.size() + cuk.size()) * sizeof(int) + alibi.size() * sizeof(float);
+    void* dsmall = nullptr;
+    cudaError_t e = alloc(&dsmall, small);
+    if (e != cudaSuccess) { cleanup(); return Fail(e, "allocating sequence offsets"); }
+    std::vector<uint8_t> host(small);
+    std::memcpy(host.data(), cuq.data(), cuq.size() * sizeof(int));
+    std::memcpy(host.data() + cuq.size() * sizeof(int), cuk.data(), cuk.size() * sizeof(int));
+    if (!alibi.empty()) std::memcpy(host.data() + (cuq.size() + cuk.size()) * sizeof(int), alibi.data(), alibi.size() * sizeof(float));
+    e = cudaMemcpyAsync(dsmall, host.data(), small, cudaMemcpyHostToDevice, ctx_->stream);
+    if (e != cudaSuccess) { cleanup(); return Fail(e, "copying sequence offsets"); }
+    args.cu_q = static_cast<const int*>(dsmall);
+    args.cu_k = args.cu_q + cuq.size();
+    args.alibi = alibi.empty() ? nullptr : reinterpret_cast<const float*>(args.cu_k + cuk.size());
+    args.num_sms = ctx_->sms;
+    args.arch = ctx_->arch;
+    void* ws = nullptr;
+    const size_t wsb = backward_ ? fa::bwd_workspace_bytes(&args) : fa::fwd_workspace_bytes(&args);
+    e = alloc(&ws, wsb);
+    if (e != cudaSuccess) { cleanup(); return Fail(e, "allocating the workspace (" + std::to_string(wsb) + " bytes)"); }
+    splits_ = args.num_splits;
+    e = backward_ ? fa::bwd(&args, tens, ws, ctx_->stream) : fa::fwd(&args, tens, ws, ctx_->stream);
+    if (e != cudaSuccess) { cleanup(); return Fail(e, backward_ ? "attention backward" : "attention forward"); }
+    e = cudaStreamSynchronize(ctx_->stream);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    cleanup();
+    if (e != cudaSuccess) return Fail(e, backward_ ? "attention backward" : "attention forward");
+    return true;
+  }
+  Napi::Value Result(Napi::Env env) override {
+    Napi::Object r = Napi::Object::New(env);
+    r.Set("splits", Napi::Number::New(env, splits_));
+    return r;
+  }
+};
+
+class Context : public Napi::ObjectWrap<Context> {
+ public:
+  static Napi::Function Init(Napi::Env env) {
+    return DefineClass(env, "Context",
+                       {InstanceMethod<&Context::Alloc>("alloc"), InstanceMethod<&Context::Upload>("upload"),
+                        InstanceMethod<&Context::Download>("download"), InstanceMethod<&Context::Forward>("forward"),
+                        InstanceMethod<&Context::Backward>("backward"), InstanceMethod<&Context::MemInfo>("memInfo"),
+                        InstanceMethod<&Context::Synchronize>("synchronize"), InstanceMethod<&Context::DisposeCtx>("dispose"),
+                        InstanceAccessor<&Context::GetDevice>("device"), InstanceAccessor<&Context::GetSms>("sms"),
+                        InstanceAccessor<&Context::GetDry>("dryRun")});
+  }
+  Context(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Context>(info) {
+    Napi::Env env = info.Env();
+    state_ = std::make_shared<CtxState>();
+    if (info.Length() > 0 && !info[0].IsUndefined()) {
+      Napi::Object o = AsObject(env, info[0], "Context options");
+      state_->dry = GetBool(env, o, "dryRun");
+      if (!o.Get("device").IsUndefined()) state_->device = static_cast<int>(GetInt(env, o, "device", 0, 1024));
+    }
+    if (state_->dry) {
+      state_->name = "dry run (no CUDA)";
+    } else {
+      int n = 0;
+      cudaError_t e = cudaGetDeviceCount(&n);
+      if (e != cudaSuccess) Throw(env, "E_DEVICE", "CUDA driver: " + CudaText(e));
+      if (state_->device >= n) Throw(env, "E_DEVICE", "CUDA device " + std::to_string(state_->device) + " does not exist (" + std::to_string(n) + " found)");
+      e = cudaSetDevice(state_->device);
+      if (e != cudaSuccess) Throw(env, "E_DEVICE", "cudaSetDevice: " + CudaText(e));
+      cudaDeviceProp prop;
+      e = cudaGetDeviceProperties(&prop, state_->device);
+      if (e != cudaSuccess) Throw(env, "E_DEVICE", "cudaGetDeviceProperties: " + CudaText(e));
+      state_->sms = prop.multiProcessorCount;
+      state_->arch = prop.major * 10 + prop.minor;
+      state_->name = prop.name;
+      e = cudaStreamCreateWithFlags(&state_->stream, cudaStreamNonBlocking);
+      if (e != cudaSuccess) Throw(env, CudaCode(e), "cudaStreamCreate: " + CudaText(e));
+    }
+    g_live_contexts.insert(this);
+  }
+  ~Context() override { g_live_contexts.erase(this); }
+
+ private:
+  void CheckLive(Napi::Env env) {
+    if (disposed_) Throw(env, "E_ARG", "this CUDA context was disposed");
+  }
+  Napi::Value GetDevice(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), state_->name); }
+  Napi::Value GetSms(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), state_->sms); }
+  Napi::Value GetDry(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), state_->dry); }
+
+  Napi::Value Alloc(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    CheckLive(env);
+    if (info.Length() < 1 || !info[0].IsNumber()) Throw(env, "E_ARG", "alloc(bytes): bytes must be a number");
+    const double x = info[0].As<Napi::Number>().DoubleValue();
+    if (!std::isfinite(x) || std::floor(x) != x || x < 0) Throw(env, "E_ARG", "alloc(bytes): bytes must be a non-negative integer");
+    if (x > 1099511627776.0) Throw(env, "E_TOO_LARGE", "alloc(bytes): more than 1 TiB asked for");
+    const size_t bytes = static_cast<size_t>(x);
+    void* p = nullptr;
+    if (bytes > 0 && !state_->dry) {
+      cudaSetDevice(state_->device);
+      cudaError_t e = cudaMallocAsync(&p, bytes, state_->stream);
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        Throw(env, CudaCode(e), "cudaMallocAsync(" + std::to_string(bytes) + " bytes): " + CudaText(e));
+      }
+    } else if (bytes > 0) {
+      p = reinterpret_cast<void*>(static_cast<uintptr_t>(0x1000));  // never dereferenced in dry runs
+    }
+    AddonData* data = env.GetInstanceData<AddonData>();
+    Napi::Object obj = data->buffer_ctor.New({Napi::External<int>::New(env, &kToken)});
+    Buffer* b = Buffer::Unwrap(obj);
+    b->Setup(state_, p, bytes);
+    return obj;
+  }
+
+  Napi::Value Upload(const Napi::CallbackInfo& info) { return Copy(info, true); }
+  Napi::Value Download(const Napi::CallbackInfo& info) { return Copy(info, false); }
+  Napi::Value Copy(const Napi::CallbackInfo& info, bool up) {
+    Napi::Env env = info.Env();
+    CheckLive(env);
+    const char* name = up ? "upload" : "download";
+    if (info.Length() < 2) Throw(env, "E_ARG", std::string(name) + "(buffer, typedArray) needs two arguments");
+    Buffer* b = UnwrapBuffer(env, info[0], state_, std::string(name) + ": buffer");
+    if (!info[1].IsTypedArray()) Throw(env, "E_DTYPE", std::string(name) + ": data must be a typed array");
+    Napi::TypedArray ta = info[1].As<Napi::TypedArray>();
+    napi_typedarray_type t;
+    size_t len = 0;
+    void* data = nullptr;
+    napi_value ab;
+    size_t off = 0;
+    if (napi_get_typedarray_info(env, ta, &t, &len, &data, &ab, &off) != napi_ok) Throw(env, "E_ARG", std::string(name) + ": cannot read the typed array");
+    const size_t bytes = len * ta.ElementSize();
+    if (bytes != b->bytes_) Throw(env, "E_SHAPE", std::string(name) + ": the typed array has " + std::to_string(bytes) + " bytes, the buffer " + std::to_string(b->bytes_));
+    if (bytes > 0 && data == nullptr) Throw(env, "E_ARG", std::string(name) + ": the typed array is detached");
+    std::vector<uint8_t> staging;
+    if (up) {
+      staging.resize(bytes);
+      if (bytes) std::memcpy(staging.data(), data, bytes);
+    }
+    auto* op = new CopyOp(env, state_, b, up, std::move(staging), info[1]);
+    Napi::Promise p = op->Promise();
+    op->Start();
+    return p;
+  }
+
+  // Validates a forward/backward spec into an AttnOp. Throws before any CUDA call.
+  AttnOp* Parse(Napi::Env env, Napi::Value specv, bool backward) {
+    Napi::Object o = AsObject(env, specv, "spec");
+    Napi::Value dt = o.Get("dtype");
+    if (!dt.IsString()) Throw(env, "E_DTYPE", "dtype must be 'f16' or 'bf16'");
+    const std::string dts = dt.As<Napi::String>().Utf8Value();
+    if (dts != "f16" && dts != "bf16") Throw(env, "E_DTYPE", "dtype must be 'f16' or 'bf16' (f32 is not computed natively on CUDA), got '" + dts + "'");
+    fa::FaArgs a{};
+    a.dtype = dts == "bf16" ? fa::kBF16 : fa::kF16;
+    a.B = static_cast<int>(GetInt(env, o, "B", 1, 65535));
+    a.H = static_cast<int>(GetInt(env, o, "H", 1, 65535));
+    a.Hkv = static_cast<int>(GetInt(env, o, "Hkv", 1, 65535));
+    a.d = static_cast<int>(GetInt(env, o, "d", 1, 256));
+    if (a.H % a.Hkv != 0) Throw(env, "E_SHAPE", "H must be a multiple of Hkv");
+    if (fa::head_dim_bucket(a.d) == 0) Throw(env, "E_UNSUPPORTED", "head dim d must be a multiple of 8 and at most 256 on CUDA, got " + std::to_string(a.d));
+    a.total_q = static_cast<int>(GetInt(env, o, "totalQ", 0, 2147483647));
+    a.total_k = static_cast<int>(GetInt(env, o, "totalK", 0, 2147483647));
+    a.varlen = GetBool(env, o, "varlen") ? 1 : 0;
+    std::vector<int> cuq = CopyTyped<int>(env, o.Get("cuSeqlensQ"), napi_int32_array, static_cast<size_t>(a.B) + 1, "cuSeqlensQ");
+    std::vector<int> cuk = CopyTyped<int>(env, o.Get("cuSeqlensK"), napi_int32_array, static_cast<size_t>(a.B) + 1, "cuSeqlensK");
+    auto check_cu = [&](const std::vector<int>& cu, int total, const char* what, int* mx) {
+      if (cu[0] != 0) Throw(env, "E_ARG", std::string(what) + " must start at 0");
+      *mx = 0;
+      for (int b = 0; b < a.B; ++b) {
+        if (cu[b + 1] < cu[b]) Throw(env, "E_ARG", std::string(what) + " must be non-decreasing");
+        *mx = std::max(*mx, cu[b + 1] - cu[b]);
+      }
+      if (cu[a.B] != total) Throw(env, "E_SHAPE", std::string(what) + " must end at the packed length " + std::to_string(total));
+    };
+    check_cu(cuq, a.total_q, "cuSeqlensQ", &a.max_tq);
+    check_cu(cuk, a.total_k, "cuSeqlensK", &a.max_tk);
+    if (!a.varlen) {
+      for (int b = 0; b <= a.B; ++b)
+        if (static_cast<int64_t>(cuq[b]) != static_cast<int64_t>(b) * a.max_tq || static_cast<int64_t>(cuk[b]) != static_cast<int64_t>(b) * a.max_tk)
+          Throw(env, "E_ARG", "without varlen every sequence must have the same length");
+    }
+    a.scale = static_cast<float>(GetNum(env, o, "scale"));
+    if (!std::isfinite(a.scale)) Throw(env, "E_ARG", "scale overflows float32");
+    const double sc = GetNum(env, o, "softcap");
+    if (sc < 0 || !std::isfinite(static_cast<float>(sc))) Throw(env, "E_ARG", "softcap must be >= 0 (0 = none) and fit float32");
+    a.softcap = static_cast<float>(sc);
+    a.win_left = static_cast<int>(GetInt(env, o, "windowLeft", -1, 2147483647));
+    a.win_right = static_cast<int>(GetInt(env, o, "windowRight", -1, 2147483647));
+    a.deterministic = GetBool(env, o, "deterministic") ? 1 : 0;
+    std::vector<float> alibi;
+    Napi::Value al = o.Get("alibi");
+    if (!al.IsUndefined() && !al.IsNull()) {
+      alibi = CopyTyped<float>(env, al, napi_float32_array, static_cast<size_t>(a.B) * a.H, "alibi");
+      for (float x : alibi)
+        if (!std::isfinite(x)) Throw(env, "E_ARG", "alibi slopes must be finite");
+    }
+    // exact buffer sizes (all factors < 2^31 * 2^16 * 2^8: no 64-bit overflow)
+    const uint64_t nq = static_cast<uint64_t>(a.total_q) * a.H * a.d * 2, nk = static_cast<uint64_t>(a.total_k) * a.Hkv * a.d * 2;
+    const uint64_t nl = static_cast<uint64_t>(a.total_q) * a.H * 4;
+    auto op = std::make_unique<AttnOp>(env, state_, backward);
+    std::vector<Buffer*> inputs, outputs;
+    auto buf = [&](const char* key, uint64_t bytes, bool output) -> void* {
+      Buffer* b = UnwrapBuffer(env, o.Get(key), state_, key);
+      if (b->bytes_ != bytes) Throw(env, "E_SHAPE", std::string(key) + " must have " + std::to_string(bytes) + " bytes, has " + std::to_string(b->bytes_));
+      for (Buffer* x : outputs)
+        if (x == b) Throw(env, "E_ARG", std::string(key) + " is the same buffer as another output");
+      if (output)
+        for (Buffer* x : inputs)
+          if (x == b) Throw(env, "E_ARG", std::string(key) + " (an output) aliases an input");
+      (output ? outputs : inputs).push_back(b);
+      return b->ptr_;
+    };
+    fa::FaTensors& t = op->tens;
+    t.q = buf("q", nq, false);
+    t.k = buf("k", nk, false);
+    t.v = buf("v", nk, false);
+    if (!backward) {
+      t.o = buf("out", nq, true);
+      t.lse = static_cast<float*>(buf("lse", nl, true));
+    } else {
+      t.o = buf("out", nq, false);
+      t.dout = buf("dout", nq, false);
+      t.lse = static_cast<float*>(buf("lse", nl, false));
+      t.dq = buf("dq", nq, true);
+      t.dk = buf("dk", nk, true);
+      t.dv = buf("dv", nk, true);
+    }
+    for (Buffer* b : inputs) op->Hold(b);
+    for (Buffer* b : outputs) op->Hold(b);
+    op->args = a;
+    op->cuq = std::move(cuq);
+    op->cuk = std::move(cuk);
+    op->alibi = std::move(alibi);
+    return op.release();
+  }
+  Napi::Value Forward(const Napi::CallbackInfo& info) { return Attn(info, false); }
+  Napi::Value Backward(const Napi::CallbackInfo& info) { return Attn(info, true); }
+  Napi::Value Attn(const Napi::CallbackInfo& info, bool backward) {
+    Napi::Env env = info.Env();
+    CheckLive(env);
+    if (info.Length() < 1) Throw(env, "E_ARG", "a spec object is required");
+    AttnOp* op = Parse(env, info[0], backward);
+    Napi::Promise p = op->Promise();
+    op->Start();
+    return p;
+  }
+  Napi::Value MemInfo(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    CheckLive(env);
+    size_t f = 0, t = 0;
+    if (!state_->dry) {
+      cudaSetDevice(state_->device);
+      cudaError_t e = cudaMemGetInfo(&f, &t);
+      if (e != cudaSuccess) Throw(env, "E_DEVICE", "cudaMemGetInfo: " + CudaText(e));
+    }
+    Napi::Object r = Napi::Object::New(env);
+    r.Set("free", Napi::Number::New(env, static_cast<double>(f)));
+    r.Set("total", Napi::Number::New(env, static_cast<double>(t)));
+    return r;
+  }
+  Napi::Value Synchronize(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    CheckLive(env);
+    class SyncOp : public Op {
+     public:
+      using Op::Op;
+      bool Run() override {
+        cudaError_t e = cudaStreamSynchronize(ctx_->stream);
+        return e == cudaSuccess ? true : Fail(e, "synchronize");
+      }
+    };
+    auto* op = new SyncOp(env, state_);
+    Napi::Promise p = op->Promise();
+    op->Start();
+    return p;
+  }
+  Napi::Value DisposeCtx(const Napi::CallbackInfo& info) {
+    disposed_ = true;
+    return info.Env().Undefined();
+  }
+
+  std::shared_ptr<CtxState> state_;
+  bool disposed_ = false;
+};
+
+Napi::Value Probe(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object r = Napi::Object::New(env);
+  int drv = 0, rt = 0;
+  cudaDriverGetVersion(&drv);
+  cudaRuntimeGetVersion(&rt);
+  r.Set("driver", Napi::Number::New(env, drv));
+  r.Set("runtime", Napi::Number::New(env, rt));
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    r.Set("ok", Napi::Boolean::New(env, false));
+    r.Set("reason", Napi::String::New(env, "CUDA driver: " + CudaText(e)));
+    return r;
+  }
+  if (n == 0) {
+    r.Set("ok", Napi::Boolean::New(env, false));
+    r.Set("reason", Napi::String::New(env, "no CUDA device found"));
+    return r;
+  }
+  cudaDeviceProp prop;
+  e = cudaGetDeviceProperties(&prop, 0);
+  if (e != cudaSuccess) {
+    r.Set("ok", Napi::Boolean::New(env, false));
+    r.Set("reason", Napi::String::New(env, "cudaGetDeviceProperties: " + CudaText(e)));
+    return r;
+  }
+  r.Set("device", Napi::String::New(env, prop.name));
+  r.Set("sms", Napi::Number::New(env, prop.multiProcessorCount));
+  Napi::Array cc = Napi::Array::New(env, 2);
+  cc.Set(0u, Napi::Number::New(env, prop.major));
+  cc.Set(1u, Napi::Number::New(env, prop.minor));
+  r.Set("cc", cc);
+  r.Set("smemPerBlockOptin", Napi::Number::New(env, static_cast<double>(prop.sharedMemPerBlockOptin)));
+  r.Set("totalMem", Napi::Number::New(env, static_cast<double>(prop.totalGlobalMem)));
+  if (prop.major < 8) {
+    r.Set("ok", Napi::Boolean::New(env, false));
+    r.Set("reason", Napi::String::New(env, std::string(prop.name) + " has compute capability " + std::to_string(prop.major) + "." +
+                                                std::to_string(prop.minor) + "; the kernels need 8.0 or newer"));
+    return r;
+  }
+  r.Set("ok", Napi::Boolean::New(env, true));
+  return r;
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  auto* data = new AddonData();
+  data->buffer_ctor = Napi::Persistent(Buffer::Init(env));
+  env.SetInstanceData<AddonData>(data);
+  exports.Set("probe", Napi::Function::New(env, Probe, "probe"));
+  exports.Set("Context", Context::Init(env));
+  exports.Set("version", Napi::String::New(env, "0.1.0"));
+  return exports;
+}
+
+}  // namespace
+
+NODE_API_MODULE(fa_cuda, Init)

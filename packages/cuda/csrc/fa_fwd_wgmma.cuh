@@ -1,0 +1,232 @@
+// Forward attention on Hopper warpgroup MMA (sm_90a): FlashAttention-3 style arithmetic without
+// warp specialisation. A CTA has NWG warpgroups; each owns 64 query rows. S = Q K^T runs as
+// wgmma with both operands in shared memory, the online softmax runs on the S accumulator in
+// registers, and O += P V runs as wgmma with P from registers (the accumulator layout re-packs
+// into the A-fragment layout) and V from shared memory read transposed (MN-major).
+// Tiles are stored 128B-swizzled in column blocks of 64 elements (the canonical wgmma layout):
+// element (r, c) of an R-row tile lives at (c/64)*R*64 + r*64 + (((c%64)/8) ^ (r%8))*8 + c%8.
+// Same semantics, masking and epilogue as fwd_kernel (fa_fwd.cuh).
+#pragma once
+#include "fa_common.cuh"
+#include "fa_wgmma.cuh"
+
+namespace fa {
+
+template <int R>
+__device__ __forceinline__ int swz128(int r, int c) {
+  return (c >> 6) * R * 64 + r * 64 + ((((c & 63) >> 3) ^ (r & 7)) << 3) + (c & 7);
+}
+
+template <int R, int C, int NT, typename T>
+__device__ __forceinline__ void load_tile128(T* s, const T* g, int64_t ld, int nrows, int ncols, int tid) {
+  constexpr int CPR = C / 8;
+#pragma unroll
+  for (int it = 0; it < (R * CPR + NT - 1) / NT; ++it) {
+    const int i = tid + it * NT;
+    if ((R * CPR) % NT == 0 || i < R * CPR) {
+      const int r = i / CPR, c = (i % CPR) * 8;
+      const bool ok = r < nrows && c < ncols;
+      cp_async16(s + swz128<R>(r, c), ok ? (const void*)(g + r * ld + c) : (const void*)g, ok);
+    }
+  }
+}
+
+template <int D_, int BN_, int NWG_>
+struct WgCfg {
+  static constexpr int D = D_, BN = BN_, NWG = NWG_, BM = 64 * NWG_;
+};
+
+// Hopper tiles per head-dim bucket (64 and 128; 256 stays on fwd_kernel).
+template <int D>
+struct WgTraits;
+template <>
+struct WgTraits<64> : WgCfg<64, 128, 2> {};
+template <>
+struct WgTraits<128> : WgCfg<128, 128, 2> {};
+
+template <typename T, typename Tr>
+__global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, FaTensors t) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  // ---- roles and sizes --------------------------------------------------------------------
+  constexpr int D = Tr::D, BN = Tr::BN, NWG = Tr::NWG, BM = Tr::BM, NT = NWG * 128;
+  constexpr int NS = BN / 2;  // S accumulator floats per thread (64 x BN per warpgroup)
+  constexpr int NO = D / 2;   // O accumulator floats per thread (64 x D per warpgroup)
+  using M = Mma<T>;
+  using OpS = wg::Op<T, BN>;
+  using OpO = wg::Op<T, D>;
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sK = sQ + BM * D;      // [2][BN][D]
+  T* sV = sK + 2 * BN * D;  // [2][BN][D]
+
+  const int tid = threadIdx.x, wgi = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
+  const int m_block = blockIdx.x, h = blockIdx.y;
+  const int b = blockIdx.z / a.num_splits, split = blockIdx.z % a.num_splits;
+  const SeqInfo s = seq_info(a, b);
+  const int m0 = m_block * BM;
+  if (m0 >= s.tq) return;
+  const int hk = h / (a.H / a.Hkv);
+  const int64_t ldq = static_cast<int64_t>(a.H) * a.d, ldk = static_cast<int64_t>(a.Hkv) * a.d;
+  const T* Qg = static_cast<const T*>(t.q) + (s.q0 + m0) * ldq + static_cast<int64_t>(h) * a.d;
+  const T* Kg = static_cast<const T*>(t.k) + s.k0 * ldk + static_cast<int64_t>(hk) * a.d;
+  const T* Vg = static_cast<const T*>(t.v) + s.k0 * ldk + static_cast<int64_t>(hk) * a.d;
+  const float slope = a.alibi ? a.alibi[b * a.H + h] : 0.f;
+  const bool plain = a.softcap <= 0.f && slope == 0.f;
+  const float scale_log2 = a.scale * kLog2e;
+
+  int nb_lo, nb_hi;
+  key_block_range(a, s, m0, BM, BN, &nb_lo, &nb_hi);
+  if (a.num_splits > 1) {
+    const int per = (nb_hi - nb_lo + a.num_splits - 1) / a.num_splits;
+    const int lo = nb_lo + split * per;
+    nb_hi = min(nb_hi, lo + per);
+    nb_lo = min(lo, nb_hi);
+  }
+
+  load_tile128<BM, D, NT>(sQ, Qg, ldq, s.tq - m0, a.d, tid);
+  if (nb_lo < nb_hi) load_tile128<BN, D, NT>(sK, Kg + nb_lo * BN * ldk, ldk, s.tk - nb_lo * BN, a.d, tid);
+  cp_async_commit();
+  if (nb_lo < nb_hi) load_tile128<BN, D, NT>(sV, Vg + nb_lo * BN * ldk, ldk, s.tk - nb_lo * BN, a.d, tid);
+  cp_async_commit();
+
+  float o[NO];
+#pragma unroll
+  for (int i = 0; i < NO; ++i) o[i] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  const int r_lo = m0 + wgi * 64 + warp * 16 + (lane >> 2);
+  const uint32_t q_addr = smem_u32(sQ) + wgi * 64 * 64 * 2;  // this warpgroup's 64 rows in column block 0
+
+  for (int nb = nb_lo; nb < nb_hi; ++nb) {
+    const int buf = (nb - nb_lo) & 1;
+    if (nb + 1 < nb_hi) {
+      const int n1 = (nb + 1) * BN;
+      load_tile128<BN, D, NT>(sK + (buf ^ 1) * BN * D, Kg + n1 * ldk, ldk, s.tk - n1, a.d, tid);
+    }
+    cp_async_commit();
+    if (nb + 1 < nb_hi) {
+      const int n1 = (nb + 1) * BN;
+      load_tile128<BN, D, NT>(sV + (buf ^ 1) * BN * D, Vg + n1 * ldk, ldk, s.tk - n1, a.d, tid);
+    }
+    cp_async_commit();
+    cp_async_wait<3>();
+    wg::fence_proxy_async();
+    __syncthreads();
+
+    // ---- S = Q K^T --------------------------------------------------------------------------
+    const uint32_t k_addr = smem_u32(sK + buf * BN * D);
+    float sc[NS];
+    wg::fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const uint64_t da = wg::desc(q_addr + (ks >> 2) * BM * 128 + (ks & 3) * 32, 16, 1024);
+      const uint64_t db = wg::desc(k_addr + (ks >> 2) * BN * 128 + (ks & 3) * 32, 16, 1024);
+      OpS::ss(sc, da, db, ks > 0 ? 1 : 0);
+    }
+    wg::commit();
+    wg::wait<0>();
+    wg::fence_operands<NS>(sc);
+
+    // ---- scores in log2 units, masked ---------------------------------------------------------
+    const int n0 = nb * BN;
+    if (plain) {
+#pragma unroll
+      for (int i = 0; i < NS; ++i) sc[i] *= scale_log2;
+    } else {
+#pragma unroll
+      for (int i = 0; i < NS; ++i)
+        sc[i] = score_log2(a, sc[i], slope, r_lo + ((i >> 1) & 1) * 8, n0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1), s.off, nullptr);
+    }
+    if (tile_needs_mask(a, s, m0, BM, n0, BN)) {
+#pragma unroll
+      for (int i = 0; i < NS; ++i)
+        if (!visible(a, s, r_lo + ((i >> 1) & 1) * 8, n0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1))) sc[i] = -INFINITY;
+    }
+
+    // ---- online softmax ---------------------------------------------------------------------
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      float mx = row_max[rr];
+#pragma unroll
+      for (int i = 0; i < NS / 4; ++i) mx = fmaxf(mx, fmaxf(sc[4 * i + 2 * rr], sc[4 * i + 2 * rr + 1]));
+      mx = quad_max(mx);
+      const float m_use = mx == -INFINITY ? 0.f : mx;
+      const float alpha = exp2f(row_max[rr] - m_use);
+      row_max[rr] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int i = 0; i < NS / 4; ++i) {
+        sc[4 * i + 2 * rr] = exp2f(sc[4 * i + 2 * rr] - m_use);
+        sc[4 * i + 2 * rr + 1] = exp2f(sc[4 * i + 2 * rr + 1] - m_use);
+        sum += sc[4 * i + 2 * rr] + sc[4 * i + 2 * rr + 1];
+      }
+      row_sum[rr] = row_sum[rr] * alpha + sum;
+#pragma unroll
+      for (int i = 0; i < NO / 4; ++i) {
+        o[4 * i + 2 * rr] *= alpha;
+        o[4 * i + 2 * rr + 1] *= alpha;
+      }
+    }
+    uint32_t pf[BN / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < BN / 16; ++ks) {
+      pf[ks][0] = M::pack(sc[8 * ks + 0], sc[8 * ks + 1]);
+      pf[ks][1] = M::pack(sc[8 * ks + 2], sc[8 * ks + 3]);
+      pf[ks][2] = M::pack(sc[8 * ks + 4], sc[8 * ks + 5]);
+      pf[ks][3] = M::pack(sc[8 * ks + 6], sc[8 * ks + 7]);
+    }
+
+    cp_async_wait<2>();
+    wg::fence_proxy_async();
+    __syncthreads();
+
+    // ---- O += P V ---------------------------------------------------------------------------
+    const uint32_t v_addr = smem_u32(sV + buf * BN * D);
+    wg::fence_operands<NO>(o);
+    wg::fence();
+#pragma unroll
+    for (int ks = 0; ks < BN / 16; ++ks) {
+      const uint64_t db = wg::desc(v_addr + ks * 16 * 128, BN * 128, 1024);
+      OpO::rs(o, pf[ks], db, 1);
+    }
+    wg::commit();
+    wg::wait<0>();
+    wg::fence_operands<NO>(o);
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+
+  // ---- epilogue -----------------------------------------------------------------------------
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const float l = quad_sum(row_sum[rr]);
+    const float inv = l == 0.f ? 0.f : 1.f / l;
+    const float m_use = row_max[rr] == -INFINITY ? 0.f : row_max[rr];
+    const float lse = l == 0.f ? -INFINITY : (m_use + log2f(l)) * kLn2;
+    const int i = r_lo + rr * 8;
+    if (i >= s.tq) continue;
+    const int64_t row = s.q0 + i;
+    if (a.num_splits == 1) {
+      T* Og = static_cast<T*>(t.o) + row * ldq + static_cast<int64_t>(h) * a.d;
+#pragma unroll
+      for (int n = 0; n < NO / 4; ++n) {
+        const int c = n * 8 + 2 * (lane & 3);
+        if (c < a.d) *reinterpret_cast<uint32_t*>(Og + c) = M::pack(o[4 * n + 2 * rr] * inv, o[4 * n + 2 * rr + 1] * inv);
+      }
+      if ((lane & 3) == 0) t.lse[lse_index(a, b, h, s.q0, i)] = lse;
+    } else {
+      float* Oa = a.oaccum + ((static_cast<int64_t>(split) * a.total_q + row) * a.H + h) * a.d;
+#pragma unroll
+      for (int n = 0; n < NO / 4; ++n) {
+        const int c = n * 8 + 2 * (lane & 3);
+        if (c < a.d) *reinterpret_cast<float2*>(Oa + c) = make_float2(o[4 * n + 2 * rr] * inv, o[4 * n + 2 * rr + 1] * inv);
+      }
+      if ((lane & 3) == 0) a.lseaccum[(static_cast<int64_t>(split) * a.H + h) * a.total_q + row] = lse;
+    }
+  }
+#else
+  __trap();
+#endif
+}
+
+}  // namespace fa

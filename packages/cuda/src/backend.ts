@@ -1,0 +1,291 @@
+/**
+ * The CUDA engine: an AttentionBackend over the native addon. f16 and bf16 are computed natively
+ * (float32 accumulation); f32 problems are declined by supports() with the reason.
+ * Inputs may be host tensors (copied for you, results copied back) or this backend's device
+ * tensors (results stay on the device).
+ */
+import {
+  allocHost,
+  checkHostData,
+  describeBackward,
+  describeProblem,
+  FAError,
+  isDeviceTensor,
+  isHostTensor,
+  numel,
+  type AttentionBackend,
+  type AttentionOptions,
+  type AttentionProblem,
+  type BackwardResult,
+  type DeviceTensor,
+  type DType,
+  type FAErrorCode,
+  type ForwardResult,
+  type HostTensor,
+  type Support,
+  type Tensor,
+} from '@fa/core';
+import { loadNative, type NativeAttnSpec, type NativeBuffer, type NativeContext, type NativeProbe } from './native.js';
+
+const CODES = new Set<FAErrorCode>(['E_SHAPE', 'E_DTYPE', 'E_ARG', 'E_UNSUPPORTED', 'E_TOO_LARGE', 'E_OOM', 'E_DEVICE', 'E_IO']);
+
+/** Turns an error from the addon (an Error with a `code`) into an FAError. */
+export function toFAError(e: unknown): FAError {
+  if (e instanceof FAError) return e;
+  const code = (e as { code?: unknown } | null)?.code;
+  const msg = e instanceof Error ? e.message : String(e);
+  return new FAError(typeof code === 'string' && CODES.has(code as FAErrorCode) ? (code as FAErrorCode) : 'E_DEVICE', `cuda: ${msg}`, { cause: e });
+}
+
+/** A tensor in CUDA device memory, owned by one CudaBackend. */
+export class CudaTensor implements DeviceTensor {
+  readonly kind = 'device' as const;
+  readonly backend = 'cuda';
+  readonly shape: readonly number[];
+  constructor(
+    readonly dtype: DType,
+    shape: readonly number[],
+    readonly handle: NativeBuffer,
+    /** @internal */ readonly owner: CudaBackend,
+  ) {
+    this.shape = Object.freeze([...shape]);
+  }
+  get disposed(): boolean {
+    return this.handle.disposed;
+  }
+}
+
+const bytesOf = (dtype: DType, shape: readonly number[]) => numel(shape) * (dtype === 'f32' ? 4 : 2);
+
+export interface CudaBackendOptions {
+  /** CUDA device index (default 0). */
+  device?: number;
+}
+
+export class CudaBackend implements AttentionBackend {
+  readonly name = 'cuda';
+  readonly dtypes: readonly DType[] = ['f16', 'bf16'];
+  readonly device: string;
+  readonly probe: NativeProbe;
+  #ctx: NativeContext;
+  #disposed = false;
+
+  constructor(ctx: NativeContext, probe: NativeProbe) {
+    this.#ctx = ctx;
+    this.probe = probe;
+    this.device = ctx.device;
+  }
+
+  /** The native context (stream); for benchmarks and tests. */
+  get context(): NativeContext {
+    return this.#ctx;
+  }
+
+  supports(p: AttentionProblem): Support {
+    if (p.dtype === 'f32') return { ok: false, reason: 'f32 is not computed natively on CUDA; use f16 or bf16' };
+    if (p.d % 8 !== 0 || p.d > 256) return { ok: false, reason: `head dim ${p.d} is not supported on CUDA (a multiple of 8, at most 256)` };
+    if (p.h > 65535 || p.batch > 65535) return { ok: false, reason: 'more than 65535 heads or sequences' };
+    if (p.totalQ > 2 ** 31 - 1 || p.totalK > 2 ** 31 - 1) return { ok: false, reason: 'more than 2^31-1 tokens' };
+    return { ok: true };
+  }
+
+  #live(): void {
+    if (this.#disposed) throw new FAError('E_ARG', 'this CUDA backend was disposed');
+  }
+
+  #own(t: Tensor, what: string): CudaTensor {
+    if (!(t instanceof CudaTensor) || t.owner !== this) {
+      throw new FAError('E_ARG', `${what} is a device tensor of another backend (${(t as DeviceTensor).backend}); read it to the host first`);
+    }
+    if (t.disposed) throw new FAError('E_ARG', `${what} is a device tensor that was already disposed`);
+    return t;
+  }
+
+  #alloc(bytes: number, keep: NativeBuffer[]): NativeBuffer {
+    try {
+      const b = this.#ctx.alloc(bytes);
+      keep.push(b);
+      return b;
+    } catch (e) {
+      throw toFAError(e);
+    }
+  }
+
+  /** The device buffer of t, uploading a host tensor into a temporary (pushed on `temps`). */
+  async #dev(t: Tensor, what: string, temps: NativeBuffer[]): Promise<NativeBuffer> {
+    if (isDeviceTensor(t)) return this.#own(t, what).handle;
+    const h = t as HostTensor;
+    const b = this.#alloc(h.data.byteLength, temps);
+    await this.#ctx.upload(b, h.data);
+    return b;
+  }
+
+  async upload(t: HostTensor): Promise<Tensor> {
+    this.#live();
+    if (!isHostTensor(t)) throw new FAError('E_ARG', 'upload() takes a host tensor');
+    checkHostData(t.data, t.shape, t.dtype, 'upload');
+    const keep: NativeBuffer[] = [];
+    const b = this.#alloc(bytesOf(t.dtype, t.shape), keep);
+    try {
+      await this.#ctx.upload(b, t.data);
+    } catch (e) {
+      b.dispose();
+      throw toFAError(e);
+    }
+    return new CudaTensor(t.dtype, t.shape, b, this);
+  }
+
+  async read(t: Tensor): Promise<HostTensor> {
+    this.#live();
+    if (isHostTensor(t)) return t;
+    const c = this.#own(t, 'tensor');
+    const data = allocHost(c.dtype, numel(c.shape));
+    try {
+      await this.#ctx.download(c.handle, data);
+    } catch (e) {
+      throw toFAError(e);
+    }
+    return { kind: 'host', dtype: c.dtype, shape: [...c.shape], data };
+  }
+
+  disposeTensor(t: Tensor): void {
+    if (isHostTensor(t)) return;
+    if (!(t instanceof CudaTensor) || t.owner !== this) throw new FAError('E_ARG', 'disposeTensor: the tensor belongs to another backend');
+    t.handle.dispose();
+  }
+
+  #spec(p: AttentionProblem): Omit<NativeAttnSpec, 'q' | 'k' | 'v' | 'out' | 'lse'> {
+    return {
+      dtype: p.dtype as 'f16' | 'bf16',
+      B: p.batch,
+      H: p.h,
+      Hkv: p.hkv,
+      d: p.d,
+      totalQ: p.totalQ,
+      totalK: p.totalK,
+      varlen: p.varlen,
+      cuSeqlensQ: p.cuSeqlensQ,
+      cuSeqlensK: p.cuSeqlensK,
+      alibi: p.alibi ?? null,
+      scale: p.scale,
+      softcap: p.softcap,
+      windowLeft: p.windowLeft,
+      windowRight: p.windowRight,
+      deterministic: p.deterministic,
+    };
+  }
+
+  #check(p: AttentionProblem): void {
+    const s = this.supports(p);
+    if (!s.ok) throw new FAError('E_UNSUPPORTED', `cuda: ${s.reason}`);
+  }
+
+  async forward(q: Tensor, k: Tensor, v: Tensor, opts: AttentionOptions = {}): Promise<ForwardResult> {
+    this.#live();
+    const p = describeProblem(q, k, v, opts);
+    this.#check(p);
+    const onDevice = isDeviceTensor(q);
+    const temps: NativeBuffer[] = [];
+    const outs: NativeBuffer[] = [];
+    try {
+      const [bq, bk, bv] = [await this.#dev(q, 'q', temps), await this.#dev(k, 'k', temps), await this.#dev(v, 'v', temps)];
+      const out = this.#alloc(bytesOf(p.dtype, p.qShape), outs);
+      const lse = this.#alloc(numel(p.lseShape) * 4, outs);
+      if (p.batch > 0 && p.totalQ > 0) await this.#ctx.forward({ ...this.#spec(p), q: bq, k: bk, v: bv, out, lse });
+      const tOut = new CudaTensor(p.dtype, p.qShape, out, this);
+      const tLse = new CudaTensor('f32', p.lseShape, lse, this);
+      if (onDevice) {
+        outs.length = 0;
+        return { out: tOut, lse: tLse };
+      }
+      return { out: await this.read(tOut), lse: await this.read(tLse) };
+    } catch (e) {
+      throw toFAError(e);
+    } finally {
+      for (const b of temps) b.dispose();
+      for (const b of outs) b.dispose();
+    }
+  }
+
+  async backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dOut: Tensor, lse: Tensor, opts: AttentionOptions = {}): Promise<BackwardResult> {
+    this.#live();
+    const p = describeBackward(q, k, v, out, dOut, lse, opts);
+    this.#check(p);
+    const onDevice = isDeviceTensor(q);
+    const temps: NativeBuffer[] = [];
+    const outs: NativeBuffer[] = [];
+    try {
+      const bq = await this.#dev(q, 'q', temps);
+      const bk = await this.#dev(k, 'k', temps);
+      const bv = await this.#dev(v, 'v', temps);
+      const bo = await this.#dev(out, 'out', temps);
+      const bdo = await this.#dev(dOut, 'dOut', temps);
+      const bl = await this.#dev(lse, 'lse', temps);
+      const dq = this.#alloc(bytesOf(p.dtype, p.qShape), outs);
+      const dk = this.#alloc(bytesOf(p.dtype, p.kShape), outs);
+      const dv = this.#alloc(bytesOf(p.dtype, p.kShape), outs);
+      if (p.batch > 0 && (p.totalQ > 0 || p.totalK > 0)) {
+        await this.#ctx.backward({ ...this.#spec(p), q: bq, k: bk, v: bv, out: bo, dout: bdo, lse: bl, dq, dk, dv });
+      }
+      const r = {
+        dq: new CudaTensor(p.dtype, p.qShape, dq, this),
+        dk: new CudaTensor(p.dtype, p.kShape, dk, this),
+        dv: new CudaTensor(p.dtype, p.kShape, dv, this),
+      };
+      if (onDevice) {
+        outs.length = 0;
+        return r;
+      }
+      return { dq: await this.read(r.dq), dk: await this.read(r.dk), dv: await this.read(r.dv) };
+    } catch (e) {
+      throw toFAError(e);
+    } finally {
+      for (const b of temps) b.dispose();
+      for (const b of outs) b.dispose();
+    }
+  }
+
+  /** Free and total device memory in bytes (cudaMemGetInfo). */
+  memInfo(): { free: number; total: number } {
+    this.#live();
+    return this.#ctx.memInfo();
+  }
+
+  async synchronize(): Promise<void> {
+    this.#live();
+    await this.#ctx.synchronize().catch((e: unknown) => {
+      throw toFAError(e);
+    });
+  }
+
+  async dispose(): Promise<void> {
+    if (this.#disposed) return;
+    await this.#ctx.synchronize().catch(() => undefined);
+    this.#disposed = true;
+    this.#ctx.dispose();
+  }
+}
+
+/** Whether a CUDA backend can start here, and if not, why ("unavailable: ..."). */
+export function cudaStatus(): { available: true; device: string; probe: NativeProbe } | { available: false; reason: string } {
+  const n = loadNative();
+  if (!n.ok) return { available: false, reason: n.reason };
+  const probe = n.binding.probe();
+  if (!probe.ok) return { available: false, reason: `unavailable: ${probe.reason ?? 'unknown reason'}` };
+  return { available: true, device: probe.device ?? 'CUDA device', probe };
+}
+
+/** Creates the CUDA backend, or throws FAError(E_DEVICE) saying why it is unavailable. */
+export async function createCudaBackend(options: CudaBackendOptions = {}): Promise<CudaBackend> {
+  const n = loadNative();
+  if (!n.ok) throw new FAError('E_DEVICE', n.reason);
+  const probe = n.binding.probe();
+  if (!probe.ok) throw new FAError('E_DEVICE', `unavailable: ${probe.reason ?? 'unknown reason'}`);
+  let ctx: NativeContext;
+  try {
+    ctx = new n.binding.Context({ device: options.device ?? 0 });
+  } catch (e) {
+    throw toFAError(e);
+  }
+  return new CudaBackend(ctx, probe);
+}

@@ -1,0 +1,22 @@
+// ≥ 10,000 malformed calls straight into the binding: each must be a JS error, none may crash.
+// Validation happens in C++ before any CUDA call, so a dry-run context exercises all of it here.
+import { describe, expect, it } from 'vitest';
+import { fuzzBinding } from '../bench/fuzz-lib.mjs';
+import { loadNative } from '../src/native.js';
+
+const native = loadNative();
+
+describe.skipIf(!native.ok)(`binding fuzz${native.ok ? '' : ` (skipped: ${native.reason})`}`, () => {
+  it('12,000 malformed calls into the binding each throw a JS error with a code', async () => {
+    if (!native.ok) return;
+    const ctx = new native.binding.Context({ dryRun: true });
+    const other = new native.binding.Context({ dryRun: true });
+    const s = await fuzzBinding(native.binding, ctx, other, 12000, 7);
+    console.log(`binding fuzz: ${s.calls} calls, ${s.threw} JS errors (${[...s.samples].map(([k, n]) => `${k} ×${n}`).join(', ')}), ${s.resolved} resolved`);
+    expect(s.calls).toBeGreaterThanOrEqual(10000);
+    expect(s.resolved).toBe(0);
+    expect(s.notErrors).toBe(0);
+    expect(s.badCodes).toBe(0);
+    expect(s.threw).toBe(s.calls);
+  });
+});

@@ -1,0 +1,112 @@
+// Runs everywhere (CI has no GPU): the package loads, registers "cuda", and says why it is
+// unavailable; the TypeScript path works against a dry-run native context.
+import { FAError, describeProblem, listBackends, tensor, type HostTensor } from '@fa/core';
+import { describe, expect, it } from 'vitest';
+import { CudaBackend, createCudaBackend, cudaStatus, loadNative } from '../src/index.js';
+
+const native = loadNative();
+
+describe('@fa/cuda on any machine', () => {
+  it('registers backend "cuda" (priority 100) and reports its state', async () => {
+    const list = await listBackends();
+    const e = list.find((b) => b.name === 'cuda');
+    expect(e).toBeDefined();
+    expect(e!.priority).toBe(100);
+    const st = cudaStatus();
+    expect(e!.available).toBe(st.available);
+    if (!e!.available) {
+      expect(e!.reason).toMatch(/^unavailable: (built without CUDA \(.+\)|CUDA driver: cuda\w+|no CUDA device found|.*compute capability)/);
+      console.log(`cuda backend: ${e!.reason}`);
+    } else {
+      console.log(`cuda backend: available on ${e!.device}`);
+    }
+  });
+
+  it('createCudaBackend() rejects with FAError E_DEVICE when unavailable', async () => {
+    const st = cudaStatus();
+    if (st.available) return;
+    const err = await createCudaBackend().catch((x: unknown) => x);
+    expect(err).toBeInstanceOf(FAError);
+    expect((err as FAError).code).toBe('E_DEVICE');
+    expect((err as FAError).message).toBe(st.reason);
+  });
+
+  it('loads the addon when it was built; the first CUDA call fails cleanly without a driver', () => {
+    if (!native.ok) {
+      expect(native.reason).toMatch(/^unavailable: (built without CUDA|the CUDA addon failed to load)/);
+      return;
+    }
+    const p = native.binding.probe();
+    expect(typeof p.ok).toBe('boolean');
+    expect(typeof p.runtime).toBe('number');
+    if (!p.ok) {
+      expect(p.reason).toMatch(/CUDA driver: cuda\w+|no CUDA device/);
+      expect(() => new native.binding.Context()).toThrow(/CUDA driver|no CUDA|does not exist/);
+    }
+  });
+});
+
+describe.skipIf(!native.ok)('TypeScript wrapper over a dry-run context (no CUDA calls)', () => {
+  const mk = () => {
+    if (!native.ok) throw new Error('unreachable');
+    const ctx = new native.binding.Context({ dryRun: true });
+    return new CudaBackend(ctx, { ok: true, driver: 0, runtime: 0, device: 'dry' });
+  };
+  const rand = (n: number) => {
+    const u = new Uint16Array(n);
+    for (let i = 0; i < n; i++) u[i] = 0x3c00 + (i % 97);
+    return u;
+  };
+
+  it('supports() declines f32 and odd head dims with reasons', () => {
+    const b = mk();
+    const f32 = describeProblem(tensor(new Float32Array(2 * 3 * 4 * 8), [2, 3, 4, 8], 'f32'), tensor(new Float32Array(2 * 3 * 4 * 8), [2, 3, 4, 8], 'f32'), tensor(new Float32Array(2 * 3 * 4 * 8), [2, 3, 4, 8], 'f32'));
+    expect(b.supports(f32)).toEqual({ ok: false, reason: 'f32 is not computed natively on CUDA; use f16 or bf16' });
+    const d12 = describeProblem(tensor(rand(24), [1, 2, 1, 12], 'bf16'), tensor(rand(24), [1, 2, 1, 12], 'bf16'), tensor(rand(24), [1, 2, 1, 12], 'bf16'));
+    expect(b.supports(d12).ok).toBe(false);
+    const ok = describeProblem(tensor(rand(64), [1, 2, 2, 16], 'f16'), tensor(rand(64), [1, 2, 2, 16], 'f16'), tensor(rand(64), [1, 2, 2, 16], 'f16'));
+    expect(b.supports(ok)).toEqual({ ok: true });
+  });
+
+  it('forward/backward with host and device tensors allocate, validate and free', async () => {
+    const b = mk();
+    const q = tensor(rand(2 * 5 * 4 * 64), [2, 5, 4, 64], 'bf16');
+    const k = tensor(rand(2 * 7 * 2 * 64), [2, 7, 2, 64], 'bf16');
+    const v = tensor(rand(2 * 7 * 2 * 64), [2, 7, 2, 64], 'bf16');
+    const r = await b.forward(q, k, v, { causal: true, softcap: 3, alibiSlopes: [0.1, 0.2, 0.3, 0.4] });
+    expect(r.out.kind).toBe('host');
+    expect(r.out.shape).toEqual([2, 5, 4, 64]);
+    expect(r.lse.shape).toEqual([2, 4, 5]);
+    const g = await b.backward(q, k, v, r.out, q, r.lse, { causal: true, deterministic: true });
+    expect(g.dk.shape).toEqual([2, 7, 2, 64]);
+    const dq = await b.upload(q);
+    const dk = await b.upload(k);
+    const dv = await b.upload(v);
+    const rd = await b.forward(dq, dk, dv, { window: [3, 1] });
+    expect(rd.out.kind).toBe('device');
+    const host = (await b.read(rd.out)) as HostTensor;
+    expect(host.data).toBeInstanceOf(Uint16Array);
+    for (const t of [dq, dk, dv, rd.out, rd.lse]) b.disposeTensor(t);
+    expect((dq as { disposed?: boolean }).disposed).toBe(true);
+    await expect(b.forward(dq, dk, dv)).rejects.toMatchObject({ code: 'E_ARG' });
+    await expect(b.forward(q, k, v, { scale: Number.NaN })).rejects.toMatchObject({ code: 'E_ARG' });
+    const f32 = tensor(new Float32Array(64), [1, 1, 1, 64], 'f32');
+    await expect(b.forward(f32, f32, f32)).rejects.toMatchObject({ code: 'E_UNSUPPORTED' });
+    const other = mk();
+    const foreign = await other.upload(q);
+    await expect(b.forward(foreign, dk, dv)).rejects.toMatchObject({ code: 'E_ARG' });
+    await b.dispose();
+    await expect(b.forward(q, k, v)).rejects.toMatchObject({ code: 'E_ARG' });
+  });
+
+  it('varlen with an empty segment and zero-length problems', async () => {
+    const b = mk();
+    const q = tensor(rand(9 * 2 * 32), [9, 2, 32], 'f16');
+    const k = tensor(rand(6 * 1 * 32), [6, 1, 32], 'f16');
+    const r = await b.forward(q, k, k, { cuSeqlensQ: [0, 4, 4, 9], cuSeqlensK: [0, 3, 5, 6] });
+    expect(r.lse.shape).toEqual([2, 9]);
+    const e = tensor(new Uint16Array(0), [1, 0, 2, 32], 'bf16');
+    const r0 = await b.forward(e, e, e);
+    expect(r0.out.shape).toEqual([1, 0, 2, 32]);
+  });
+});
