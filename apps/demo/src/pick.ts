@@ -3,7 +3,7 @@
  * WebGPU adapter such as SwiftShader or lavapipe is slower than the CPU engine). --backend NAME
  * overrides, software adapters included.
  */
-import { resolveBackend, type AttentionBackend } from '@fa/core';
+import { listBackends, resolveBackend, type AttentionBackend } from '@fa/core';
 import { loadOptionalEngines, pickBackend } from './engines.js';
 
 export interface Candidate {
@@ -19,28 +19,18 @@ export function isSoftwareAdapter(b: AttentionBackend): boolean {
   return b.name === 'webgpu' && SOFTWARE.test(b.device);
 }
 
-async function tryResolve(name: string): Promise<{ backend?: AttentionBackend; reason?: string }> {
-  try {
-    return { backend: await resolveBackend(name) };
-  } catch (e) {
-    const msg = e instanceof Error ? e.message : String(e);
-    return { reason: msg.replace(/^backend \S+ is unavailable: /, '') };
-  }
-}
-
 /** Resolves every engine (cuda, webgpu, cpu) and picks one; `requested` = --backend. */
 export async function pickStoryBackend(requested = 'auto'): Promise<{ backend: AttentionBackend; candidates: Candidate[] }> {
   const engines = await loadOptionalEngines();
+  const listed = await listBackends(); // starts each engine once (cached by the registry)
   const candidates: Candidate[] = [];
   for (const name of ['cuda', 'webgpu', 'cpu']) {
     const opt = engines.find((e) => e.name === name);
-    if (opt?.failure) {
-      candidates.push({ name, status: `unavailable: ${opt.failure}` });
-      continue;
-    }
-    const r = await tryResolve(name);
-    if (r.backend) candidates.push({ name, status: 'available', backend: r.backend });
-    else candidates.push({ name, status: `unavailable: ${r.reason ?? 'unknown reason'}` });
+    const st = listed.find((b) => b.name === name);
+    if (opt?.failure) candidates.push({ name, status: `unavailable: ${opt.failure}` });
+    else if (!st) candidates.push({ name, status: `unavailable: ${opt?.pkg ?? name} registered no backend named ${name}` });
+    else if (!st.available) candidates.push({ name, status: `unavailable: ${(st.reason ?? 'unknown reason').replace(/^(unavailable: )+/, '')}` });
+    else candidates.push({ name, status: 'available', backend: await resolveBackend(name) });
   }
   let chosen: AttentionBackend | undefined;
   if (requested !== 'auto') {

@@ -46,7 +46,7 @@ export function progressBar(label: string, stream: NodeJS.WriteStream = process.
     if ((step > lastLine && now - lastTime >= 2000) || (p.done >= 1 && lastLine < 10)) {
       lastLine = p.done >= 1 ? 10 : step;
       lastTime = now;
-      stream.write(`  ${label}: ${Math.floor(p.done * 100)}%${p.estimated ? ' (est.)' : ''} after ${fmtSeconds(p.elapsed)}, ETA ${fmtSeconds(p.eta)}\n`);
+      stream.write(`  ${label.trim()}: ${Math.floor(p.done * 100)}%${p.estimated ? ' (est.)' : ''} after ${fmtSeconds(p.elapsed)}${p.done >= 1 ? ', done' : `, ETA ${fmtSeconds(p.eta)}`}\n`);
     }
   };
   return {

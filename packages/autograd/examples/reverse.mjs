@@ -11,6 +11,8 @@
  * that training never sees.
  *
  *   pnpm --filter @fa/autograd build && node packages/autograd/examples/reverse.mjs
+ *   node packages/autograd/examples/reverse.mjs --backend webgpu      # imports @fa/webgpu
+ *   node packages/autograd/examples/reverse.mjs --backend cuda --dtype bf16
  */
 import '@fa/core'; // registers the "cpu" backend
 import { pathToFileURL } from 'node:url';
@@ -28,6 +30,8 @@ export const CONFIG = {
   heldOut: 500,
   seed: 7,
   backend: 'cpu',
+  /** The dtype attention computes in: 'f32', or 'bf16' / 'f16' (for engines such as @fa/cuda). */
+  dtype: /** @type {import('@fa/core').DType} */ ('f32'),
 };
 
 /** Token + position embeddings, a stack of blocks, a final LayerNorm and a linear head. */
@@ -41,7 +45,7 @@ export class Reverser extends Module {
     this.cfg = cfg;
     this.tok = new Embedding(cfg.vocab, cfg.dModel, { rng, std: 0.5 });
     this.pos = new Embedding(cfg.length, cfg.dModel, { rng, std: 0.5 });
-    this.blocks = Array.from({ length: cfg.layers }, () => new TransformerBlock(cfg.dModel, cfg.heads, { rng, mlpRatio: 2, attention: { backend: cfg.backend } }));
+    this.blocks = Array.from({ length: cfg.layers }, () => new TransformerBlock(cfg.dModel, cfg.heads, { rng, mlpRatio: 2, attention: { backend: cfg.backend, dtype: cfg.dtype } }));
     this.ln = new LayerNorm(cfg.dModel);
     this.head = new Linear(cfg.dModel, cfg.vocab, { rng });
   }
@@ -137,12 +141,28 @@ export async function train(overrides = {}, log = () => {}) {
   const seconds = (performance.now() - t0) / 1000;
   const logits = await noGrad(() => model.forward(test.ids, cfg.heldOut));
   const acc = accuracy(logits, test.targets, cfg.length);
-  log(`held-out (${cfg.heldOut} sequences): token accuracy ${(100 * acc.token).toFixed(2)}%, whole-sequence ${(100 * acc.sequence).toFixed(2)}%; trained ${cfg.steps} steps in ${seconds.toFixed(1)} s on ${cfg.backend}`);
+  log(`held-out (${cfg.heldOut} sequences): token accuracy ${(100 * acc.token).toFixed(2)}%, whole-sequence ${(100 * acc.sequence).toFixed(2)}%; trained ${cfg.steps} steps in ${seconds.toFixed(1)} s on ${cfg.backend} (${cfg.dtype})`);
   return { tokenAccuracy: acc.token, sequenceAccuracy: acc.sequence, seconds, finalLoss: loss, parameters: model.numParameters(), config: cfg };
 }
 
+/** `--name value` pairs of CONFIG's keys (numbers parsed). */
+function parseArgs(/** @type {string[]} */ argv) {
+  /** @type {Record<string, string | number>} */
+  const out = {};
+  for (let i = 0; i < argv.length; i += 2) {
+    const key = argv[i].replace(/^--/, '');
+    if (!(key in CONFIG)) throw new Error(`unknown option ${argv[i]}; options: ${Object.keys(CONFIG).map((k) => `--${k}`).join(' ')}`);
+    const v = argv[i + 1];
+    out[key] = typeof CONFIG[/** @type {keyof typeof CONFIG} */ (key)] === 'number' ? Number(v) : v;
+  }
+  return /** @type {Partial<typeof CONFIG>} */ (out);
+}
+
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const r = await train({}, (line) => console.log(line));
+  const args = parseArgs(process.argv.slice(2));
+  // Engines other than cpu register themselves when imported: @fa/webgpu, @fa/cuda.
+  if (args.backend && args.backend !== 'cpu') await import(`@fa/${args.backend}`);
+  const r = await train(args, (line) => console.log(line));
   console.log(JSON.stringify({ tokenAccuracy: r.tokenAccuracy, sequenceAccuracy: r.sequenceAccuracy, seconds: r.seconds, parameters: r.parameters }));
   process.exit(r.tokenAccuracy >= 0.95 ? 0 : 1);
 }

@@ -117,3 +117,32 @@ describe('what the attention node keeps', () => {
     await expect(attention(q, q, q, { backend: 'no-such-backend' })).rejects.toMatchObject({ code: 'E_ARG' });
   });
 });
+
+describe('16-bit attention (dtype: f16 / bf16)', () => {
+  for (const [dtype, tol] of [['f16', 3e-3], ['bf16', 2e-2]] as const) {
+    it(`${dtype}: gradients near the float64 ones; the node keeps q, k, v and out in 16 bits`, async () => {
+      const shape = [2, 16, 4, 8];
+      const kvShape = [2, 16, 2, 8];
+      const rng = new Rng(8);
+      const mk = (s: number[]) => randn(s, { rng, requiresGrad: true });
+      const [q, k, v] = [mk(shape), mk(kvShape), mk(kvShape)];
+      const w = randn(shape, { rng });
+      const opts = { causal: true, softcap: 5, backend: BACKEND, dtype } satisfies AttentionCallOptions;
+      const y = await attention(mul(q, 1), mul(k, 1), mul(v, 1), opts);
+      const att = memoryReport(y).byOp.attention;
+      const n = shape.reduce((a, b) => a * b, 1);
+      const nkv = kvShape.reduce((a, b) => a * b, 1);
+      expect(att.byWhat).toEqual({ q: 2 * n, k: 2 * nkv, v: 2 * nkv, out: 2 * n, lse: 2 * 4 * 16 * 4 });
+      await sum(mul(y, w)).backward();
+
+      const [q64, k64, v64] = [q, k, v].map((t) => t.clone({ precision: 'float64', requiresGrad: true }));
+      await sum(mul(await attention(q64, k64, v64, opts), w)).backward();
+      for (const [a, b] of [[q, q64], [k, k64], [v, v64]]) {
+        const e = relNormErr(a.grad!.data, b.grad!.data);
+        console.log(`${dtype} attention gradient ‖Δ‖/‖ref‖ = ${e.toExponential(2)}`);
+        expect(e).toBeLessThan(tol);
+      }
+      expect(relNormErr(y.data, (await attention(q64, k64, v64, opts)).data)).toBeLessThan(tol);
+    });
+  }
+});

@@ -1,8 +1,9 @@
-// One benchmark measurement in a fresh process (so peak memory is this case's alone):
-//   node bench/case.mjs '{"engine":"fa"|"tfjs","T":2048,"D":64,"causal":false,"fwdReps":3,"bwdReps":1,"backward":true}'
-// Prints one JSON line: forward and forward+backward seconds (best of reps), and the peak RSS
-// above the baseline (inputs allocated and the engine warmed up) for each phase, from the
-// kernel's high-water mark (VmHWM, reset through /proc/self/clear_refs before each phase).
+// One benchmark measurement in a fresh process (so peak memory is this measurement's alone):
+//   node bench/case.mjs '{"engine":"fa"|"tfjs","T":2048,"D":64,"causal":false,"reps":3,"phase":"fwd"|"fwdbwd"}'
+// Prints one JSON line: the best time over `reps` of the forward (phase "fwd") or of forward
+// then backward (phase "fwdbwd"), and the peak RSS above the baseline (inputs allocated and the
+// engine warmed up), from the kernel's high-water mark (VmHWM, reset through
+// /proc/self/clear_refs at the baseline).
 import { readFileSync, writeFileSync } from 'node:fs';
 
 const c = JSON.parse(process.argv[2]);
@@ -70,17 +71,15 @@ if (engine === 'fa') {
     const f = await be.forward(s(q), s(k), s(v), opts);
     await be.backward(s(q), s(k), s(v), f.out, s(dO), f.lse, opts);
   }
-  let f;
-  const fw = await measure(async () => {
-    f = await be.forward(q, k, v, opts);
-  }, c.fwdReps);
-  result.fwd = fw;
-  if (c.backward) {
-    f = undefined;
+  if (c.phase === 'fwd') {
+    result.fwd = await measure(async () => {
+      await be.forward(q, k, v, opts);
+    }, c.reps);
+  } else {
     result.fwdbwd = await measure(async () => {
       const r = await be.forward(q, k, v, opts);
       await be.backward(q, k, v, r.out, dO, r.lse, opts);
-    }, c.bwdReps);
+    }, c.reps);
   }
   await be.dispose();
 } else {
@@ -119,13 +118,14 @@ if (engine === 'fa') {
     tf.tidy(() => small(s(q), s(k), s(v)).dataSync());
     tf.tidy(() => tf.grads(small)([s(q), s(k), s(v)], s(dO)).forEach((g) => g.dataSync()));
   }
-  result.fwd = await measure(async () => {
-    tf.tidy(() => attn(q, k, v).dataSync());
-  }, c.fwdReps);
-  if (c.backward) {
+  if (c.phase === 'fwd') {
+    result.fwd = await measure(async () => {
+      tf.tidy(() => attn(q, k, v).dataSync());
+    }, c.reps);
+  } else {
     result.fwdbwd = await measure(async () => {
       tf.tidy(() => grads([q, k, v], dO).forEach((g) => g.dataSync()));
-    }, c.bwdReps);
+    }, c.reps);
   }
 }
 console.log(JSON.stringify(result));

@@ -15,7 +15,8 @@
 // exceeds FA_BENCH_TFJS_SECONDS (default 240 s per measurement).
 //
 // Environment: FA_BENCH_QUICK=1 (T ∈ {1K, 2K}, no big sizes), FA_BENCH_NO_WRITE=1 (do not
-// rewrite BENCHMARKS.md), FA_BENCH_BIG=0 (skip the 16K/32K rows).
+// rewrite BENCHMARKS.md), FA_BENCH_BIG=0 (skip the 16K/32K rows), FA_BENCH_T=1024,2048 and
+// FA_BENCH_D=64 (other size lists).
 import { execFileSync, spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -26,8 +27,9 @@ const env = process.env;
 const quick = env.FA_BENCH_QUICK === '1';
 const tfjsMem = Number(env.FA_BENCH_TFJS_MEM ?? 4 * 2 ** 30);
 const tfjsSeconds = Number(env.FA_BENCH_TFJS_SECONDS ?? 240);
-const Ts = quick ? [1024, 2048] : [1024, 2048, 4096, 8192];
-const Ds = [64, 128];
+const list = (v, d) => (v ? v.split(',').map(Number) : d);
+const Ts = list(env.FA_BENCH_T, quick ? [1024, 2048] : [1024, 2048, 4096, 8192]);
+const Ds = list(env.FA_BENCH_D, [64, 128]);
 const big = quick || env.FA_BENCH_BIG === '0' ? [] : [16384, 32768];
 
 const sh = (cmd, args) => {
@@ -69,20 +71,25 @@ for (const D of Ds) {
   for (const causal of [false, true]) {
     for (const T of [...Ts, ...(D === 64 && causal ? big : [])]) {
       const isBig = T > Ts[Ts.length - 1];
-      const reps = T <= 2048 ? 3 : 1;
-      const fa = runCase({ engine: 'fa', T, D, causal, fwdReps: reps, bwdReps: T <= 2048 ? 2 : 1, backward: true });
+      const both = (engine, reps, repsB) => {
+        const a = runCase({ engine, T, D, causal, reps, phase: 'fwd' });
+        if (a.error) return a;
+        const b = runCase({ engine, T, D, causal, reps: repsB, phase: 'fwdbwd' });
+        return b.error ? b : { ...a, fwdbwd: b.fwdbwd };
+      };
+      const fa = both('fa', T <= 2048 ? 3 : 1, T <= 2048 ? 2 : 1);
       let tf;
       const prev = tfPrev.get(`${D}/${causal}`);
-      if (isBig) tf = { skipped: `naive needs the ${T}×${T} score matrix: ${(T * T * 4 / 2 ** 30).toFixed(0)} GiB in float32 per copy` };
-      else if (prev && !prev.error) {
+      if (isBig) tf = { skipped: `naive needs the ${T}×${T} score matrix: ${((T * T * 4) / 2 ** 30).toFixed(0)} GiB in float32 per copy` };
+      else if (prev) {
         const f = (T / prev.T) ** 2;
-        const estMem = Math.max(prev.fwd.peakExtra, prev.fwdbwd?.peakExtra ?? 0) * f;
-        const estS = (prev.fwd.seconds + (prev.fwdbwd?.seconds ?? 0)) * f;
+        const estMem = Math.max(prev.fwd.peakExtra, prev.fwdbwd.peakExtra) * f;
+        const estS = (prev.fwd.seconds + prev.fwdbwd.seconds) * f;
         if (estMem > tfjsMem) tf = { skipped: `est. peak ${mb(estMem)} > cap ${mb(tfjsMem)}` };
         else if (estS > tfjsSeconds) tf = { skipped: `est. ${estS.toFixed(0)} s > cap ${tfjsSeconds} s` };
       }
       if (!tf) {
-        tf = runCase({ engine: 'tfjs', T, D, causal, fwdReps: T <= 1024 ? 2 : 1, bwdReps: 1, backward: true });
+        tf = both('tfjs', T <= 1024 ? 2 : 1, 1);
         if (!tf.error) tfPrev.set(`${D}/${causal}`, tf);
       }
       const F = fwdFlops(T, D, causal);

@@ -70,6 +70,12 @@ export interface ReferenceBackward extends ReferenceForward {
   readonly outCorrection?: { readonly dq: Float64Array; readonly dk: Float64Array };
 }
 
+/** @internal Exact values of a host tensor as float32 (no copy for f32). */
+export function hostValues(t: HostTensor): Float32Array {
+  if (t.dtype === 'f32') return t.data as Float32Array;
+  return decode(t.dtype, t.data as Uint16Array);
+}
+
 /** @internal */
 export function requireHost(t: unknown, what: string, fn: string): void {
   if (!isHostTensor(t) && typeof t === 'object' && t !== null && (t as { kind?: unknown }).kind === 'device') {

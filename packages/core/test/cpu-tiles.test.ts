@@ -76,10 +76,10 @@ async function checkAgainstReference(be: CpuBackend, spec: ProblemSpec): Promise
 describe('the result does not depend on tile sizes (fast-check, against the float64 reference, 1e-5 relative)', () => {
   const tile = fc.integer({ min: 1, max: 48 });
 
-  it('random problems (every option, varlen with empty segments, GQA, Tq ≠ Tk) × random Br, Bc — inline', async () => {
+  it('random problems (every option, varlen with empty segments, GQA, Tq ≠ Tk) × random Br, Bc — inline (either backward pre-pass)', async () => {
     await fc.assert(
-      fc.asyncProperty(problemSpec, tile, tile, async (spec, br, bc) => {
-        const be = await createCpuBackend({ threads: 0, tiles: { br, bc } });
+      fc.asyncProperty(problemSpec, tile, tile, fc.boolean(), async (spec, br, bc, exactRowStats) => {
+        const be = await createCpuBackend({ threads: 0, tiles: { br, bc }, exactRowStats });
         await checkAgainstReference(be, spec);
       }),
       { numRuns: 150, seed: 424242 },

@@ -77,6 +77,9 @@ describe('case generator', () => {
   it('honours quick, count, dtypes, maxD and backward', () => {
     for (const c of quick) expect(c.work).toBeLessThanOrEqual(QUICK_CASE_WORK);
     expect(conformanceCases({ count: 10 }).length).toBe(10);
+    // A short list still has every template (in some dtype).
+    const short = new Set(conformanceCases({ count: 60 }).flatMap((c) => c.tags));
+    expect(REQUIRED_TAGS.filter((t) => !short.has(t))).toEqual([]);
     const f32 = conformanceCases({ dtypes: ['f32'], count: 120 });
     expect(f32.every((c) => c.dtype === 'f32')).toBe(true);
     const cov = coverage(f32);
@@ -100,8 +103,11 @@ describe('tolerance policy', () => {
     expect(compareTensor({ tensor: 'dq', dtype: 'f32', got: Float64Array.from([1e-20, 0, 0]), ref: zero, mag: zero }).pass).toBe(false);
     // Cancelled reference: noise of a few u32 times the magnitudes passes, more does not.
     const big = Float64Array.from([10, 10, 10]);
-    expect(compareTensor({ tensor: 'dq', dtype: 'f32', got: Float64Array.from([1e-6, -1e-6, 0]), ref: zero, mag: big }).pass).toBe(true);
-    expect(compareTensor({ tensor: 'dq', dtype: 'f32', got: Float64Array.from([1e-4, 0, 0]), ref: zero, mag: big }).pass).toBe(false);
+    expect(compareTensor({ tensor: 'dq', dtype: 'f32', got: Float64Array.from([3e-7, -3e-7, 0]), ref: zero, mag: big }).pass).toBe(true);
+    expect(compareTensor({ tensor: 'dq', dtype: 'f32', got: Float64Array.from([1e-5, 0, 0]), ref: zero, mag: big }).pass).toBe(false);
+    // ... and the exact effect of the rounded out given to backward (corr) is allowed twice.
+    expect(compareTensor({ tensor: 'dq', dtype: 'f32', got: Float64Array.from([1e-3, 0, 0]), ref: zero, mag: zero, correction: Float64Array.from([6e-4, 0, 0]) }).pass).toBe(true);
+    expect(compareTensor({ tensor: 'dq', dtype: 'f32', got: Float64Array.from([1e-3, 0, 0]), ref: zero, mag: zero, correction: Float64Array.from([4e-4, 0, 0]) }).pass).toBe(false);
     expect(compareTensor({ tensor: 'out', dtype: 'f32', got: Float64Array.from([1, NaN, 3]), ref, mag }).pass).toBe(false);
   });
 
@@ -164,12 +170,15 @@ function rowsOf(p: AttentionProblem) {
   }
   return rows;
 }
+const lowpLarge = (c: ConformanceCase) => c.dtype !== 'f32' && c.magnitude > 1;
 const anyVisible = (p: AttentionProblem) => rowsOf(p).some((r) => r.lo <= r.hi);
 const segsUneven = (p: AttentionProblem) => rowsOf(p).some((r) => r.tq !== r.tk && r.tk > 0);
 
 const EXPECT: Record<string, { backward: boolean; must: Expect }> = {
-  'perturbs one element of out': { backward: false, must: () => true },
-  'perturbs one element of dk': { backward: true, must: (_c, p) => p.totalK > 0 },
+  // With large-magnitude scores, naive f16/bf16 attention (scores rounded to the dtype) is so
+  // inaccurate that the FlashAttention rule's bound exceeds a 20% perturbation: either outcome.
+  'perturbs one element of out': { backward: false, must: (c) => (lowpLarge(c) ? undefined : true) },
+  'perturbs one element of dk': { backward: true, must: (c, p) => (p.totalK === 0 ? false : lowpLarge(c) ? undefined : true) },
   'drops the scale': { backward: false, must: (_c, p) => p.scale !== 1 && anyVisible(p) },
   'ignores the window': {
     backward: false,
@@ -202,9 +211,12 @@ describe('the kit rejects wrong engines', () => {
       const backend = hostBackend(name, parts);
       const bad: string[] = [];
       const failedByDtype = new Map<DType, number>();
+      let controls = 0;
       for (const c of quick) {
-        const r = await checkCase(backend, c, { backward: e.backward });
         const must = e.must(c, caseProblem(c));
+        // Every case where the mistake shows, and a third of the others as controls.
+        if (must === false && controls++ % 3 !== 0) continue;
+        const r = await checkCase(backend, c, { backward: e.backward });
         if (!r.pass) failedByDtype.set(c.dtype, (failedByDtype.get(c.dtype) ?? 0) + 1);
         if (must === true && r.pass) bad.push(`should fail but passed: ${c.name} (${r.message})`);
         if (must === false && !r.pass) bad.push(`should pass but failed: ${r.message}`);

@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(Tr::NW * 32, 1) bwd_kernel(FaArgs a, FaTensors
   constexpr int QRB = BM / 16, QCB = NW / QRB, DQW = D / QCB, NTDQ = DQW / 8;
   using M = Mma<T>;
 
-  extern __shared__ __align__(128) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);
   T* sV = sK + BN * D;
   T* sQ = sV + BN * D;       // [2][BM][D]
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(DqTraits<D>::NW * 32, 1) bwd_dq_kernel(FaArgs 
   constexpr int NTN = BN / 8, NTD = D / 8, KSD = D / 16, KSN = BN / 16;
   using M = Mma<T>;
 
-  extern __shared__ __align__(128) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sdO = sQ + BM * D;
   T* sK = sdO + BM * D;     // [2][BN][D]

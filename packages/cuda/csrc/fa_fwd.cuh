@@ -22,7 +22,7 @@ __global__ void __launch_bounds__(Tr::NW * 32, 1) fwd_kernel(FaArgs a, FaTensors
   constexpr int KSN = BN / 16;  // k16 steps over keys
   using M = Mma<T>;
 
-  extern __shared__ __align__(128) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sK = sQ + BM * D;      // [2][BN][D]
   T* sV = sK + 2 * BN * D;  // [2][BN][D]

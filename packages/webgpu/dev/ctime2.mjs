@@ -6,7 +6,7 @@ const dev = await a.requestDevice({requiredLimits:{maxComputeWorkgroupStorageSiz
 const tile = JSON.parse(process.argv[2]);
 const D = +process.argv[3];
 const kind = process.argv[4] || 'fwd';
-const spec = {storage: process.argv[5] || 'f32', d: D, tile, softcap:false, alibi:false, subgroups:false, outF32:false};
+const spec = {storage: process.argv[5] || 'f32', d: D, tile, softcap:false, alibi:false, subgroups: !!process.env.SG, outF32:false, dynamic: !!process.env.DYN};
 let code = ({fwd: forwardWGSL, dkdv: dkdvWGSL, dq: dqWGSL})[kind](spec);
 for (const r of process.argv.slice(6)) { const [x, y] = r.split('=>'); code = code.split(x).join(y ?? ''); }
 const t0 = performance.now();

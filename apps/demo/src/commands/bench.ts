@@ -1,37 +1,153 @@
 /**
- * `fa bench` — for now a small throughput table of one engine over a few sequence lengths,
- * with the IO model's traffic for each size (a later issue adds peers, memory and GPU tables).
+ * `fa bench` — throughput and memory tables for any engine: for each engine and size, forward
+ * and backward time (median of --repeat runs after a warm-up), FLOP/s, measured peak extra
+ * memory against naive attention's S + P, and the IO model's traffic and intensity.
+ * GPU engines get their inputs uploaded once and are timed to completion (sync), not including
+ * transfers.
  */
-import { ioModel, parseDType, type AttentionOptions } from '@fa/core';
+import { FAError, ioModel, parseDType, type AttentionBackend, type AttentionOptions, type DType, type Tensor } from '@fa/core';
 import { flagHelp, parseCount, parseCounts, parseFlags, type FlagSpec } from '../args.js';
+import { argError } from '../errors.js';
 import { BACKEND_CHOICES, pickBackend } from '../engines.js';
-import { fmtBytes, fmtMs, type Io } from '../io.js';
-import { randomTensor, rng } from '../random.js';
+import type { Io } from '../io.js';
+import { bufferProbe } from '../memory.js';
+import { isSoftwareAdapter, pickStoryBackend } from '../pick.js';
+import { fmtBytes, fmtInt, fmtSeconds } from '../story/format.js';
+import { gpuMemoryProbe } from '../story/gpumem.js';
+import { makeInputs, type MemoryProbe } from '../story/run.js';
+import { fit } from '../story/text.js';
 
 const SPEC: FlagSpec = {
-  backend: { type: 'string', value: 'NAME', help: `engine: ${BACKEND_CHOICES.join(', ')} (default auto)` },
-  seq: { type: 'string', value: 'T1,T2,...', help: 'sequence lengths (default 128,256,512)' },
+  backend: { type: 'string', value: 'NAME', help: `engine: ${[...BACKEND_CHOICES, 'all'].join(', ')} (default auto; all = every available engine)` },
+  seq: { type: 'string', value: 'T1,T2,...', help: 'sequence lengths (default 256,512,1024 on a CPU, 1024,4096,16384 on a GPU)' },
   batch: { type: 'string', value: 'B', help: 'sequences (default 1)' },
-  heads: { type: 'string', value: 'H', help: 'heads (default 4)' },
+  heads: { type: 'string', value: 'H', help: 'heads (default 1)' },
   dim: { type: 'string', value: 'D', help: 'head dim (default 64)' },
-  dtype: { type: 'string', value: 'f32|f16|bf16', help: 'compute dtype (default f32)' },
+  dtype: { type: 'string', value: 'f32|f16|bf16', help: 'compute dtype (default f32, or bf16 where the engine has no f32)' },
   causal: { type: 'boolean', help: 'causal mask' },
   repeat: { type: 'string', value: 'N', help: 'timed runs per size, the median is shown (default 3)' },
+  json: { type: 'boolean', help: 'print the rows as JSON' },
   help: { type: 'boolean', short: 'h', help: 'show this help' },
 };
 
-export const benchHelp = `usage: fa bench [--backend NAME] [--seq T1,T2,...] [--batch B] [--heads H] [--dim D]
-                [--dtype f32|f16|bf16] [--causal] [--repeat N]
+export const benchHelp = `usage: fa bench [--backend NAME|all] [--seq T1,T2,...] [--batch B] [--heads H] [--dim D]
+                [--dtype f32|f16|bf16] [--causal] [--repeat N] [--json]
 
-Times forward and backward over a few sizes and shows the IO model's HBM traffic of the naive
-and the tiled schedule. (Placeholder: the full benchmark tables replace it.)
+Throughput and memory of an engine (or of every available one) over a few sizes: forward and
+backward time (median of --repeat runs after a warm-up) and FLOP/s (forward 4·B·H·T²·D, half
+when causal; backward 2.5×), the measured peak extra memory of each pass against naive
+attention's S + P, and the IO model's HBM traffic and arithmetic intensity.
 
 ${flagHelp(SPEC)}`;
+
+export interface BenchRow {
+  backend: string;
+  device: string;
+  dtype: DType;
+  B: number;
+  H: number;
+  T: number;
+  D: number;
+  causal: boolean;
+  forwardSeconds: number;
+  backwardSeconds: number;
+  forwardRate: number;
+  backwardRate: number;
+  forwardPeakExtra: number | null;
+  backwardPeakExtra: number | null;
+  naiveBytes: number;
+  hbmNaive: number;
+  hbmFlash: number;
+  intensityNaive: number;
+  intensityFlash: number;
+}
 
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.floor(s.length / 2)];
 }
+
+type Syncable = { sync?: () => Promise<void>; synchronize?: () => Promise<void> };
+
+async function finish(b: AttentionBackend, t: Tensor): Promise<void> {
+  const s = b as unknown as Syncable;
+  if (t.kind === 'host') return;
+  if (typeof s.sync === 'function') await s.sync.call(b);
+  else if (typeof s.synchronize === 'function') await s.synchronize.call(b);
+  else await b.read(t);
+}
+
+function probe(b: AttentionBackend): MemoryProbe | undefined {
+  return b.name === 'cpu' ? bufferProbe() : gpuMemoryProbe(b);
+}
+
+const bytesOf = (t: Tensor): number => {
+  const h = (t as { handle?: { bytes?: unknown } }).handle;
+  if (t.kind === 'host') return t.data.byteLength;
+  return h && typeof h.bytes === 'number' ? h.bytes : t.shape.reduce((a, x) => a * x, 1) * (t.dtype === 'f32' ? 4 : 2);
+};
+
+async function benchOne(b: AttentionBackend, T: number, B: number, H: number, D: number, dtype: DType, opts: AttentionOptions, repeat: number): Promise<BenchRow> {
+  const inp = makeInputs(T, D, dtype, 1 + T, b.name === 'cpu', B, H);
+  const [q, k, v, dO] = [await b.upload(inp.q), await b.upload(inp.k), await b.upload(inp.v), await b.upload(inp.dOut)];
+  const tf: number[] = [];
+  const tb: number[] = [];
+  let fMem: number | null = null;
+  let bMem: number | null = null;
+  try {
+    for (let r = 0; r < repeat + 1; r++) {
+      const pf = r === 1 ? probe(b) : undefined; // memory on the first timed run
+      pf?.begin();
+      const t0 = performance.now();
+      const f = await b.forward(q, k, v, opts);
+      await finish(b, f.out);
+      const t1 = performance.now();
+      if (pf) fMem = Math.max(0, pf.end() - bytesOf(f.out) - bytesOf(f.lse));
+      const pb = r === 1 ? probe(b) : undefined;
+      pb?.begin();
+      const t2 = performance.now();
+      const g = await b.backward(q, k, v, f.out, dO, f.lse, opts);
+      await finish(b, g.dq);
+      const t3 = performance.now();
+      if (pb) bMem = Math.max(0, pb.end() - bytesOf(g.dq) - bytesOf(g.dk) - bytesOf(g.dv));
+      for (const t of [f.out, f.lse, g.dq, g.dk, g.dv]) b.disposeTensor(t);
+      if (r > 0) {
+        tf.push(t1 - t0);
+        tb.push(t3 - t2);
+      }
+    }
+  } finally {
+    for (const t of [q, k, v, dO]) b.disposeTensor(t);
+  }
+  const m = ioModel({ batch: B, heads: H, tq: T, d: D }, { dtype });
+  const div = opts.causal ? 2 : 1;
+  const [f, bw] = [median(tf) / 1e3, median(tb) / 1e3];
+  const e = dtype === 'f32' ? 4 : 2;
+  return {
+    backend: b.name,
+    device: b.device,
+    dtype, B, H, T, D,
+    causal: opts.causal === true,
+    forwardSeconds: f,
+    backwardSeconds: bw,
+    forwardRate: m.forward.flops / div / f,
+    backwardRate: m.backward.flops / div / bw,
+    forwardPeakExtra: fMem,
+    backwardPeakExtra: bMem,
+    naiveBytes: 2 * B * H * T * T * e,
+    hbmNaive: m.forward.naive.traffic.bytes + m.backward.naive.traffic.bytes,
+    hbmFlash: m.forward.flash.traffic.bytes + m.backward.flash.traffic.bytes,
+    intensityNaive: m.forward.naive.intensity,
+    intensityFlash: m.forward.flash.intensity,
+  };
+}
+
+function table(rows: string[][]): string[] {
+  const w = rows[0].map((_, i) => Math.max(...rows.map((r) => [...r[i]].length)));
+  return rows.map((r) => fit('  ' + r.map((c, i) => (i === 0 ? c.padEnd(w[i]) : c.padStart(w[i]))).join('  ')));
+}
+
+const gf = (rate: number) => (rate * 1e-9 >= 100 ? (rate * 1e-9).toFixed(0) : (rate * 1e-9).toPrecision(3));
 
 export async function benchCommand(args: readonly string[], io: Io): Promise<number> {
   const p = parseFlags('bench', args, SPEC);
@@ -40,55 +156,52 @@ export async function benchCommand(args: readonly string[], io: Io): Promise<num
     return 0;
   }
   const get = (n: string, d: number) => (p.strings.has(n) ? parseCount(n, p.strings.get(n)!) : d);
-  const sizes = p.strings.has('seq') ? parseCounts('seq', p.strings.get('seq')!) : [128, 256, 512];
   const B = get('batch', 1);
-  const H = get('heads', 4);
+  const H = get('heads', 1);
   const D = get('dim', 64);
   const repeat = get('repeat', 3);
-  const dtype = parseDType(p.strings.get('dtype') ?? 'f32', '--dtype');
+  const sizesFlag = p.strings.has('seq') ? parseCounts('seq', p.strings.get('seq')!) : undefined;
+  const dtypeFlag = p.strings.has('dtype') ? parseDType(p.strings.get('dtype'), '--dtype') : undefined;
   const opts: AttentionOptions = p.booleans.has('causal') ? { causal: true } : {};
-  const backend = await pickBackend(p.strings.get('backend') ?? 'auto');
-  io.out(`fa bench: ${backend.name} (${backend.device}), B=${B} H=${H} D=${D} ${dtype}${opts.causal ? ' causal' : ''}, median of ${repeat}`);
-  const head = ['T', 'fwd', 'fwd GFLOP/s', 'bwd', 'bwd GFLOP/s', 'HBM naive', 'HBM tiled'];
-  const rows: string[][] = [head];
-  const next = rng(1);
-  for (const T of sizes) {
-    const q = randomTensor([B, T, H, D], dtype, next);
-    const k = randomTensor([B, T, H, D], dtype, next);
-    const v = randomTensor([B, T, H, D], dtype, next);
-    const dO = randomTensor([B, T, H, D], dtype, next);
-    const tf: number[] = [];
-    const tb: number[] = [];
-    for (let r = 0; r < repeat + 1; r++) {
-      const t0 = performance.now();
-      const f = await backend.forward(q, k, v, opts);
-      await backend.read(f.out);
-      const t1 = performance.now();
-      const g = await backend.backward(q, k, v, f.out, dO, f.lse, opts);
-      await backend.read(g.dq);
-      const t2 = performance.now();
-      for (const t of [f.out, f.lse, g.dq, g.dk, g.dv]) backend.disposeTensor(t);
-      if (r > 0) {
-        // the first run warms up
-        tf.push(t1 - t0);
-        tb.push(t2 - t1);
-      }
-    }
-    const m = ioModel({ batch: B, heads: H, tq: T, d: D }, { dtype });
-    const div = opts.causal ? 2 : 1;
-    const [f, b] = [median(tf), median(tb)];
-    rows.push([
-      String(T),
-      fmtMs(f),
-      ((m.forward.flops / div / f) * 1e-6).toFixed(2),
-      fmtMs(b),
-      ((m.backward.flops / div / b) * 1e-6).toFixed(2),
-      fmtBytes(m.forward.naive.traffic.bytes + m.backward.naive.traffic.bytes),
-      fmtBytes(m.forward.flash.traffic.bytes + m.backward.flash.traffic.bytes),
-    ]);
+  const name = p.strings.get('backend') ?? 'auto';
+  let engines: AttentionBackend[];
+  if (name === 'all') {
+    const { candidates } = await pickStoryBackend('auto');
+    engines = candidates.flatMap((c) => (c.backend ? [c.backend] : []));
+  } else if (name === 'auto') {
+    engines = [(await pickStoryBackend('auto')).backend];
+  } else {
+    engines = [await pickBackend(name)]; // the one-line error for unknown or unavailable names
   }
-  const w = head.map((_, i) => Math.max(...rows.map((r) => r[i].length)));
-  for (const r of rows) io.out('  ' + r.map((c, i) => (i === 0 ? c.padEnd(w[i]) : c.padStart(w[i]))).join('  '));
-  io.out('  (HBM: forward + backward traffic of the IO model, 192 KiB on-chip; CPU timings are not GPU figures)');
+  const json: BenchRow[] = [];
+  for (const b of engines) {
+    const dtype: DType = dtypeFlag ?? (b.dtypes.includes('f32') ? 'f32' : 'bf16');
+    if (!b.dtypes.includes(dtype)) {
+      if (name === 'all') continue;
+      throw new FAError('E_UNSUPPORTED', `backend ${b.name} does not compute ${dtype} (it computes ${b.dtypes.join(', ')})`);
+    }
+    const gpu = b.name !== 'cpu' && !isSoftwareAdapter(b);
+    const sizes = sizesFlag ?? (gpu ? [1024, 4096, 16384] : [256, 512, 1024]);
+    if (sizes.length === 0) throw argError('--seq needs at least one size');
+    const rows: BenchRow[] = [];
+    for (const T of sizes) rows.push(await benchOne(b, T, B, H, D, dtype, opts, repeat));
+    json.push(...rows);
+    if (p.booleans.has('json')) continue;
+    io.out(fit(`fa bench: ${b.name} (${b.device}), B=${B} H=${H} D=${D} ${dtype}${opts.causal ? ' causal' : ''}, median of ${repeat}`));
+    const mem = (x: number | null) => (x === null ? '-' : fmtBytes(x));
+    for (const l of table([
+      ['T', 'fwd', 'GFLOP/s', 'bwd', 'GFLOP/s', 'mem fwd', 'mem bwd', 'naive S+P'],
+      ...rows.map((r) => [fmtInt(r.T), fmtSeconds(r.forwardSeconds), gf(r.forwardRate), fmtSeconds(r.backwardSeconds), gf(r.backwardRate), mem(r.forwardPeakExtra), mem(r.backwardPeakExtra), fmtBytes(r.naiveBytes)]),
+    ]))
+      io.out(l);
+    io.out('  IO model, forward + backward HBM traffic (192 KiB on-chip) and forward FLOP/byte:');
+    for (const l of table([
+      ['T', 'HBM naive', 'HBM flash', 'FLOP/B naive', 'FLOP/B flash'],
+      ...rows.map((r) => [fmtInt(r.T), fmtBytes(r.hbmNaive), fmtBytes(r.hbmFlash), r.intensityNaive.toFixed(1), r.intensityFlash.toFixed(0)]),
+    ]))
+      io.out(l);
+    io.out(`  mem: measured peak extra memory (${b.name === 'cpu' ? 'ArrayBuffers' : 'device'}), beyond inputs and outputs${b.name === 'cpu' ? '; CPU times are not GPU figures' : ''}`);
+  }
+  if (p.booleans.has('json')) io.out(JSON.stringify(json, null, 2));
   return 0;
 }

@@ -10,12 +10,12 @@
  */
 import { cpus, freemem, totalmem } from 'node:os';
 import { writeFile } from 'node:fs/promises';
-import { FAError, forwardFlops, parseDType, type AttentionBackend, type DType } from '@fa/core';
+import { FAError, forwardFlops, parseDType, workingSetBytes, type AttentionBackend, type DType, type TileSizes } from '@fa/core';
 import { flagHelp, parseCount, parseFlags, parseNumber, type FlagSpec } from '../args.js';
 import { argError } from '../errors.js';
 import { BACKEND_CHOICES } from '../engines.js';
 import type { Io } from '../io.js';
-import { rssProbe } from '../memory.js';
+import { bufferProbe } from '../memory.js';
 import { isSoftwareAdapter, pickStoryBackend, type Candidate } from '../pick.js';
 import { progressBar } from '../progress.js';
 import { reportHtml } from '../report.js';
@@ -95,12 +95,12 @@ function parseOpts(args: readonly string[]): Opts | 'help' {
 const isGpu = (b: AttentionBackend) => b.name !== 'cpu' && !isSoftwareAdapter(b);
 
 function probeFor(b: AttentionBackend): MemoryProbe | undefined {
-  return b.name === 'cpu' ? rssProbe() : gpuMemoryProbe(b);
+  return b.name === 'cpu' ? bufferProbe() : gpuMemoryProbe(b);
 }
 
 /** Forward + backward once at size T (calibration or a throughput entry). */
 async function measure(b: AttentionBackend, T: number, D: number, dtype: DType, causal: boolean, seed: number, memory?: MemoryProbe): Promise<{ rates: Rates; fwdExtra?: number }> {
-  const run = new AttentionRun(b, makeInputs(T, D, dtype, seed), causal);
+  const run = new AttentionRun(b, makeInputs(T, D, dtype, seed, b.name === 'cpu'), causal);
   try {
     const o: PassOptions = { single: true, ...(memory ? { memory } : {}) };
     const f = await run.forward(o);
@@ -169,16 +169,19 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
 
   // 2. calibrate, choose T, run
   const software = isSoftwareAdapter(backend);
-  const warmT = Math.min(o.tokens ?? Infinity, gpu ? 1024 : 256);
   const calT = Math.min(o.tokens ?? Infinity, gpu ? 8192 : 1024);
   const points: MemoryPoint[] = [];
   const headerLines = header({ engine, candidates: pre.candidates, config: { T: 0, D, causal, seed: o.seed, budgetSeconds: o.budget, tokensFrom: 'flag' } });
   say(io, o.json, [...headerLines, ...part1(pre)]);
 
-  const warm = await measure(backend, warmT, D, dtype, causal, o.seed + 100, probeFor(backend));
-  if (warm.fwdExtra !== undefined) points.push({ T: warmT, flash: warm.fwdExtra });
-  const cal = calT === warmT ? warm : await measure(backend, calT, D, dtype, causal, o.seed + 200, probeFor(backend));
-  if (cal !== warm && cal.fwdExtra !== undefined) points.push({ T: calT, flash: cal.fwdExtra });
+  // warm-up (worker threads, JIT, shader pipelines), then the calibration run
+  const warmTs = gpu ? [Math.min(calT, 1024)] : [...new Set([256, 512].map((t) => Math.min(t, calT)))].filter((t) => t < calT || calT <= 256);
+  for (const t of warmTs) {
+    const w = await measure(backend, t, D, dtype, causal, o.seed + 100 + t, probeFor(backend));
+    if (w.fwdExtra !== undefined) points.push({ T: t, flash: w.fwdExtra });
+  }
+  const cal = await measure(backend, calT, D, dtype, causal, o.seed + 200, probeFor(backend));
+  if (cal.fwdExtra !== undefined) upsert(points, { T: calT, flash: cal.fwdExtra });
   const calibration = [cal.rates];
   let T: number;
   let tokensFrom: DemoResult['config']['tokensFrom'];
@@ -201,14 +204,12 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
     for (const t of [256, 512, 1024, 2048]) {
       if (t > Math.max(T, 1024) || (t === 2048 && o.budget < 30)) break;
       const inp = makeInputs(t, D, 'f32', o.seed + 300);
-      const nv = naiveAttention(inp.q.data as Float32Array, inp.k.data as Float32Array, inp.v.data as Float32Array, t, D, causal, rssProbe());
-      const pt = points.find((p) => p.T === t);
-      if (pt) points[points.indexOf(pt)] = { ...pt, naive: nv.peakExtra ?? 0 };
-      else points.push({ T: t, naive: nv.peakExtra ?? 0 });
+      const nv = naiveAttention(inp.q.data as Float32Array, inp.k.data as Float32Array, inp.v.data as Float32Array, t, D, causal, bufferProbe());
+      upsert(points, { T: t, naive: nv.peakExtra ?? 0 });
     }
   }
 
-  const inputs = makeInputs(T, D, dtype, o.seed);
+  const inputs = makeInputs(T, D, dtype, o.seed, backend.name === 'cpu');
   const run = new AttentionRun(backend, inputs, causal);
   let fwd;
   let bwd;
@@ -231,11 +232,7 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
   } finally {
     run.dispose();
   }
-  if (fwd.peakExtra !== undefined) {
-    const pt = points.find((p) => p.T === T);
-    if (pt) points[points.indexOf(pt)] = { ...pt, flash: fwd.peakExtra };
-    else points.push({ T, flash: fwd.peakExtra });
-  }
+  if (fwd.peakExtra !== undefined) upsert(points, { T, flash: fwd.peakExtra });
   points.sort((a, b) => a.T - b.T);
   const full = forwardFlops({ batch: 1, heads: 1, tq: FULL_T, d: D }, causal);
   const runPart: DemoResult['run'] = {
@@ -266,7 +263,7 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
   const throughput: ThroughputEntry[] = [{ backend: backend.name, device: backend.device, D, dtype, causal, T, forwardSeconds: fwd.seconds, backwardSeconds: bwd.seconds, forwardRate: fwd.flops / fwd.seconds, backwardRate: bwd.flops / bwd.seconds }];
   for (const c of candidates) {
     const b = c.backend;
-    if (!b || b === backend) continue;
+    if (!b || b === backend || isSoftwareAdapter(b)) continue; // software adapters: minutes of shader compilation
     const dt: DType = b.dtypes.includes(dtype) ? dtype : b.dtypes.includes('f32') ? 'f32' : 'bf16';
     const t = isGpu(b) ? 8192 : isSoftwareAdapter(b) ? 512 : 1024;
     try {
@@ -278,6 +275,7 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
   }
   const memory: DemoResult['memory'] = {
     method: fwd.peakExtra !== undefined ? probeFor(backend)!.method : 'not measured (the engine reports no memory use)',
+    tileBytes: cpuTileBytes(backend, D),
     forwardPeakExtra: fwd.peakExtra ?? null,
     backwardPeakExtra: bwd.peakExtra ?? null,
     naiveForwardBytes: naiveMemory(T, dtype).forward,
@@ -313,6 +311,21 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
   if (o.json) io.out(JSON.stringify(result, jsonReplacer, 2));
   if (!exactness.verified) throw new FAError('E_DEVICE', `the ${backend.name} result is outside the float64 reference's tolerance on sampled rows (see part 3)`);
   return 0;
+}
+
+/** The CPU engine's per-thread tiles (the larger working set, backward), all threads. */
+function cpuTileBytes(b: AttentionBackend, D: number): number | null {
+  const c = b as unknown as { threads?: number; tileSizes?: (d: number, pass: 'forward' | 'backward') => TileSizes };
+  if (b.name !== 'cpu' || typeof c.tileSizes !== 'function') return null;
+  const t = c.tileSizes.call(b, D, 'backward');
+  return Math.max(1, c.threads ?? 1) * workingSetBytes('backward', t.br, t.bc, D);
+}
+
+/** Adds a measurement to the point of the same T. */
+function upsert(points: MemoryPoint[], p: MemoryPoint): void {
+  const i = points.findIndex((x) => x.T === p.T);
+  if (i < 0) points.push(p);
+  else points[i] = { ...points[i], ...p };
 }
 
 function probeOpt(b: AttentionBackend): { memory?: MemoryProbe } {

@@ -110,6 +110,8 @@ export interface DemoResult {
   /** 4. Memory, traffic, time. */
   readonly memory: {
     readonly method: string;
+    /** CPU engine: bytes of the worker threads' tiles (threads × working set), kept between calls; not in the measurement. */
+    readonly tileBytes: number | null;
     readonly forwardPeakExtra: number | null;
     readonly backwardPeakExtra: number | null;
     readonly naiveForwardBytes: number;

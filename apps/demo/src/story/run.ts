@@ -51,15 +51,20 @@ function gaussian(n: number, next: () => number): Float32Array {
   return f;
 }
 
-/** Seeded standard-normal q, k, v, dOut of shape [1, T, 1, D], in shared memory where possible. */
-export function makeInputs(T: number, D: number, dtype: DType, seed: number): Inputs {
+/**
+ * Seeded standard-normal q, k, v, dOut of shape [batch, T, heads, D] (default [1, T, 1, D]).
+ * `shared`: in SharedArrayBuffer memory where available (the CPU engine's worker threads then
+ * need no copy); GPU engines get ordinary ArrayBuffers (Dawn's writeBuffer refuses shared ones).
+ */
+export function makeInputs(T: number, D: number, dtype: DType, seed: number, shared = true, batch = 1, heads = 1): Inputs {
   const next = rng(seed);
+  const n = batch * T * heads * D;
   const make = (): HostTensor => {
-    const g = gaussian(T * D, next);
-    const data = allocHost(dtype, T * D);
+    const g = gaussian(n, next);
+    const data = shared ? allocHost(dtype, n) : dtype === 'f32' ? new Float32Array(n) : new Uint16Array(n);
     if (dtype === 'f32') (data as Float32Array).set(g);
     else encode(dtype, g, data as Uint16Array);
-    return tensor(data, [1, T, 1, D], dtype);
+    return tensor(data, [batch, T, heads, D], dtype);
   };
   return { q: make(), k: make(), v: make(), dOut: make() };
 }
@@ -70,6 +75,8 @@ export interface MemoryProbe {
   readonly method: string;
   begin(): void;
   sample(): void;
+  /** Called between chunks, after sample(): lets a probe drop garbage (Node: a GC). */
+  settle?(): void;
   /** Peak minus baseline, in bytes (stops sampling). */
   end(): number;
 }
@@ -231,12 +238,14 @@ export class AttentionRun {
       const lse = valuesOf(await b.read(r.lse));
       return { seconds, flops, chunks: 1, out, lse, ...(peak !== undefined ? { peakExtra: Math.max(0, peak - outBytes) } : {}) };
     }
-    // host engine: chunks of query rows, results copied into full-size outputs
+    // host engine: chunks of query rows, results copied into full-size outputs (allocated
+    // before the memory baseline: they are the pass's outputs, not extra memory)
     const { q, k, v } = this.inputs;
     const dtype = q.dtype;
-    const outData = allocHost(dtype, T * D);
-    const lseData = allocHost('f32', T) as Float32Array;
     const bounds = chunkBounds(T, this.chunkCount(o), this.causal);
+    const chunked = bounds.length > 2;
+    let outData = chunked ? allocHost(dtype, T * D) : undefined;
+    let lseData = chunked ? (allocHost('f32', T) as Float32Array) : undefined;
     o.memory?.begin();
     const t0 = performance.now();
     let doneFlops = 0;
@@ -246,18 +255,26 @@ export class AttentionRun {
       const kEnd = this.causal ? e : T;
       const r = await b.forward(rowsOf(q, a, e), rowsOf(k, 0, kEnd), rowsOf(v, 0, kEnd), this.opts);
       o.memory?.sample();
-      const ro = r.out as HostTensor;
-      (outData as Float32Array).set(ro.data as Float32Array, a * D);
-      lseData.set((r.lse as HostTensor).data as Float32Array, a);
+      const ro = (r.out as HostTensor).data;
+      const rl = (r.lse as HostTensor).data as Float32Array;
+      if (outData && lseData) {
+        (outData as Float32Array).set(ro as Float32Array, a * D);
+        lseData.set(rl, a);
+      } else {
+        outData = ro;
+        lseData = rl;
+      }
+      o.memory?.settle?.();
       doneFlops += chunkFlops(a, e, T, D, this.causal);
       const el = (performance.now() - t0) / 1e3;
       o.progress?.({ phase: 'forward', done: doneFlops / flops, estimated: false, elapsed: el, eta: (el * (flops - doneFlops)) / doneFlops });
     }
     const seconds = (performance.now() - t0) / 1e3;
     const peak = o.memory?.end();
-    this.hostOut = tensor(outData, [1, T, 1, D], dtype);
-    this.hostLse = tensor(lseData, [1, 1, T], 'f32');
-    return { seconds, flops, chunks: bounds.length - 1, out: valuesOf(this.hostOut), lse: lseData, ...(peak !== undefined ? { peakExtra: peak } : {}) };
+    this.hostOut = tensor(outData!, [1, T, 1, D], dtype);
+    this.hostLse = tensor(lseData!, [1, 1, T], 'f32');
+    const outputs = chunked ? 0 : outData!.byteLength + lseData!.byteLength;
+    return { seconds, flops, chunks: bounds.length - 1, out: valuesOf(this.hostOut), lse: lseData!, ...(peak !== undefined ? { peakExtra: Math.max(0, peak - outputs) } : {}) };
   }
 
   async backward(o: PassOptions = {}): Promise<BackwardOutcome> {
@@ -293,9 +310,10 @@ export class AttentionRun {
     const dtype = q.dtype;
     const bounds = chunkBounds(T, this.chunkCount(o), this.causal);
     const chunked = bounds.length > 2;
-    const dqData = allocHost(dtype, T * D);
+    let dqData = chunked ? allocHost(dtype, T * D) : undefined;
     const dkAcc = chunked ? new Float64Array(T * D) : undefined;
     const dvAcc = chunked ? new Float64Array(T * D) : undefined;
+    let outputs = 0;
     o.memory?.begin();
     const t0 = performance.now();
     let doneFlops = 0;
@@ -307,22 +325,27 @@ export class AttentionRun {
       const lseChunk = tensor(lseAll.subarray(a, e), [1, 1, e - a], 'f32');
       const g = await b.backward(rowsOf(q, a, e), rowsOf(k, 0, kEnd), rowsOf(v, 0, kEnd), rowsOf(out, a, e), rowsOf(dOut, a, e), lseChunk, this.opts);
       o.memory?.sample();
-      (dqData as Float32Array).set((g.dq as HostTensor).data as Float32Array, a * D);
-      if (dkAcc && dvAcc) {
+      const [gq, gk, gv] = [(g.dq as HostTensor).data, (g.dk as HostTensor).data, (g.dv as HostTensor).data];
+      if (dqData && dkAcc && dvAcc) {
+        (dqData as Float32Array).set(gq as Float32Array, a * D);
         const dk = valuesOf(g.dk as HostTensor);
         const dv = valuesOf(g.dv as HostTensor);
         for (let x = 0; x < dk.length; x++) {
           dkAcc[x] += dk[x];
           dvAcc[x] += dv[x];
         }
+      } else {
+        dqData = gq;
+        outputs = gq.byteLength + gk.byteLength + gv.byteLength;
       }
+      o.memory?.settle?.();
       doneFlops += 2.5 * chunkFlops(a, e, T, D, this.causal);
       const el = (performance.now() - t0) / 1e3;
       o.progress?.({ phase: 'backward', done: doneFlops / flops, estimated: false, elapsed: el, eta: (el * (flops - doneFlops)) / doneFlops });
     }
     const seconds = (performance.now() - t0) / 1e3;
     const peak = o.memory?.end();
-    return { seconds, flops, chunks: bounds.length - 1, dq: valuesOf(tensor(dqData, [1, T, 1, D], dtype)), ...(peak !== undefined ? { peakExtra: peak } : {}) };
+    return { seconds, flops, chunks: bounds.length - 1, dq: valuesOf(tensor(dqData!, [1, T, 1, D], dtype)), ...(peak !== undefined ? { peakExtra: Math.max(0, peak - outputs) } : {}) };
   }
 
   /** Frees the engine's tensors. */

@@ -15,13 +15,18 @@ export function fit(s: string, width = WIDTH): string {
   return [...s].length <= width ? s : [...s].slice(0, width - 1).join('') + '…';
 }
 
-function table(rows: readonly (readonly string[])[], indent = '   ', rightFrom = 1): string[] {
+/** Columns padded to a common width; `align` gives 'l' or 'r' per column (default: first left, rest right). */
+function table(rows: readonly (readonly string[])[], indent = '   ', align?: string): string[] {
   const w = rows[0].map((_, i) => Math.max(...rows.map((r) => [...(r[i] ?? '')].length)));
+  const al = (i: number) => (align ? align[i] ?? 'r' : i === 0 ? 'l' : 'r');
   return rows.map((r) =>
-    fit(
-      (indent + r.map((c, i) => (i < rightFrom ? c.padEnd(w[i]) : c.padStart(w[i]))).join('   ')).replace(/\s+$/, ''),
-    ),
+    fit((indent + r.map((c, i) => (al(i) === 'l' ? c.padEnd(w[i]) : c.padStart(w[i]))).join('   ')).replace(/\s+$/, '')),
   );
+}
+
+/** On-chip sizes are binary (the paper's 192 KiB). */
+function kib(b: number): string {
+  return b % 1024 === 0 ? `${b / 1024} KiB` : fmtBytes(b);
 }
 
 export function header(r: Pick<DemoResult, 'engine' | 'config' | 'candidates'>): string[] {
@@ -116,15 +121,15 @@ export function part4(r: Pick<DemoResult, 'memory' | 'config' | 'engine' | 'run'
     '',
     `4. Memory, traffic and time (T = ${fmtInt(c.T)}, D = ${c.D}, ${r.engine.dtype})`,
     ...table([
-      ['extra memory', 'measured peak', 'naive needs'],
-      ['forward', mb(m.forwardPeakExtra), `${fmtBytes(m.naiveForwardBytes)} (S, P)`],
-      ['backward', mb(m.backwardPeakExtra), `${fmtBytes(m.naiveBackwardBytes)} (P, dP, dS)`],
-    ], '   ', 1),
-    ...para(`Measured: ${m.method}, beyond inputs and outputs.`, '   '),
+      ['extra memory', 'measured peak', 'naive needs', ''],
+      ['forward', mb(m.forwardPeakExtra), fmtBytes(m.naiveForwardBytes), 'S, P'],
+      ['backward', mb(m.backwardPeakExtra), fmtBytes(m.naiveBackwardBytes), 'P, dP, dS'],
+    ], '   ', 'lrrl'),
+    ...para(`Measured: ${m.method}, beyond inputs and outputs${m.tileBytes !== null ? `; the worker threads' tiles (${fmtBytes(m.tileBytes)} in all, allocated once and kept between calls) come on top` : ''}.`, '   '),
   ];
   const ratio = m.forwardPeakExtra !== null && m.forwardPeakExtra > 0 ? m.naiveForwardBytes / m.forwardPeakExtra : null;
   if (ratio !== null) lines.push(...para(`At this size naive attention would need ${fmtRatio(ratio)} the memory the tiled forward used.`));
-  lines.push(`   Slow-memory (HBM) traffic, IO model with ${fmtBytes(m.io.sramBytes)} on-chip:`);
+  lines.push(`   Slow-memory (HBM) traffic, IO model with ${kib(m.io.sramBytes)} on-chip:`);
   lines.push(...table(ioRows(m.io), '     '));
   lines.push(`   at ${fmtTokens(m.io100k.T)} tokens:`);
   lines.push(...table(ioRows(m.io100k), '     '));
@@ -136,7 +141,7 @@ export function part4(r: Pick<DemoResult, 'memory' | 'config' | 'engine' | 'run'
       ...table(
         [['engine', 'device', 'T', 'forward', 'backward'], ...r.throughput.map((t) => [t.backend, t.device, fmtInt(t.T), fmtRate(t.forwardRate), fmtRate(t.backwardRate)])],
         '     ',
-        2,
+        'llrrr',
       ),
     );
   }

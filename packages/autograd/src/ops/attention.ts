@@ -9,15 +9,18 @@
  */
 import {
   FAError,
+  decode,
   describeProblem,
+  encode,
   resolveBackend,
   tensor as hostTensor,
   type AttentionBackend,
   type AttentionOptions,
+  type DType,
   type HostTensor,
   type Tensor as CoreTensor,
 } from '@fa/core';
-import { Tensor, type Data } from '../tensor.js';
+import { Tensor } from '../tensor.js';
 import { record1, saveBuffer, type BackwardFn, type Saved } from '../node.js';
 import { backward64, describeShapes, forward64 } from './attention-f64.js';
 import { checkTensors, dataAs } from './util.js';
@@ -30,6 +33,13 @@ export interface AttentionCallOptions extends AttentionOptions {
    * of preference. Default: setDefaultBackend()'s choice, else the registry's best available.
    */
   backend?: BackendChoice;
+  /**
+   * The dtype the engine computes in (default 'f32'). With 'f16' or 'bf16', q, k, v are rounded
+   * to it on the way in, out and the gradients are widened back to float32 (autocast for
+   * attention; engines such as @fa/cuda compute only these). The node then keeps q, k, v and out
+   * in 16 bits: half the bytes.
+   */
+  dtype?: DType;
 }
 
 let defaultBackend: BackendChoice | undefined;
@@ -53,26 +63,39 @@ export async function pickBackend(choice: BackendChoice | undefined = defaultBac
   return resolveBackend(choice as string | readonly string[] | undefined);
 }
 
-async function toHost(be: AttentionBackend, t: CoreTensor, what: string): Promise<Float32Array> {
+/** A backend's result on the host, in its own dtype. */
+async function readHost(be: AttentionBackend, t: CoreTensor, what: string, dtype: DType): Promise<HostTensor> {
   const h: HostTensor = t.kind === 'host' ? t : await be.read(t);
   if (t.kind !== 'host') be.disposeTensor(t);
-  if (!(h.data instanceof Float32Array)) throw new FAError('E_DTYPE', `attention: backend ${be.name} returned ${what} as ${h.dtype}; @fa/autograd works in f32`);
-  return h.data;
+  if (h.dtype !== dtype) throw new FAError('E_DTYPE', `attention: backend ${be.name} returned ${what} as ${h.dtype}, expected ${dtype}`);
+  return h;
+}
+
+/** A backend's result widened to float32. */
+async function toFloat32(be: AttentionBackend, t: CoreTensor, what: string, dtype: DType): Promise<Float32Array> {
+  const h = await readHost(be, t, what, dtype);
+  return h.data instanceof Float32Array ? h.data : decode(dtype as 'f16' | 'bf16', h.data);
+}
+
+function toDtype(d: Float32Array, dtype: DType): Float32Array | Uint16Array {
+  return dtype === 'f32' ? d : encode(dtype, d);
 }
 
 function coreOptions(opts: AttentionCallOptions): AttentionOptions {
-  const { backend: _ignored, ...rest } = opts;
-  void _ignored;
+  const { backend: _b, dtype: _d, ...rest } = opts;
+  void _b;
+  void _d;
   return rest;
 }
 
 function backendBackward(be: AttentionBackend, q: HostTensor, k: HostTensor, v: HostTensor, out: HostTensor, lse: HostTensor, opts: AttentionOptions): BackwardFn {
   return async ([g], needs) => {
-    const dOut = hostTensor(g as Float32Array, q.shape, 'f32');
+    const dtype = q.dtype;
+    const dOut = hostTensor(toDtype(g as Float32Array, dtype), q.shape, dtype);
     const r = await be.backward(q, k, v, out, dOut, lse, opts);
-    const dq = await toHost(be, r.dq, 'dq');
-    const dk = await toHost(be, r.dk, 'dk');
-    const dv = await toHost(be, r.dv, 'dv');
+    const dq = await toFloat32(be, r.dq, 'dq', dtype);
+    const dk = await toFloat32(be, r.dk, 'dk', dtype);
+    const dv = await toFloat32(be, r.dv, 'dv', dtype);
     return [needs[0] ? dq : null, needs[1] ? dk : null, needs[2] ? dv : null];
   };
 }
@@ -84,7 +107,7 @@ function float64Backward(p: ReturnType<typeof describeShapes>, q: Float64Array, 
   };
 }
 
-function saves(q: Tensor, k: Tensor, v: Tensor, qd: Data, kd: Data, vd: Data, out: Data, lse: Data): Saved[] {
+function saves(q: Tensor, k: Tensor, v: Tensor, qd: ArrayBufferView, kd: ArrayBufferView, vd: ArrayBufferView, out: ArrayBufferView, lse: ArrayBufferView): Saved[] {
   return [
     { what: 'q', data: qd, leaf: q.isLeaf && qd === q.data },
     { what: 'k', data: kd, leaf: k.isLeaf && kd === k.data },
@@ -109,17 +132,21 @@ export async function attention(q: Tensor, k: Tensor, v: Tensor, opts: Attention
     const { out, lse } = forward64(p, qd, kd, vd);
     return record1('attention', [q, k, v], out, q.shape, saves(q, k, v, qd, kd, vd, out, lse), float64Backward(p, qd, kd, vd, out, lse));
   }
+  const dtype = opts.dtype ?? 'f32';
+  if (dtype !== 'f32' && dtype !== 'f16' && dtype !== 'bf16') throw new FAError('E_DTYPE', `attention: dtype must be f32, f16 or bf16, got ${JSON.stringify(dtype)}`);
   const be = await pickBackend(opts.backend ?? defaultBackend);
-  const hq = hostTensor(q.data as Float32Array, q.shape, 'f32');
-  const hk = hostTensor(k.data as Float32Array, k.shape, 'f32');
-  const hv = hostTensor(v.data as Float32Array, v.shape, 'f32');
+  const hq = hostTensor(toDtype(q.data as Float32Array, dtype), q.shape, dtype);
+  const hk = hostTensor(toDtype(k.data as Float32Array, dtype), k.shape, dtype);
+  const hv = hostTensor(toDtype(v.data as Float32Array, dtype), v.shape, dtype);
   const problem = describeProblem(hq, hk, hv, o);
   const support = be.supports(problem);
-  if (!support.ok) throw new FAError('E_UNSUPPORTED', `attention on backend ${be.name}: ${support.reason}`);
+  if (!support.ok) {
+    const hint = dtype === 'f32' && be.dtypes.some((d) => d !== 'f32') ? ` (pass dtype: '${be.dtypes.includes('bf16') ? 'bf16' : be.dtypes[0]}' to attention() to compute in 16 bits)` : '';
+    throw new FAError('E_UNSUPPORTED', `attention on backend ${be.name}: ${support.reason}${hint}`);
+  }
   const fwd = await be.forward(hq, hk, hv, o);
-  const out = await toHost(be, fwd.out, 'out');
-  const lse = await toHost(be, fwd.lse, 'lse');
-  const hout = hostTensor(out, q.shape, 'f32');
-  const hlse = hostTensor(lse, problem.lseShape, 'f32');
-  return record1('attention', [q, k, v], out, q.shape, saves(q, k, v, hq.data as Float32Array, hk.data as Float32Array, hv.data as Float32Array, out, lse), backendBackward(be, hq, hk, hv, hout, hlse, o));
+  const hout = await readHost(be, fwd.out, 'out', dtype);
+  const hlse = await readHost(be, fwd.lse, 'lse', 'f32');
+  const out = hout.data instanceof Float32Array ? hout.data : decode(dtype as 'f16' | 'bf16', hout.data);
+  return record1('attention', [q, k, v], out, q.shape, saves(q, k, v, hq.data, hk.data, hv.data, hout.data, hlse.data), backendBackward(be, hq, hk, hv, hout, hlse, o));
 }

@@ -41,6 +41,13 @@ export interface CpuEngineOptions {
   readonly cache?: CacheModel;
   /** Problems with fewer forward FLOPs than this run on the calling thread. Default 2^24. */
   readonly inlineBelowFlops?: number;
+  /**
+   * Backward: recompute each row's output (float64) and correct its float32 lse in a pre-pass
+   * instead of using the given `out` and `lse` for Dvec = rowsum(dO∘O) (costs ~40% more time).
+   * Default: true for f16/bf16, whose rounded `out` is too coarse where P is nearly one-hot;
+   * false for f32. KERNEL_NOTES.md explains.
+   */
+  readonly exactRowStats?: boolean;
 }
 
 export const DEFAULT_INLINE_BELOW_FLOPS = 2 ** 24;
@@ -205,7 +212,7 @@ export class CpuBackend implements AttentionBackend {
     const counter = () => (pooled ? new Int32Array(new SharedArrayBuffer(4)) : new Int32Array(1));
     const [qd, kd, vd, od, dOd, ld] = [sh(qh.data, 'q'), sh(kh.data, 'k'), sh(vh.data, 'v'), sh(oh.data, 'out'), sh(dOh.data, 'dOut'), sh(lh.data as Float32Array, 'lse')];
     // phase 1: Dvec = rowsum(dO ∘ O), in the lse layout; exact O (recomputed) for f16/bf16
-    const exact = p.dtype !== 'f32';
+    const exact = this.opts.exactRowStats ?? p.dtype !== 'f32';
     const f64 = (n: number) => (pooled ? new Float64Array(new SharedArrayBuffer(n * 8)) : new Float64Array(n));
     const dvec = alloc(() => f64(p.h * p.totalQ), 'Dvec');
     const lse64 = alloc(() => f64(p.h * p.totalQ), 'the float64 lse');
@@ -251,6 +258,9 @@ export class CpuBackend implements AttentionBackend {
 export async function createCpuBackend(opts: CpuEngineOptions = {}): Promise<CpuBackend> {
   if (opts.threads !== undefined && !(Number.isSafeInteger(opts.threads) && opts.threads >= 0)) {
     throw new FAError('E_ARG', `cpu engine option threads must be an integer >= 0, got ${String(opts.threads)}`);
+  }
+  if (opts.exactRowStats !== undefined && typeof opts.exactRowStats !== 'boolean') {
+    throw new FAError('E_ARG', `cpu engine option exactRowStats must be true or false, got ${String(opts.exactRowStats)}`);
   }
   if (opts.inlineBelowFlops !== undefined && !(typeof opts.inlineBelowFlops === 'number' && opts.inlineBelowFlops >= 0)) {
     throw new FAError('E_ARG', `cpu engine option inlineBelowFlops must be a number >= 0, got ${String(opts.inlineBelowFlops)}`);

@@ -250,7 +250,8 @@ export interface ConformanceCaseOptions {
   readonly seed?: number;
   /**
    * Number of cases (default 320; with quick, one per edge template and dtype, 159 for three
-   * dtypes). The edge templates come first, so a count below templates × dtypes drops some.
+   * dtypes). The edge templates come first, each in one dtype, then each in the next dtype...:
+   * a count of at least 53 (the number of templates) covers every template.
    */
   readonly count?: number;
   /** Dtypes to generate (default f32, f16, bf16). */
@@ -429,8 +430,14 @@ export function conformanceCases(o: ConformanceCaseOptions = {}): ConformanceCas
   if (dims.length === 0) throw new RangeError(`conformanceCases: maxD ${maxD} is below the smallest head dim ${CASE_HEAD_DIMS[0]}`);
   const budget = quick ? QUICK_CASE_WORK : MAX_CASE_WORK;
   const specs: CaseSpec[] = [];
-  // Interleave dtypes so that a truncated list still covers each of them.
-  for (const t of templates) for (const dtype of dtypes) specs.push(clampSpec({ ...t, dtype, seed: hashSpec({ ...t, dtype }) ^ seed }, dims, budget));
+  // Every template in one dtype (rotating), then again in the next dtype, and so on: a list cut
+  // short still has every template (and every dtype); the full list has each in every dtype.
+  for (let pass = 0; pass < dtypes.length; pass++) {
+    templates.forEach((t, n) => {
+      const dtype = dtypes[(n + pass) % dtypes.length];
+      specs.push(clampSpec({ ...t, dtype, seed: hashSpec({ ...t, dtype }) ^ seed }, dims, budget));
+    });
+  }
   const rng = createRng(seed * 7919 + 17);
   let n = 0;
   while (specs.length < count) specs.push(randomSpec(rng, dtypes[n++ % dtypes.length], dims, budget));

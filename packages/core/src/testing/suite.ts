@@ -30,7 +30,7 @@ export interface SuiteApi {
 }
 
 export interface SuiteOptions extends ConformanceOptions {
-  /** The label in titles when the backend is given as a getter (default "backend"). */
+  /** The label in titles and the summary (default: the backend's name, or "backend" for a getter). */
   readonly name?: string;
   /** Per-test timeout in ms (default 120000). */
   readonly timeout?: number;
@@ -49,7 +49,7 @@ export type BackendSource = AttentionBackend | (() => AttentionBackend | Promise
 export function defineConformanceSuite(source: BackendSource, api: SuiteApi, opts: SuiteOptions = {}): void {
   const cases = opts.cases ?? conformanceCases(opts);
   const instance = typeof source === 'function' ? undefined : source;
-  const label = instance ? instance.name : opts.name ?? 'backend';
+  const label = opts.name ?? (instance ? instance.name : 'backend');
   let device = instance ? instance.device : '?';
   let pending: Promise<AttentionBackend> | undefined;
   const get = (): Promise<AttentionBackend> => (pending ??= Promise.resolve(instance ?? (source as () => AttentionBackend | Promise<AttentionBackend>)()));

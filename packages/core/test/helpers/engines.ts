@@ -65,7 +65,7 @@ function argmaxAbs(a: ArrayLike<number>): number {
 
 function perturb(a: Float64Array): Float64Array {
   const i = argmaxAbs(a);
-  if (i >= 0) a[i] += 0.2 * Math.abs(a[i]) + 1e-3;
+  if (i >= 0) a[i] += 0.2 * Math.abs(a[i]) + 0.05;
   return a;
 }
 

@@ -1,0 +1,16 @@
+import { resolveBackend } from '@fa/core';
+import { makeInputs } from './dist/story/run.js';
+const b = await resolveBackend('cpu');
+const T = 2048, D = 64;
+const inp = makeInputs(T, D, 'f32', 1);
+await b.forward(inp.q, inp.k, inp.v);
+const ab = () => process.memoryUsage().arrayBuffers;
+const a0 = ab();
+const r = await b.forward(inp.q, inp.k, inp.v);
+const a1 = ab();
+const x = new SharedArrayBuffer(1e6);
+const a2 = ab();
+const y = new Float32Array(new SharedArrayBuffer(1e6));
+const a3 = ab();
+console.log(a0, a1 - a0, a2 - a1, a3-a2, r.out.data.buffer.constructor.name, r.out.data.byteLength);
+await b.dispose();

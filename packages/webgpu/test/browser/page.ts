@@ -1,0 +1,53 @@
+/**
+ * The page the headless-Chromium test loads: runs a slice of the conformance kit against the
+ * WebGPU engine on navigator.gpu and publishes the results on window.__fa.
+ */
+import { checkCase, conformanceCases, EXTRA_CHECKS, type CaseResult } from '@fa/core/testing';
+import { createWebGPUBackend } from '../../dist/index.js';
+
+interface PageState {
+  device?: string;
+  generic?: boolean;
+  error?: string;
+  results: CaseResult[];
+  done: boolean;
+}
+
+declare global {
+  interface Window {
+    __fa: PageState;
+  }
+}
+
+const state: PageState = { results: [], done: false };
+window.__fa = state;
+
+async function main(): Promise<void> {
+  const params = new URLSearchParams(location.search);
+  const count = Number(params.get('count') ?? 48);
+  const seed = Number(params.get('seed') ?? 3);
+  const be = await createWebGPUBackend();
+  state.device = be.device;
+  state.generic = be.generic;
+  console.log(`page: ${be.device}, ${be.generic ? 'generic' : 'specialised'} kernels`);
+  const cases = conformanceCases({ count, quick: true, seed });
+  for (const c of cases) {
+    const r = await checkCase(be, c);
+    state.results.push(r);
+    console.log(`page: ${r.pass ? (r.skipped ? 'skip' : 'ok  ') : 'FAIL'} ${r.name} ${r.pass ? '' : r.message}`);
+  }
+  for (const x of EXTRA_CHECKS) {
+    const r = await x.run(be);
+    state.results.push(r);
+    console.log(`page: ${r.pass ? 'ok  ' : 'FAIL'} ${r.name}`);
+  }
+  await be.dispose();
+}
+
+main().then(
+  () => (state.done = true),
+  (e: unknown) => {
+    state.error = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+    state.done = true;
+  },
+);
