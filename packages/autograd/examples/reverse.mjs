@@ -160,8 +160,11 @@ function parseArgs(/** @type {string[]} */ argv) {
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const args = parseArgs(process.argv.slice(2));
-  // Engines other than cpu register themselves when imported: @fa/webgpu, @fa/cuda.
-  if (args.backend && args.backend !== 'cpu') await import(`@fa/${args.backend}`);
+  // Engines other than cpu register themselves when imported: @fa/webgpu, @fa/cuda (installed,
+  // or built in this monorepo).
+  if (args.backend && args.backend !== 'cpu') {
+    await import(`@fa/${args.backend}`).catch(() => import(new URL(`../../${args.backend}/dist/index.js`, import.meta.url).href));
+  }
   const r = await train(args, (line) => console.log(line));
   console.log(JSON.stringify({ tokenAccuracy: r.tokenAccuracy, sequenceAccuracy: r.sequenceAccuracy, seconds: r.seconds, parameters: r.parameters }));
   process.exit(r.tokenAccuracy >= 0.95 ? 0 : 1);

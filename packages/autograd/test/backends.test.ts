@@ -32,7 +32,7 @@ console.log(['engines:', ...loadNotes, ...backends.map((b) => `backend ${b.name}
 const V = 7;
 const B = 2;
 const T = 9;
-const C = 16;
+const C = 32; // 4 heads of D = 8 (CUDA needs D a multiple of 8)
 // Two blocks between them use every attention option except varlen (GQA, causal, window, softcap, ALiBi).
 const ATTN: AttentionOptions[] = [{ causal: true }, { window: [3, 1], softcap: 4, alibiSlopes: [0.5, 0.25, 0.125, 0.0625] }];
 

@@ -12,7 +12,7 @@
 //
 // tfjs is skipped, and the table says why, where its estimated peak memory (extrapolated ∝ T²
 // from the previous size) exceeds FA_BENCH_TFJS_MEM (default 4 GiB), or its estimated time
-// exceeds FA_BENCH_TFJS_SECONDS (default 240 s per measurement).
+// exceeds FA_BENCH_TFJS_SECONDS (default 300 s for its forward and forward+backward measurements together).
 //
 // Environment: FA_BENCH_QUICK=1 (T ∈ {1K, 2K}, no big sizes), FA_BENCH_NO_WRITE=1 (do not
 // rewrite BENCHMARKS.md), FA_BENCH_BIG=0 (skip the 16K/32K rows), FA_BENCH_T=1024,2048 and
@@ -26,7 +26,7 @@ const here = (p) => fileURLToPath(new URL(p, import.meta.url));
 const env = process.env;
 const quick = env.FA_BENCH_QUICK === '1';
 const tfjsMem = Number(env.FA_BENCH_TFJS_MEM ?? 4 * 2 ** 30);
-const tfjsSeconds = Number(env.FA_BENCH_TFJS_SECONDS ?? 240);
+const tfjsSeconds = Number(env.FA_BENCH_TFJS_SECONDS ?? 300);
 const list = (v, d) => (v ? v.split(',').map(Number) : d);
 const Ts = list(env.FA_BENCH_T, quick ? [1024, 2048] : [1024, 2048, 4096, 8192]);
 const Ds = list(env.FA_BENCH_D, [64, 128]);
@@ -154,7 +154,7 @@ ${headline}
 ${table}
 
 tfjs is skipped where its estimated peak memory (extrapolated ∝ T² from the previous size) is
-above ${mb(tfjsMem)}, or its estimated time above ${tfjsSeconds} s per measurement (set FA_BENCH_TFJS_MEM /
+above ${mb(tfjsMem)}, or its estimated time (forward and forward+backward together) above ${tfjsSeconds} s (set FA_BENCH_TFJS_MEM /
 FA_BENCH_TFJS_SECONDS to change the caps). At T = 16K and 32K the naive schedule needs 1 and 4 GiB
 per T×T float32 matrix and several of them at once; the tiled engine runs those sizes in the
 memory shown.

@@ -28,7 +28,8 @@ import type { DType } from './dtype.js';
 import { describeProblem, segment, lseIndex, type AttentionOptions, type AttentionProblem } from './problem.js';
 import { keyRange } from './mask.js';
 import type { HostTensor } from './tensor.js';
-import { hostValues, checkBytes, referenceMaxBytes, requireHost } from './reference.js';
+import { referenceMaxBytes } from './reference.js';
+import { checkBytes, hostValues, requireHost } from './reference-util.js';
 
 const fr = Math.fround;
 

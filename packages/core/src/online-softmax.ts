@@ -182,7 +182,12 @@ export interface OnlineSoftmaxTrace {
   readonly lines: readonly string[];
 }
 
-const fmt = (x: number): string => (Number.isFinite(x) ? (Math.abs(x) >= 1e4 || (x !== 0 && Math.abs(x) < 1e-3) ? x.toExponential(4) : x.toFixed(4).replace(/\.?0+$/, '') || '0') : String(x).replace('Infinity', '∞'));
+function fmt(x: number): string {
+  if (Number.isNaN(x)) return 'NaN';
+  if (!Number.isFinite(x)) return x > 0 ? '∞' : '−∞';
+  if (Math.abs(x) >= 1e4 || (x !== 0 && Math.abs(x) < 1e-3)) return x.toExponential(4);
+  return x.toFixed(4).replace(/\.?0+$/, '') || '0';
+}
 const fmtV = (v: ArrayLike<number>): string => `[${Array.from(v, fmt).join(', ')}]`;
 
 /**

@@ -9,19 +9,22 @@
  * A row that sees no key has output 0 and LSE -Infinity; NaN in inputs propagates.
  *
  * With `magnitudes: true` the reference also returns, per output element, the magnitude of the
- * terms that element is computed from (a running-error-analysis "condition" tensor, in units
- * of the unit roundoff): an engine computing in float32 errs by at most a small multiple of
- * u32 times it. The conformance kit uses it as the tolerance floor where cancellation or
- * large-magnitude scores make a purely relative bound meaningless.
+ * terms that element is computed from (a running-error-analysis "condition" tensor: the sum of
+ * |terms| through every step, the logits' own magnitudes included): an engine computing in
+ * float32 errs by a small multiple of u32 times it. The conformance kit uses it as the
+ * tolerance floor where cancellation or large-magnitude scores make a purely relative bound
+ * unattainable. With `givenOut`, referenceBackward also returns how much dq and dk change when
+ * rowsum(dO∘out) is formed from that out (an engine's, rounded to its dtype) instead of the
+ * exact one.
  */
-import { check, FAError } from './errors.js';
-import { decode, fromBF16Bits, fromF16Bits } from './dtype.js';
+import { check } from './errors.js';
+import { fromBF16Bits, fromF16Bits } from './dtype.js';
+import { checkBytes, hostValues, requireHost } from './reference-util.js';
 import { describeProblem, segment, lseIndex, type AttentionOptions, type AttentionProblem } from './problem.js';
 import { keyRange, logit, slopeOf } from './mask.js';
 import { isHostTensor, numel, type HostTensor } from './tensor.js';
 
-const MiB = 1024 * 1024;
-const DEFAULT_MAX_BYTES = 512 * MiB;
+const DEFAULT_MAX_BYTES = 512 * 1024 * 1024;
 let maxBytesDefault = DEFAULT_MAX_BYTES;
 
 /** Sets the default allocation limit (bytes) of referenceForward/referenceBackward/naive*. */
@@ -68,36 +71,6 @@ export interface ReferenceBackward extends ReferenceForward {
    * engine receives out rounded to the dtype, so this is what an otherwise exact engine differs by.
    */
   readonly outCorrection?: { readonly dq: Float64Array; readonly dk: Float64Array };
-}
-
-/** @internal Exact values of a host tensor as float32 (no copy for f32). */
-export function hostValues(t: HostTensor): Float32Array {
-  if (t.dtype === 'f32') return t.data as Float32Array;
-  return decode(t.dtype, t.data as Uint16Array);
-}
-
-/** @internal */
-export function requireHost(t: unknown, what: string, fn: string): void {
-  if (!isHostTensor(t) && typeof t === 'object' && t !== null && (t as { kind?: unknown }).kind === 'device') {
-    throw new FAError('E_ARG', `${fn}: ${what} is a device tensor; the reference needs host tensors (read it with backend.read())`);
-  }
-}
-
-function fmtBytes(n: number): string {
-  if (n >= 1024 * MiB) return `${(n / (1024 * MiB)).toFixed(2)} GiB`;
-  return `${(n / MiB).toFixed(1)} MiB`;
-}
-
-/** @internal Throws E_TOO_LARGE when `bytes` exceeds the limit, explaining how to proceed. */
-export function checkBytes(fn: string, p: AttentionProblem, bytes: number, limit: number, setter = 'setReferenceMaxBytes()'): void {
-  if (bytes <= limit) return;
-  throw new FAError(
-    'E_TOO_LARGE',
-    `${fn} would allocate ${bytes} bytes (${fmtBytes(bytes)}) for B=${p.batch} H=${p.h} Hkv=${p.hkv} Tq=${p.tq} Tk=${p.tk} D=${p.d} ` +
-      `(naive attention materialises the ${p.tq}x${p.tk} score matrix of one (batch, head) in float64, plus inputs and outputs), ` +
-      `above the limit of ${limit} bytes (${fmtBytes(limit)}). Raise it with the { maxBytes } option or ${setter}, ` +
-      `or check sampled rows with referenceRows(), which needs O(Tk) memory per row.`,
-  );
 }
 
 function checkDOut(p: AttentionProblem, dOut: unknown, fn: string): HostTensor {

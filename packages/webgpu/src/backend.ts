@@ -399,12 +399,13 @@ export class WebGPUBackend implements AttentionBackend {
     return b;
   }
 
-  private paramsBuffer(scope: Scope, p: AttentionProblem, diOff = 0): GPUBuffer {
+  private paramsBuffer(scope: Scope, p: AttentionProblem, tile: Tile, diOff = 0): GPUBuffer {
     const lse = p.varlen ? { lseSh: p.totalQ, lseSb: 0, lseScu: 1 } : { lseSh: p.tq, lseSb: p.h * p.tq, lseScu: 0 };
     const data = packParams({
       h: p.h, hkv: p.hkv, batch: p.batch, totalQ: p.totalQ, totalK: p.totalK, ...lse,
       scale: p.scale, softcap: p.softcap, wl: p.windowLeft, wr: p.windowRight, diOff,
       d: p.d, dtype: p.dtype, outF32: p.dtype !== 'f32' && p.d % 2 === 1, alibi: p.alibi !== undefined,
+      dp1: Math.ceil(p.d / tile.dk) * tile.dk, dp2: Math.ceil(p.d / (2 * tile.tc)) * 2 * tile.tc,
     });
     const b = this.createBuffer(scope, PARAMS_BYTES, BufferUsage.UNIFORM | BufferUsage.COPY_DST, 'params');
     this.acq.device.queue.writeBuffer(b, 0, data);
@@ -456,7 +457,7 @@ export class WebGPUBackend implements AttentionBackend {
         lseBuf = this.createBuffer(scope, p.totalQ * p.h * 4, BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST, 'lse');
         const outF32 = p.dtype !== 'f32' && p.d % 2 === 1;
         const o32 = outF32 ? this.createBuffer(scope, nOut * 4, BufferUsage.STORAGE, 'out f32') : outBuf;
-        const params = this.paramsBuffer(scope, p);
+        const params = this.paramsBuffer(scope, p, spec.tile);
         const meta = this.metaBuffer(scope, p);
         const enc = dev.createCommandEncoder();
         const pass = enc.beginComputePass();
@@ -523,7 +524,8 @@ export class WebGPUBackend implements AttentionBackend {
         const dq32 = f32 ? this.createBuffer(scope, nQ * 4, BufferUsage.STORAGE, 'dq f32') : dq;
         const dk32 = f32 ? this.createBuffer(scope, nK * 4, BufferUsage.STORAGE, 'dk f32') : dk;
         const dv32 = f32 ? this.createBuffer(scope, nK * 4, BufferUsage.STORAGE, 'dv f32') : dv;
-        const params = this.paramsBuffer(scope, p, nRows);
+        const params = this.paramsBuffer(scope, p, sKV.tile, nRows);
+        const paramsQ = this.paramsBuffer(scope, p, sQ.tile, nRows);
         const meta = this.metaBuffer(scope, p);
         const maxWG = dev.limits.maxComputeWorkgroupsPerDimension;
         const pass = enc.beginComputePass();
@@ -545,7 +547,7 @@ export class WebGPUBackend implements AttentionBackend {
         if (p.batch > 0 && p.tq > 0) {
           pass.setPipeline(pQ);
           const g = new Array<GPUBuffer | undefined>(8);
-          g[BWD.params] = params; g[BWD.meta] = meta; g[BWD.q] = qb; g[BWD.k] = kb; g[BWD.v] = vb; g[BWD.dout] = dob; g[BWD.ld] = ld; g[BWD.dq] = dq32;
+          g[BWD.params] = paramsQ; g[BWD.meta] = meta; g[BWD.q] = qb; g[BWD.k] = kb; g[BWD.v] = vb; g[BWD.dout] = dob; g[BWD.ld] = ld; g[BWD.dq] = dq32;
           pass.setBindGroup(0, this.bind(pQ, g));
           pass.dispatchWorkgroups(Math.ceil(p.tq / sQ.tile.nr), p.h, p.batch);
         }

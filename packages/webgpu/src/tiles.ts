@@ -40,8 +40,7 @@ export const GENERIC_TILE_CANDIDATES: readonly Tile[] = [
 
 /** The head-dim bucket a generic kernel is compiled for. */
 export function dBucket(d: number): number {
-  for (const b of [32, 64, 128, 256]) if (d <= b) return b;
-  return Math.ceil(d / 64) * 64;
+  return Math.ceil(d / 256) * 256;
 }
 
 /** Extra workgroup floats a kernel needs beyond the common ones. */

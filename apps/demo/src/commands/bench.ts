@@ -194,13 +194,14 @@ export async function benchCommand(args: readonly string[], io: Io): Promise<num
       ...rows.map((r) => [fmtInt(r.T), fmtSeconds(r.forwardSeconds), gf(r.forwardRate), fmtSeconds(r.backwardSeconds), gf(r.backwardRate), mem(r.forwardPeakExtra), mem(r.backwardPeakExtra), fmtBytes(r.naiveBytes)]),
     ]))
       io.out(l);
-    io.out('  IO model, forward + backward HBM traffic (192 KiB on-chip) and forward FLOP/byte:');
+    io.out('  IO model (192 KiB on-chip): forward + backward HBM traffic, forward FLOP/byte');
     for (const l of table([
       ['T', 'HBM naive', 'HBM flash', 'FLOP/B naive', 'FLOP/B flash'],
       ...rows.map((r) => [fmtInt(r.T), fmtBytes(r.hbmNaive), fmtBytes(r.hbmFlash), r.intensityNaive.toFixed(1), r.intensityFlash.toFixed(0)]),
     ]))
       io.out(l);
-    io.out(`  mem: measured peak extra memory (${b.name === 'cpu' ? 'ArrayBuffers' : 'device'}), beyond inputs and outputs${b.name === 'cpu' ? '; CPU times are not GPU figures' : ''}`);
+    io.out(`  mem: measured peak extra memory (${b.name === 'cpu' ? 'ArrayBuffers' : 'device'}), beyond inputs and outputs.`);
+    if (b.name === 'cpu') io.out('  CPU timings are a rough guide, not GPU figures.');
   }
   if (p.booleans.has('json')) io.out(JSON.stringify(json, null, 2));
   return 0;

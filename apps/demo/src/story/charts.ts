@@ -136,6 +136,8 @@ export function lineChart(o: LineChartOptions): string {
 
 export interface Bar {
   readonly label: string;
+  /** A second, smaller line under the label (e.g. the device). */
+  readonly detail?: string;
   readonly values: readonly number[];
 }
 
@@ -180,7 +182,10 @@ export function barChart(o: BarChartOptions): string {
   }
   let y = m.t;
   for (const b of o.bars) {
-    parts.push(`<text x="${m.l - 8}" y="${y + (o.groups.length * (barH + 2)) / 2 + 4}" text-anchor="end" fill="#222">${esc(b.label)}</text>`);
+    const mid = y + (o.groups.length * (barH + 2)) / 2;
+    const clip = (s: string) => ([...s].length > 28 ? [...s].slice(0, 27).join('') + '…' : s);
+    parts.push(`<text x="${m.l - 8}" y="${b.detail ? mid - 2 : mid + 4}" text-anchor="end" fill="#222">${esc(clip(b.label))}</text>`);
+    if (b.detail) parts.push(`<text x="${m.l - 8}" y="${mid + 11}" text-anchor="end" fill="#666" font-size="10">${esc(clip(b.detail))}</text>`);
     b.values.forEach((v, i) => {
       const w = v > 0 && Number.isFinite(v) ? Math.max(1, X(v) - m.l) : 0;
       parts.push(`<rect class="bar" x="${m.l}" y="${y}" width="${n2(w)}" height="${barH}" fill="${groupColors[i % groupColors.length]}"><title>${esc(`${b.label} ${o.groups[i] ?? ''}: ${fmt(v)}`)}</title></rect>`);

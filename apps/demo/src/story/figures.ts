@@ -5,7 +5,7 @@
  */
 import { bytesPerElement, type DType } from '@fa/core';
 import { barChart, COLORS, lineChart, type HLine, type Series } from './charts.js';
-import { fmtBytes, fmtRate, sig3 } from './format.js';
+import { fmtBytes, fmtRate, fmtTokens, sig3 } from './format.js';
 import { flashExtraModel, ioSeries, naiveMemory, tokenGrid } from './model.js';
 import type { MemoryPoint, ThroughputEntry } from './result.js';
 
@@ -82,7 +82,7 @@ export function throughputChart(entries: readonly ThroughputEntry[], id = 'chart
     title: 'Throughput per engine (one head)',
     xLabel: 'FLOP/s',
     groups: ['forward', 'backward'],
-    bars: entries.map((e) => ({ label: `${e.backend} · ${e.device} · T=${e.T}`.slice(0, 30), values: [e.forwardRate, e.backwardRate] })),
+    bars: entries.map((e) => ({ label: `${e.backend}, T = ${fmtTokens(e.T)}`, detail: e.device, values: [e.forwardRate, e.backwardRate] })),
     format: fmtRate,
   });
 }

@@ -3,9 +3,11 @@
  * stored; P is rebuilt tile by tile from Q, K and the forward's lse.
  *
  * Phase 1 (DvecJob, units like the forward's): Dvec[i] = Σ_c dO[i,c]·O[i,c] for every query
- * row and head — with O the given `out` (f32), or for f16/bf16 the float64 output recomputed
- * from P = e^(S − lse) and V, since an `out` rounded to 8 or 11 bits would leave dP − Dvec
- * with rounding noise exactly where P is nearly one-hot.
+ * row and head, and the lse phase 2 recomputes P with (float64). By default for f32: O is the
+ * given `out` and lse the given one. For f16/bf16 (engine option exactRowStats): O is the
+ * float64 output recomputed from P = e^(S − lse) and V, renormalised, and lse is corrected for
+ * its float32 rounding — an `out` rounded to 8 or 11 bits, or a P that sums to 1 + |lse|·2⁻²⁴,
+ * would leave dP − Dvec with noise exactly where P is nearly one-hot (KERNEL_NOTES.md).
  *
  * Phase 2: one unit is one (batch, kv head) and a contiguous range of its key tiles:
  *

@@ -10,8 +10,10 @@
  * - Problems below `inlineBelowFlops` run on the calling thread, as does everything where
  *   worker threads are unavailable (a browser page): the same kernels, single-threaded.
  * - Memory beyond inputs and outputs: per-thread tiles (a few hundred KiB), per-unit row
- *   bookkeeping (O(Tq)), and in the backward the private dQ accumulators (one per extra
- *   slice, each the size of one group's dQ) and, for f16/bf16, a float32 dQ accumulator.
+ *   bookkeeping (O(Tq)), and in the backward Dvec and a float64 lse (16 bytes per row and
+ *   head), the private dQ accumulators (one per extra slice, each the size of one group's dQ)
+ *   and, for f16/bf16, a float32 dQ accumulator. Copies of the inputs in shared memory only
+ *   when the caller's are not SharedArrayBuffer-backed and the problem goes to the workers.
  *   Nothing of size Tq×Tk is ever allocated.
  */
 import type { AttentionBackend, BackwardResult, ForwardResult, Support } from '../backend.js';

@@ -10,7 +10,7 @@
  *
  * With softcap, S = c·tanh(S₀/c) and dS₀ = dS·(1 − tanh²); the scale is applied on store.
  */
-import { type KernelSpec, Src, acc, declAcc, dims, dynLoader, dynLoaders, header, ld2, ld1, pmul, rowdot, slopeLine, storeRows, storageFns, tensorDecl, zeroAcc, PARAMS_WGSL } from './common.js';
+import { type KernelSpec, Src, acc, declAcc, declOut, scaleOut, dims, dynLoader, dynLoaders, header, ld2, ld1, pmul, rowdot, slopeLine, storeRows, storageFns, tensorDecl, zeroAcc, PARAMS_WGSL } from './common.js';
 
 // Roles (bindings) of the backward kernels.
 // `ld` holds the forward's LSE (copied in) followed by Di, so a kernel needs 8 storage bindings.
@@ -92,8 +92,8 @@ export function dkdvWGSL(s: KernelSpec): string {
   src.line(`var lo = 0; var hi = i32(tq) - 1;`);
   src.line(`if (P.wr >= 0) { lo = max(0, i32(j0) - off - P.wr); }`);
   src.line(`if (P.wl >= 0) { hi = min(hi, i32(j0 + nrows - 1u) - off + P.wl); }`);
-  declAcc(src, 'dk', RM, DN);
-  declAcc(src, 'dv', RM, DN);
+  declOut(src, s, 'dk');
+  declOut(src, s, 'dv');
   declAcc(src, 's', RM, CN);
   declAcc(src, 'dp', RM, CN);
   src.open(`for (var hh = 0u; hh < group; hh = hh + 1u) {`);
@@ -164,7 +164,7 @@ export function dqWGSL(s: KernelSpec): string {
   src.line(`var lo = 0; var hi = i32(tk) - 1;`);
   src.line(`if (P.wl >= 0) { lo = max(0, i32(i0) + off - P.wl); }`);
   src.line(`if (P.wr >= 0) { hi = min(hi, i32(i0 + nrows - 1u) + off + P.wr); }`);
-  declAcc(src, 'dq', RM, DN);
+  declOut(src, s, 'dq');
   declAcc(src, 's', RM, CN);
   declAcc(src, 'dp', RM, CN);
   src.open(`if (lo <= hi) {`);

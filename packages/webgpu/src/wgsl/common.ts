@@ -91,11 +91,12 @@ struct Params {
   total_k: u32, lse_sh: u32, lse_sb: u32, lse_scu: u32,
   scale: f32, softcap: f32, wl: i32, wr: i32,
   neg_inf: f32, alibi_off: u32, di_off: u32, d: u32,
-  dtype: u32, out_f32: u32, alibi_on: u32, pad0: u32,
+  dtype: u32, out_f32: u32, alibi_on: u32, zero: u32,
+  dp1: u32, dp2: u32, pad0: u32, pad1: u32,
 }`;
 
 /** Byte size of Params. */
-export const PARAMS_BYTES = 80;
+export const PARAMS_BYTES = 96;
 
 export interface ParamValues {
   h: number; hkv: number; batch: number; totalQ: number; totalK: number;
@@ -106,6 +107,9 @@ export interface ParamValues {
   dtype: Storage;
   outF32: boolean;
   alibi: boolean;
+  /** The generic kernels' run-time padded head dims (rowdot: multiple of dk; pmul: of 2·tc). */
+  dp1?: number;
+  dp2?: number;
 }
 
 export function packParams(p: ParamValues): ArrayBuffer {
@@ -118,6 +122,7 @@ export function packParams(p: ParamValues): ArrayBuffer {
   f[8] = p.scale; f[9] = p.softcap; i[10] = p.wl; i[11] = p.wr;
   f[12] = -Infinity; u[13] = 2 * (p.batch + 1); u[14] = p.diOff ?? 0; u[15] = p.d;
   u[16] = p.dtype === 'f32' ? 0 : p.dtype === 'f16' ? 1 : 2; u[17] = +p.outF32; u[18] = +p.alibi; u[19] = 0;
+  u[20] = p.dp1 ?? 0; u[21] = p.dp2 ?? 0; u[22] = 0; u[23] = 0;
   return buf;
 }
 
@@ -249,6 +254,28 @@ export class Src {
   }
 }
 
+/**
+ * Declares a thread's output accumulators (RM × DN). The generic kernels keep them in an
+ * array walked by loops whose trip count the compiler cannot see (so it does not unroll them).
+ */
+export function declOut(src: Src, s: KernelSpec, name: string): void {
+  const { RM, DN } = dims(s);
+  if (s.dynamic) src.line(`var ${name}_acc: array<f32, ${RM * DN}>;`);
+  else declAcc(src, name, RM, DN);
+}
+
+/** Multiplies row i of the output accumulators by `f`. */
+export function scaleOut(src: Src, s: KernelSpec, name: string, i: number, f: string): void {
+  const { DN } = dims(s);
+  if (s.dynamic) {
+    src.line(`for (var x = 0u; x < P.dp2 / ${s.tile.tc}u; x = x + 1u) { ${name}_acc[${i * DN}u + x] = ${name}_acc[${i * DN}u + x] * ${f}; }`);
+    return;
+  }
+  const sc: string[] = [];
+  for (let d = 0; d < DN; d++) sc.push(`${acc(name, i, d)} = ${acc(name, i, d)} * ${f};`);
+  src.line(sc.join(' '));
+}
+
 /** Declares RM×CN (or RM×DN) f32 accumulators set to zero. */
 export function declAcc(src: Src, name: string, rows: number, cols: number): void {
   for (let i = 0; i < rows; i++) {
@@ -285,7 +312,7 @@ export function rowdot(src: Src, s: KernelSpec, a: TileRef, b: TileRef, out: str
   const { NT, RM, CN, DP1, pairs } = dims(s);
   const D = dExpr(s);
   const offB = t.nr * t.dk;
-  src.open(`for (var d0 = 0u; d0 < ${DP1}u; d0 = d0 + ${t.dk}u) {`);
+  src.open(s.dynamic ? `for (var d0 = 0u; d0 < P.dp1; d0 = d0 + ${t.dk}u) {` : `for (var d0 = 0u; d0 < ${DP1}u; d0 = d0 + ${t.dk}u) {`);
   for (const [ref, rows, off] of [[a, t.nr, 0], [b, t.nc, offB]] as const) {
     if (pairs) {
       const half = t.dk / 2;
@@ -305,7 +332,7 @@ export function rowdot(src: Src, s: KernelSpec, a: TileRef, b: TileRef, out: str
     }
   }
   src.line('workgroupBarrier();');
-  src.open(`for (var kk = 0u; kk < ${t.dk}u; kk = kk + 1u) {`);
+  src.open(`for (var kk = 0u; kk < ${t.dk}u${s.dynamic ? ' + P.zero' : ''}; kk = kk + 1u) {`);
   src.line(`let ab = kk * ${t.nr}u + tr * ${RM}u; let bb = ${offB}u + kk * ${t.nc}u + tc;`);
   for (let i = 0; i < RM; i++) src.line(`let a${i} = sbuf[ab + ${i}u];`);
   for (let j = 0; j < CN; j++) src.line(`let b${j} = sbuf[bb + ${j * t.tc}u];`);
@@ -328,6 +355,10 @@ export function pmul(src: Src, s: KernelSpec, y: TileRef, out: string): void {
   const t = s.tile;
   const { NT, RM, DP2, DN, pairs } = dims(s);
   const D = dExpr(s);
+  if (s.dynamic) {
+    pmulDynamic(src, s, y, out);
+    return;
+  }
   src.open(`for (var c0 = 0u; c0 < ${t.nc}u; c0 = c0 + ${t.kc}u) {`);
   if (pairs) {
     src.open(`for (var e = lid; e < ${(t.kc * DP2) / 2}u; e = e + ${NT}u) {`);
@@ -362,6 +393,32 @@ export function pmul(src: Src, s: KernelSpec, y: TileRef, out: string): void {
   src.close();
 }
 
+/** pmul of the generic kernels: run-time head dim, loops the compiler does not unroll. */
+function pmulDynamic(src: Src, s: KernelSpec, y: TileRef, out: string): void {
+  const t = s.tile;
+  const { NT, RM, DN } = dims(s);
+  src.open(`for (var c0 = 0u; c0 < ${t.nc}u + P.zero; c0 = c0 + ${t.kc}u) {`);
+  src.open(`for (var e = lid; e < ${t.kc}u * P.dp2; e = e + ${NT}u) {`);
+  src.line(`let r = e / P.dp2; let d = e % P.dp2;`);
+  src.line(`var xv = 0.0;`);
+  src.line(`if (c0 + r < ${y.n} && d < P.d) { xv = ld1_${y.buf}(((${y.tok0} + c0 + r) * ${y.heads} + ${y.head}) * P.d + d); }`);
+  src.line(`sbuf[r * P.dp2 + d] = xv;`);
+  src.close();
+  src.line('workgroupBarrier();');
+  src.open(`for (var kc = 0u; kc < ${t.kc}u + P.zero; kc = kc + 1u) {`);
+  src.line(`let pb = (c0 + kc) * ${t.nr}u + tr * ${RM}u; let yb = kc * P.dp2 + 2u * tc;`);
+  for (let i = 0; i < RM; i++) src.line(`let p${i} = sp[pb + ${i}u];`);
+  src.open(`for (var jj = 0u; jj < P.dp2 / ${2 * t.tc}u; jj = jj + 1u) {`);
+  src.line(`let y0 = sbuf[yb + jj * ${2 * t.tc}u]; let y1 = sbuf[yb + jj * ${2 * t.tc}u + 1u];`);
+  for (let i = 0; i < RM; i++) {
+    src.line(`${out}_acc[${i * DN}u + 2u * jj] = fma(p${i}, y0, ${out}_acc[${i * DN}u + 2u * jj]); ${out}_acc[${i * DN}u + 2u * jj + 1u] = fma(p${i}, y1, ${out}_acc[${i * DN}u + 2u * jj + 1u]);`);
+  }
+  src.close();
+  src.close();
+  src.line('workgroupBarrier();');
+  src.close();
+}
+
 /**
  * Stores a thread's RM×DN output accumulators (times `mul`, a WGSL f32 expression per row i)
  * into rows tok0 + r (r < n) of head `head` of `buf`.
@@ -371,6 +428,24 @@ export function storeRows(src: Src, s: KernelSpec, buf: string, tok0: string, n:
   const { RM, DN, pairs } = dims(s);
   const D = dExpr(s);
   const packed = s.storage !== 'f32' && !s.outF32;
+  if (s.dynamic) {
+    for (let i = 0; i < RM; i++) {
+      src.open(`if (tr * ${RM}u + ${i}u < ${n}) {`);
+      src.line(`let base = ((${tok0} + tr * ${RM}u + ${i}u) * ${heads} + ${head}) * P.d;`);
+      src.line(`let m = ${mul(i)};`);
+      src.open(`for (var jj = 0u; jj < P.dp2 / ${2 * t.tc}u; jj = jj + 1u) {`);
+      src.line(`let d = 2u * tc + jj * ${2 * t.tc}u;`);
+      src.line(`let x0 = ${name}_acc[${i * DN}u + 2u * jj] * m; let x1 = ${name}_acc[${i * DN}u + 2u * jj + 1u] * m;`);
+      // f32 (or the f32 staging of an odd D): one word per element; else a packed pair.
+      src.open(`if (P.dtype == 0u || P.out_f32 != 0u) {`);
+      src.line(`if (d < P.d) { ${buf}[base + d] = bitcast<u32>(x0); }`);
+      src.line(`if (d + 1u < P.d) { ${buf}[base + d + 1u] = bitcast<u32>(x1); }`);
+      src.close(`} else if (d < P.d) { ${buf}[(base + d) >> 1u] = pack_any(vec2<f32>(x0, x1)); }`);
+      src.close();
+      src.close();
+    }
+    return;
+  }
   for (let i = 0; i < RM; i++) {
     src.open(`if (tr * ${RM}u + ${i}u < ${n}) {`);
     src.line(`let base = ((${tok0} + tr * ${RM}u + ${i}u) * ${heads} + ${head}) * ${D};`);
@@ -380,13 +455,7 @@ export function storeRows(src: Src, s: KernelSpec, buf: string, tok0: string, n:
       const x0 = `${acc(name, i, 2 * jj)} * m`;
       const x1 = `${acc(name, i, 2 * jj + 1)} * m`;
       src.open(`{ let d = ${col};`);
-      if (s.dynamic) {
-        // f32 (or the f32 staging of an odd D): one word per element; else a packed pair.
-        src.open(`if (P.dtype == 0u || P.out_f32 != 0u) {`);
-        src.line(`if (d < ${D}) { ${buf}[base + d] = bitcast<u32>(${x0}); }`);
-        src.line(`if (d + 1u < ${D}) { ${buf}[base + d + 1u] = bitcast<u32>(${x1}); }`);
-        src.close(`} else if (d < ${D}) { ${buf}[(base + d) >> 1u] = pack_any(vec2<f32>(${x0}, ${x1})); }`);
-      } else if (packed && pairs) {
+      if (packed && pairs) {
         src.line(`if (d < ${D}) { ${buf}[(base + d) >> 1u] = pack2(vec2<f32>(${x0}, ${x1})); }`);
       } else {
         src.line(`if (d < ${D}) { ${buf}[base + d] = ${x0}; }`);

@@ -4,7 +4,7 @@
  * softmax of packages/core/src/online-softmax.ts) and the unnormalised output O in registers,
  * and writes O / l and LSE = m + log l at the end. The T×T score matrix never exists.
  */
-import { type KernelSpec, Src, acc, declAcc, dims, dynLoaders, header, pmul, rowdot, rowReduce, slopeLine, storeRows, tensorDecl, zeroAcc } from './common.js';
+import { type KernelSpec, Src, acc, declAcc, declOut, scaleOut, dims, dynLoaders, header, pmul, rowdot, rowReduce, slopeLine, storeRows, tensorDecl, zeroAcc } from './common.js';
 
 // Roles (bindings) of the forward kernel.
 export const FWD = { params: 0, meta: 1, q: 2, k: 3, v: 4, out: 5, lse: 6 } as const;
@@ -38,7 +38,7 @@ export function forwardWGSL(s: KernelSpec): string {
   src.line(`var lo = 0; var hi = i32(tk) - 1;`);
   src.line(`if (P.wl >= 0) { lo = max(0, i32(i0) + off - P.wl); }`);
   src.line(`if (P.wr >= 0) { hi = min(hi, i32(i0 + nrows - 1u) + off + P.wr); }`);
-  declAcc(src, 'o', RM, DN);
+  declOut(src, s, 'o');
   declAcc(src, 's', RM, CN);
   for (let i = 0; i < RM; i++) src.line(`var m${i} = neg_inf; var l${i} = 0.0;`);
   src.open(`if (lo <= hi) {`);
@@ -71,9 +71,8 @@ export function forwardWGSL(s: KernelSpec): string {
       sum.push(acc('s', i, j));
     }
     src.line(`  l${i} = l${i} * alpha + ${sum.join(' + ')};`);
-    const sc: string[] = [];
-    for (let d = 0; d < DN; d++) sc.push(`${acc('o', i, d)} = ${acc('o', i, d)} * alpha;`);
-    src.line(`  ${sc.join(' ')} }`);
+    scaleOut(src, s, 'o', i, 'alpha');
+    src.line('}');
   }
   src.line('workgroupBarrier();');
   pmul(src, s, { buf: 'v', tok0: '(k0 + j0)', n: 'ncols', head: 'hk', heads: 'P.hkv' }, 'o');

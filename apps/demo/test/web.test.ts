@@ -1,0 +1,111 @@
+/**
+ * The web page in headless Chromium: build it with Vite, serve dist-web/ from a tiny HTTP
+ * server on 127.0.0.1 (a random port), open it with playwright-core driving Debian's chromium
+ * (WebGPU through SwiftShader with --enable-unsafe-webgpu), run a small configuration, and check
+ * that the page reports a verified exact result and that the SVG charts rendered. Saves a
+ * screenshot (and the engine that ran) under test-output/.
+ *
+ * Chromium comes from scripts/setup-webgpu.sh (apt: chromium). Without it the test is skipped
+ * and says why; FA_CHROMIUM overrides the path.
+ */
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { createServer, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { extname, join, normalize, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const APP = fileURLToPath(new URL('..', import.meta.url));
+const DIST = join(APP, 'dist-web');
+const OUT = join(APP, 'test-output');
+const CHROMIUM = process.env.FA_CHROMIUM ?? '/usr/bin/chromium';
+const haveChromium = existsSync(CHROMIUM);
+if (!haveChromium) console.warn(`web.test: skipped: no Chromium at ${CHROMIUM} (bash scripts/setup-webgpu.sh installs it; FA_CHROMIUM overrides)`);
+
+const TYPES: Record<string, string> = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '.css': 'text/css', '.svg': 'image/svg+xml', '.json': 'application/json', '.wasm': 'application/wasm' };
+
+let server: Server | undefined;
+let base = '';
+const requests: string[] = [];
+
+function serve(root: string): Promise<string> {
+  server = createServer((req, res) => {
+    requests.push(req.url ?? '');
+    const rel = normalize(decodeURIComponent(new URL(req.url ?? '/', 'http://127.0.0.1').pathname)).replace(/^[/\\]+/, '') || 'index.html';
+    const path = join(root, rel);
+    if (!path.startsWith(root + sep) && path !== root) {
+      res.writeHead(403).end();
+      return;
+    }
+    readFile(path).then(
+      (body) => res.writeHead(200, { 'content-type': TYPES[extname(path)] ?? 'application/octet-stream', 'cache-control': 'no-store' }).end(body),
+      () => res.writeHead(404).end(),
+    );
+  });
+  return new Promise((resolve) => server!.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${(server!.address() as { port: number }).port}/`)));
+}
+
+describe.skipIf(!haveChromium)('the web page in headless Chromium', () => {
+  beforeAll(async () => {
+    const { build } = await import('vite');
+    await build({ configFile: join(APP, 'vite.config.ts'), logLevel: 'warn' });
+    base = await serve(DIST);
+    mkdirSync(OUT, { recursive: true });
+  }, 180_000);
+  afterAll(() => {
+    server?.close();
+  });
+
+  it('runs a small configuration, verifies it against float64 and draws the charts', async () => {
+    const { chromium } = await import('playwright-core');
+    const profile = mkdtempSync(join(process.env.TMPDIR ?? tmpdir(), 'fa-web-test-'));
+    const ctx = await chromium.launchPersistentContext(profile, {
+      executablePath: CHROMIUM,
+      headless: true,
+      viewport: { width: 1100, height: 900 },
+      args: ['--enable-unsafe-webgpu', '--no-sandbox', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    });
+    const errors: string[] = [];
+    try {
+      const page = await ctx.newPage();
+      page.on('pageerror', (e) => errors.push(e.message));
+      const foreign: string[] = [];
+      page.on('request', (r) => {
+        const u = r.url();
+        if (!u.startsWith(base) && !/^(data|blob):/.test(u)) foreign.push(u);
+      });
+      await page.goto(`${base}?T=256&D=32&autorun=1`);
+      await page.waitForSelector('body[data-status="done"], body[data-status="error"]', { timeout: 240_000 });
+      const status = await page.getAttribute('body', 'data-status');
+      const engine = (await page.getAttribute('#engine', 'data-engine')) ?? 'none';
+      const engineText = (await page.textContent('#engine')) ?? '';
+      const part2 = (await page.textContent('#part2 pre')) ?? '';
+      const part3 = (await page.textContent('#part3 pre')) ?? '';
+      // let the tile-by-tile animation reach its last step before the picture
+      await page.waitForSelector('#walk[data-step="6"]', { timeout: 30_000 });
+      await page.screenshot({ path: join(OUT, 'web.png'), fullPage: true });
+      writeFileSync(join(OUT, 'web-engine.txt'), `${engine}\n${engineText}\n\n${part2}\n\n${part3}\n`);
+      console.log(`web.test: engine ${engine}: ${engineText}\n${part2}`);
+
+      expect(status, part2).toBe('done');
+      expect(['webgpu', 'cpu']).toContain(engine);
+      expect(await page.getAttribute('#verdict', 'data-verified')).toBe('true');
+      expect(await page.textContent('#verdict')).toMatch(/verified exact/);
+      expect(part3).toMatch(/Verified exact/);
+      // the charts: memory, traffic, intensity and throughput, each with drawn content
+      for (const id of ['chart-memory', 'chart-io', 'chart-intensity', 'chart-throughput']) {
+        const n = await page.locator(`svg#${id} polyline, svg#${id} circle, svg#${id} rect.bar`).count();
+        expect(n, id).toBeGreaterThan(0);
+      }
+      expect(await page.locator('#walk svg rect').count()).toBeGreaterThan(40);
+      expect(errors).toEqual([]);
+      // the page asks nothing of anyone but the local server
+      expect(requests.length).toBeGreaterThan(0);
+      expect(foreign).toEqual([]);
+    } finally {
+      await ctx.close();
+      rmSync(profile, { recursive: true, force: true });
+    }
+  }, 300_000);
+});
