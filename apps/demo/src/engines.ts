@@ -3,7 +3,9 @@
  * register themselves when their packages are installed and import cleanly. A package that is
  * missing or fails to load is a reason, never a crash.
  */
-import { FAError, registeredBackendNames, resolveBackend, type AttentionBackend } from '@fa/core';
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { FAError, registerBackend, registeredBackendNames, resolveBackend, type AttentionBackend } from '@fa/core';
 
 export interface OptionalEngine {
   readonly name: string;
@@ -19,13 +21,43 @@ export const OPTIONAL_ENGINES: readonly { name: string; pkg: string }[] = [
 
 let loaded: Promise<OptionalEngine[]> | undefined;
 
+/**
+ * Linux: why Dawn (the `webgpu` package behind @fa/webgpu in Node) cannot find a GPU, when the
+ * Vulkan loader has no driver (ICD) to load; undefined when one may be there. Starting Dawn
+ * without a driver prints native warnings on stderr, which would break the one-line error
+ * contract, so the command does not start it then. FA_WEBGPU_PROBE=1 starts it anyway.
+ */
+export function missingVulkanDriver(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  if (process.platform !== 'linux' || env.FA_WEBGPU_PROBE === '1') return undefined;
+  if (env.VK_ICD_FILENAMES || env.VK_DRIVER_FILES || env.VK_ADD_DRIVER_FILES) return undefined;
+  const roots = [
+    ...(env.XDG_CONFIG_DIRS || '/etc/xdg').split(':'),
+    '/etc',
+    ...(env.XDG_DATA_DIRS || '/usr/local/share:/usr/share').split(':'),
+    ...(env.HOME ? [join(env.HOME, '.local/share')] : []),
+  ];
+  for (const r of roots) {
+    try {
+      if (readdirSync(join(r, 'vulkan', 'icd.d')).some((f) => f.endsWith('.json'))) return undefined;
+    } catch {
+      /* no such folder */
+    }
+  }
+  return 'no Vulkan driver found for Dawn (bash scripts/setup-webgpu.sh installs a software one; or set VK_ICD_FILENAMES)';
+}
+
 /** Imports the optional engine packages once; returns each with its load failure, if any. */
 export function loadOptionalEngines(): Promise<OptionalEngine[]> {
   loaded ??= Promise.all(
     OPTIONAL_ENGINES.map(async ({ name, pkg }): Promise<OptionalEngine> => {
       try {
         const spec: string = pkg; // a variable: the packages are optional, not compile-time deps
-        await import(spec);
+        const mod = (await import(spec)) as { WEBGPU_PRIORITY?: number };
+        const noDriver = name === 'webgpu' ? missingVulkanDriver() : undefined;
+        if (noDriver !== undefined) {
+          // keep the engine listed, with the reason, without starting Dawn
+          registerBackend(name, () => Promise.reject(new FAError('E_DEVICE', noDriver)), mod.WEBGPU_PRIORITY ?? 50);
+        }
         return { name, pkg };
       } catch (e) {
         const msg = e instanceof Error ? e.message : String(e);

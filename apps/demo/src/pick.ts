@@ -22,6 +22,12 @@ export function isSoftwareAdapter(b: AttentionBackend): boolean {
 /** Resolves every engine (cuda, webgpu, cpu) and picks one; `requested` = --backend. */
 export async function pickStoryBackend(requested = 'auto'): Promise<{ backend: AttentionBackend; candidates: Candidate[] }> {
   const engines = await loadOptionalEngines();
+  if (requested !== 'auto') {
+    // --backend NAME: start only that engine (the one-line error for unknown or unavailable names)
+    const backend = await pickBackend(requested);
+    const candidates = ['cuda', 'webgpu', 'cpu'].map((name): Candidate => (name === backend.name ? { name, status: 'used', backend } : { name, status: `not tried (--backend ${requested})` }));
+    return { backend, candidates };
+  }
   const listed = await listBackends(); // starts each engine once (cached by the registry)
   const candidates: Candidate[] = [];
   for (const name of ['cuda', 'webgpu', 'cpu']) {
@@ -33,20 +39,16 @@ export async function pickStoryBackend(requested = 'auto'): Promise<{ backend: A
     else candidates.push({ name, status: 'available', backend: await resolveBackend(name) });
   }
   let chosen: AttentionBackend | undefined;
-  if (requested !== 'auto') {
-    chosen = await pickBackend(requested); // throws the one-line error for unknown/unavailable names
-  } else {
-    for (const c of candidates) {
-      if (!c.backend) continue;
-      if (isSoftwareAdapter(c.backend)) {
-        c.status = `skipped: software adapter (${c.backend.device}); --backend webgpu uses it`;
-        continue;
-      }
-      chosen = c.backend;
-      break;
+  for (const c of candidates) {
+    if (!c.backend) continue;
+    if (isSoftwareAdapter(c.backend)) {
+      c.status = `skipped: software adapter (${c.backend.device}); --backend webgpu uses it`;
+      continue;
     }
-    chosen ??= await pickBackend('cpu');
+    chosen = c.backend;
+    c.status = 'used';
+    break;
   }
-  for (const c of candidates) if (c.backend === chosen || c.name === chosen.name) c.status = 'used';
+  chosen ??= await pickBackend('cpu');
   return { backend: chosen, candidates };
 }

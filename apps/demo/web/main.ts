@@ -286,7 +286,7 @@ function applyParams(): void {
   const set = (id: string, v: string | null) => {
     if (v === null) return;
     const el = $<HTMLSelectElement>(id);
-    if (![...el.options].some((o) => o.value === v)) el.add(new Option(v, v));
+    if (!Array.from({ length: el.options.length }, (_, i) => el.options[i].value).includes(v)) el.add(new Option(v, v));
     el.value = v;
   };
   set('#T', params.get('T'));

@@ -6,7 +6,7 @@
 export { Tensor, sizeOf, type Data, type Precision, type TensorOptions } from './tensor.js';
 export { noGrad, enableGrad, isGradEnabled } from './grad-mode.js';
 export { backward, type BackwardOptions } from './backward.js';
-export type { Node, Saved, Edge } from './node.js';
+export type { Node as GradNode, Saved, Edge, BackwardFn } from './node.js';
 export { memoryReport, savedBytes, formatMemoryReport, formatBytes, type MemoryReport, type OpMemory } from './memory.js';
 export { checkpoint } from './checkpoint.js';
 export { gradcheck, type GradcheckOptions, type GradcheckResult, type GradcheckInputResult } from './gradcheck.js';

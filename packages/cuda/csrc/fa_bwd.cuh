@@ -157,11 +157,12 @@ __global__ void __launch_bounds__(Tr::NW * 32, 1) bwd_kernel(FaArgs a, FaTensors
         const int il = xg * BMW + n * 8 + 2 * (lane & 3) + (e & 1);
         const int i = m0 + il, j = j_lo + (e >> 1) * 8;
         float dcap = 1.f;
-        float v = plain ? st[n][e] * scale_log2 : score_log2(a, st[n][e], slope, i, j, s.off, &dcap);
-        if (masked && !visible(a, s, i, j)) v = -INFINITY;
-        const float p = exp2f(v - lse[il]);
+        float v = plain ? st[n][e] : score_log2(a, st[n][e], slope, i, j, s.off, &dcap);
+        float p = ex2(fmaf(v, plain ? scale_log2 : 1.f, -lse[il]));
+        float ds = p * (dp[n][e] - dsm[il]) * dcap;
+        if (masked && !visible(a, s, i, j)) p = ds = 0.f;  // masked keys never leak NaN
         st[n][e] = p;
-        dp[n][e] = p * (dp[n][e] - dsm[il]) * dcap;
+        dp[n][e] = ds;
       }
 #pragma unroll
     for (int n = 0; n < NTQ; ++n)
@@ -352,10 +353,11 @@ __global__ void __launch_bounds__(DqTraits<D>::NW * 32, 1) bwd_dq_kernel(FaArgs 
       for (int e = 0; e < 4; ++e) {
         const int i = r_lo + (e >> 1) * 8, j = n0 + n * 8 + 2 * (lane & 3) + (e & 1);
         float dcap = 1.f;
-        float v = plain ? sc[n][e] * scale_log2 : score_log2(a, sc[n][e], slope, i, j, s.off, &dcap);
-        if (masked && !visible(a, s, i, j)) v = -INFINITY;
-        const float p = exp2f(v - lse_r[e >> 1]);
-        dp[n][e] = p * (dp[n][e] - ds_r[e >> 1]) * dcap;
+        float v = plain ? sc[n][e] : score_log2(a, sc[n][e], slope, i, j, s.off, &dcap);
+        const float p = ex2(fmaf(v, plain ? scale_log2 : 1.f, -lse_r[e >> 1]));
+        float ds = p * (dp[n][e] - ds_r[e >> 1]) * dcap;
+        if (masked && !visible(a, s, i, j)) ds = 0.f;
+        dp[n][e] = ds;
       }
     // dQ += dS K
 #pragma unroll

@@ -229,6 +229,13 @@ __device__ __forceinline__ float score_log2(const FaArgs& a, float x, float slop
   return s * kLog2e;
 }
 
+// 2^x on the SFU (flushes results below 2^-126 to 0; exp2(-inf) = 0, NaN stays NaN).
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));

@@ -74,6 +74,8 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
   const float slope = a.alibi ? a.alibi[b * a.H + h] : 0.f;
   const bool plain = a.softcap <= 0.f && slope == 0.f;
   const float scale_log2 = a.scale * kLog2e;
+  const bool fold = plain && a.scale > 0.f;
+  const float sfac = fold ? scale_log2 : 1.f;
 
   int nb_lo, nb_hi;
   key_block_range(a, s, m0, BM, BN, &nb_lo, &nb_hi);
@@ -127,15 +129,18 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
     wg::wait<0>();
     wg::fence_operands<NS>(sc);
 
-    // ---- scores in log2 units, masked ---------------------------------------------------------
+    // ---- scores, masked. Plain problems with scale > 0 stay raw: the scale folds into the
+    // exponent's FFMA (max of raw scores = max of scaled ones). Others go to log2 units here.
     const int n0 = nb * BN;
-    if (plain) {
+    if (!fold) {
+      if (plain) {
 #pragma unroll
-      for (int i = 0; i < NS; ++i) sc[i] *= scale_log2;
-    } else {
+        for (int i = 0; i < NS; ++i) sc[i] *= scale_log2;
+      } else {
 #pragma unroll
-      for (int i = 0; i < NS; ++i)
-        sc[i] = score_log2(a, sc[i], slope, r_lo + ((i >> 1) & 1) * 8, n0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1), s.off, nullptr);
+        for (int i = 0; i < NS; ++i)
+          sc[i] = score_log2(a, sc[i], slope, r_lo + ((i >> 1) & 1) * 8, n0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1), s.off, nullptr);
+      }
     }
     if (tile_needs_mask(a, s, m0, BM, n0, BN)) {
 #pragma unroll
@@ -143,21 +148,21 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
         if (!visible(a, s, r_lo + ((i >> 1) & 1) * 8, n0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1))) sc[i] = -INFINITY;
     }
 
-    // ---- online softmax ---------------------------------------------------------------------
+    // ---- online softmax (row_max in log2 units) -----------------------------------------------
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
-      float mx = row_max[rr];
+      float mx = -INFINITY;
 #pragma unroll
       for (int i = 0; i < NS / 4; ++i) mx = fmaxf(mx, fmaxf(sc[4 * i + 2 * rr], sc[4 * i + 2 * rr + 1]));
-      mx = quad_max(mx);
+      mx = fmaxf(row_max[rr], quad_max(mx) * sfac);
       const float m_use = mx == -INFINITY ? 0.f : mx;
-      const float alpha = exp2f(row_max[rr] - m_use);
+      const float alpha = ex2(row_max[rr] - m_use);
       row_max[rr] = mx;
       float sum = 0.f;
 #pragma unroll
       for (int i = 0; i < NS / 4; ++i) {
-        sc[4 * i + 2 * rr] = exp2f(sc[4 * i + 2 * rr] - m_use);
-        sc[4 * i + 2 * rr + 1] = exp2f(sc[4 * i + 2 * rr + 1] - m_use);
+        sc[4 * i + 2 * rr] = ex2(fmaf(sc[4 * i + 2 * rr], sfac, -m_use));
+        sc[4 * i + 2 * rr + 1] = ex2(fmaf(sc[4 * i + 2 * rr + 1], sfac, -m_use));
         sum += sc[4 * i + 2 * rr] + sc[4 * i + 2 * rr + 1];
       }
       row_sum[rr] = row_sum[rr] * alpha + sum;

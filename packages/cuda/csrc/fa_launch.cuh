@@ -2,6 +2,7 @@
 // that the template instantiations spread over several files (parallel builds).
 #pragma once
 #include "fa_bwd.cuh"
+#include "fa_bwd_wgmma.cuh"
 #include "fa_fwd.cuh"
 #include "fa_fwd_wgmma.cuh"
 
@@ -57,23 +58,18 @@ cudaError_t launch_fwd(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   return launch_fwd_cfg<T, FwdTraits<D>>(a, t, st);
 }
 
-template <typename T, typename Tr, int D = Tr::D>
-cudaError_t launch_bwd_cfg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
+template <typename T>
+cudaError_t bwd_pre(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   const int64_t items = static_cast<int64_t>(a->total_q) * a->H;
   if (items > 0) {
     bwd_preprocess_kernel<T><<<static_cast<unsigned>((items + 7) / 8), 256, 0, st>>>(*a, t);
     FA_CHECK_LAUNCH();
   }
-  {
-    const size_t smem = static_cast<size_t>(2 * Tr::BN * D + 4 * Tr::BM * D + 2 * Tr::BN * Tr::BM) * sizeof(T) + 4 * Tr::BM * sizeof(float);
-    cudaError_t e = set_smem(bwd_kernel<T, Tr>, smem);
-    if (e != cudaSuccess) return e;
-    dim3 grid((a->max_tk + Tr::BN - 1) / Tr::BN, a->Hkv, a->B);
-    if (a->max_tk > 0) {
-      bwd_kernel<T, Tr><<<grid, Tr::NW * 32, smem, st>>>(*a, t);
-      FA_CHECK_LAUNCH();
-    }
-  }
+  return cudaSuccess;
+}
+template <typename T, int D>
+cudaError_t bwd_post(FaArgs* a, const FaTensors& t, cudaStream_t st) {
+  const int64_t items = static_cast<int64_t>(a->total_q) * a->H;
   if (a->deterministic) {
     using Tq = DqTraits<D>;
     const size_t smem = static_cast<size_t>(2 * Tq::BM * D + 4 * Tq::BN * D) * sizeof(T);
@@ -92,8 +88,44 @@ cudaError_t launch_bwd_cfg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   }
   return cudaSuccess;
 }
+
+template <typename T, typename Tr, int D = Tr::D>
+cudaError_t launch_bwd_cfg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
+  cudaError_t e = bwd_pre<T>(a, t, st);
+  if (e != cudaSuccess) return e;
+  const size_t smem = static_cast<size_t>(2 * Tr::BN * D + 4 * Tr::BM * D + 2 * Tr::BN * Tr::BM) * sizeof(T) + 4 * Tr::BM * sizeof(float);
+  e = set_smem(bwd_kernel<T, Tr>, smem);
+  if (e != cudaSuccess) return e;
+  dim3 grid((a->max_tk + Tr::BN - 1) / Tr::BN, a->Hkv, a->B);
+  if (a->max_tk > 0) {
+    bwd_kernel<T, Tr><<<grid, Tr::NW * 32, smem, st>>>(*a, t);
+    FA_CHECK_LAUNCH();
+  }
+  return bwd_post<T, D>(a, t, st);
+}
+
+template <typename T, typename Tr, int D = Tr::D>
+cudaError_t launch_bwd_wg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
+  cudaError_t e = bwd_pre<T>(a, t, st);
+  if (e != cudaSuccess) return e;
+  const size_t smem = static_cast<size_t>(2 * Tr::BN * D + 4 * Tr::BM * D + Tr::BN * Tr::BM) * sizeof(T) + 4 * Tr::BM * sizeof(float);
+  e = set_smem(bwd_wgmma_kernel<T, Tr>, smem);
+  if (e != cudaSuccess) return e;
+  dim3 grid((a->max_tk + Tr::BN - 1) / Tr::BN, a->Hkv, a->B);
+  if (a->max_tk > 0) {
+    bwd_wgmma_kernel<T, Tr><<<grid, Tr::NWG * 128, smem, st>>>(*a, t);
+    FA_CHECK_LAUNCH();
+  }
+  return bwd_post<T, D>(a, t, st);
+}
+
 template <typename T, int D>
 cudaError_t launch_bwd(FaArgs* a, const FaTensors& t, cudaStream_t st) {
+#ifndef FA_NO_WGMMA_BWD
+  if constexpr (D == 64 || D == 128) {
+    if (a->arch == 90) return launch_bwd_wg<T, BwdWgCfg<D>>(a, t, st);
+  }
+#endif
   return launch_bwd_cfg<T, BwdTraits<D>>(a, t, st);
 }
 

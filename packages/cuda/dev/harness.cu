@@ -505,19 +505,13 @@ static void variants() {
   using BF = __nv_bfloat16;
   Variant vs[] = {
       {"W0 wgmma d128 BN128 2wg", 128, launch_fwd_wg<BF, WgCfg<128, 128, 2>>, nullptr},
-      {"W1 wgmma d128 BN64 2wg", 128, launch_fwd_wg<BF, WgCfg<128, 64, 2>>, nullptr},
-      {"W2 wgmma d128 BN128 1wg", 128, launch_fwd_wg<BF, WgCfg<128, 128, 1>>, nullptr},
       {"W3 wgmma d64 BN128 2wg", 64, launch_fwd_wg<BF, WgCfg<64, 128, 2>>, nullptr},
-      {"W4 wgmma d64 BN128 3wg", 64, launch_fwd_wg<BF, WgCfg<64, 128, 3>>, nullptr},
       {"F0 fwd d128 BM128 BN64 8w", 128, launch_fwd_cfg<BF, FwdCfg<128, 128, 64, 8, 1, true>>, nullptr},
       {"G2 fwd d64 BM64 BN128 4w", 64, launch_fwd_cfg<BF, FwdCfg<64, 64, 128, 4, 1, true>>, nullptr},
+      {"BW wgmma bwd d128", 128, nullptr, launch_bwd_wg<BF, BwdWgCfg<128>>},
+      {"BW wgmma bwd d64", 64, nullptr, launch_bwd_wg<BF, BwdWgCfg<64>>},
       {"B0 bwd d128 BM64 BN128 8w", 128, nullptr, launch_bwd_cfg<BF, BwdCfg<128, 64, 128, 8, 8>>},
-      {"B1 bwd d128 BM64 BN64 4w", 128, nullptr, launch_bwd_cfg<BF, BwdCfg<128, 64, 64, 4, 4>>},
-      {"B2 bwd d128 BM64 BN64 8w wx2", 128, nullptr, launch_bwd_cfg<BF, BwdCfg<128, 64, 64, 8, 4>>},
-      {"B3 bwd d128 BM128 BN64 8w wx2", 128, nullptr, launch_bwd_cfg<BF, BwdCfg<128, 128, 64, 8, 4>>},
       {"C0 bwd d64 BM64 BN128 8w", 64, nullptr, launch_bwd_cfg<BF, BwdCfg<64, 64, 128, 8, 8>>},
-      {"C1 bwd d64 BM128 BN128 8w", 64, nullptr, launch_bwd_cfg<BF, BwdCfg<64, 128, 128, 8, 8>>},
-      {"C2 bwd d64 BM64 BN64 4w", 64, nullptr, launch_bwd_cfg<BF, BwdCfg<64, 64, 64, 4, 4>>},
   };
   printf("\n%-30s | %-8s | T=4096 nc  T=16K nc  T=4096 c  T=16K c (TFLOP/s)\n", "variant", "check");
   for (auto& v : vs) {

@@ -34,6 +34,8 @@ import { BWD, DELTA, deltaWGSL, dkdvWGSL, dqWGSL, packWGSL } from './wgsl/backwa
 export interface WebGPUBackendOptions extends AcquireOptions {
   /** Force a tile shape (tests, tuning); fields left out come from the chosen candidate. */
   readonly tile?: Partial<Tile>;
+  /** Per-kernel tile overrides (benchmark tuning); win over `tile`. */
+  readonly tiles?: Partial<Record<KernelKind, Partial<Tile>>>;
   /**
    * 'specialised': one pipeline per (dtype, D, softcap, ALiBi) — fastest kernels.
    * 'generic': those read at run time — few pipelines, for CPU adapters whose compiler is slow.
@@ -62,15 +64,47 @@ class WGTensor implements DeviceTensor {
 
 const align4 = (n: number) => Math.max(4, Math.ceil(n / 4) * 4);
 
+/** Bytes of GPU memory the backend holds now, and the most it held since the last reset. */
+export interface MemoryStats {
+  readonly current: number;
+  readonly peak: number;
+}
+
+/** Tracks the backend's buffers (for memoryStats) and destroys them. */
+class Ledger {
+  private readonly sizes = new Map<GPUBuffer, number>();
+  current = 0;
+  peak = 0;
+  add(b: GPUBuffer, size: number): void {
+    this.sizes.set(b, size);
+    this.current += size;
+    if (this.current > this.peak) this.peak = this.current;
+  }
+  destroy(b: GPUBuffer): void {
+    const n = this.sizes.get(b);
+    if (n !== undefined) {
+      this.current -= n;
+      this.sizes.delete(b);
+    }
+    b.destroy();
+  }
+  clear(): void {
+    this.sizes.clear();
+    this.current = 0;
+  }
+}
+
 /** A call's allocations, freed together when the call fails (or when they were temporary). */
 class Scope {
   readonly buffers: GPUBuffer[] = [];
-  add(b: GPUBuffer): GPUBuffer {
+  constructor(private readonly ledger: Ledger) {}
+  add(b: GPUBuffer, size: number): GPUBuffer {
     this.buffers.push(b);
+    this.ledger.add(b, size);
     return b;
   }
   release(keep: ReadonlySet<GPUBuffer> = new Set()): void {
-    for (const b of this.buffers) if (!keep.has(b)) b.destroy();
+    for (const b of this.buffers) if (!keep.has(b)) this.ledger.destroy(b);
     this.buffers.length = 0;
   }
 }
@@ -88,6 +122,7 @@ export class WebGPUBackend implements AttentionBackend {
   private disposedAll = false;
   private readonly pipelines = new Map<string, Promise<GPUComputePipeline>>();
   private readonly live = new Set<WGTensor>();
+  private readonly ledger = new Ledger();
   /** Specialisations used by the most recent call (for tests and benchmarks). */
   lastSpecs: KernelSpec[] = [];
 
@@ -142,6 +177,7 @@ export class WebGPUBackend implements AttentionBackend {
       this.pipelines.clear();
       for (const t of this.live) t.disposed = true;
       this.live.clear();
+      this.ledger.clear();
       this.watchLoss();
     }
     return this.acq.device;
@@ -176,7 +212,7 @@ export class WebGPUBackend implements AttentionBackend {
       kind,
       { storage: p.dtype, d: p.d, softcap: p.softcap > 0, alibi: p.alibi !== undefined, outF32: packed && p.d % 2 === 1, dynamic: this.generic },
       this.caps(),
-      this.opts.tile,
+      this.opts.tiles?.[kind] ?? this.opts.tile,
       this.opts.subgroups !== false,
     );
   }
@@ -231,7 +267,7 @@ export class WebGPUBackend implements AttentionBackend {
     } catch (e) {
       throw new FAError('E_OOM', `could not allocate ${size} bytes for ${label}: ${errorText(e)}`, { cause: e });
     }
-    return scope.add(b);
+    return scope.add(b, size);
   }
 
   private uploadInto(scope: Scope, t: HostTensor, label: string): GPUBuffer {
@@ -270,7 +306,7 @@ export class WebGPUBackend implements AttentionBackend {
   async upload(t: HostTensor): Promise<Tensor> {
     checkHostData(t.data, t.shape, t.dtype, 'upload');
     await this.ready();
-    const scope = new Scope();
+    const scope = new Scope(this.ledger);
     return this.guard(scope, async () => {
       const buf = this.uploadInto(scope, t, 'upload');
       return this.wrap(buf, t.dtype, t.shape);
@@ -280,7 +316,7 @@ export class WebGPUBackend implements AttentionBackend {
   async read(t: Tensor): Promise<HostTensor> {
     if (isHostTensor(t)) return t;
     await this.ready();
-    const scope = new Scope();
+    const scope = new Scope(this.ledger);
     const buf = this.input(scope, t, 'read');
     return this.guard(scope, () => this.readBuffer(scope, buf, t.dtype, t.shape), false);
   }
@@ -311,7 +347,7 @@ export class WebGPUBackend implements AttentionBackend {
     if (!isDeviceTensor(t) || !(t instanceof WGTensor) || t.disposed) return;
     t.disposed = true;
     this.live.delete(t);
-    if (t.handle.epoch === this.epoch) t.handle.buffer.destroy();
+    if (t.handle.epoch === this.epoch) this.ledger.destroy(t.handle.buffer);
   }
 
   async dispose(): Promise<void> {
@@ -320,6 +356,16 @@ export class WebGPUBackend implements AttentionBackend {
     this.disposedAll = true;
     this.pipelines.clear();
     if (this.acq.owned) this.acq.device.destroy();
+  }
+
+  /** GPU memory held by this backend's buffers (device tensors and in-flight temporaries). */
+  memoryStats(): MemoryStats {
+    return { current: this.ledger.current, peak: this.ledger.peak };
+  }
+
+  /** Starts a new peak measurement at the current level. */
+  resetPeakMemory(): void {
+    this.ledger.peak = this.ledger.current;
   }
 
   /** Waits until the GPU has finished all submitted work (benchmarks). */
@@ -437,7 +483,7 @@ export class WebGPUBackend implements AttentionBackend {
     await this.ready();
     this.checkSupported(p);
     const dev = this.acq.device;
-    const scope = new Scope();
+    const scope = new Scope(this.ledger);
     const onDevice = isDeviceTensor(q);
     let outBuf: GPUBuffer | undefined;
     let lseBuf: GPUBuffer | undefined;
@@ -483,7 +529,7 @@ export class WebGPUBackend implements AttentionBackend {
     await this.ready();
     this.checkSupported(p);
     const dev = this.acq.device;
-    const scope = new Scope();
+    const scope = new Scope(this.ledger);
     const onDevice = isDeviceTensor(q);
     const outs: GPUBuffer[] = [];
     return this.guard(

@@ -7,7 +7,7 @@
 import { registerBackend } from '@fa/core';
 import { WebGPUBackend, type WebGPUBackendOptions } from './backend.js';
 
-export { WebGPUBackend, type WebGPUBackendOptions, type WebGPUTensorHandle } from './backend.js';
+export { WebGPUBackend, type WebGPUBackendOptions, type WebGPUTensorHandle, type MemoryStats } from './backend.js';
 export { findGPU, acquire, type AcquireOptions } from './gpu.js';
 export { TILE_CANDIDATES, chooseSpec, type Caps } from './tiles.js';
 export type { Tile, KernelSpec } from './wgsl/common.js';

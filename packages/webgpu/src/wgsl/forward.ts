@@ -80,10 +80,13 @@ export function forwardWGSL(s: KernelSpec): string {
   src.close();
   src.line('// Row sums over the TC threads of a row; empty rows (l = 0) give out 0 and LSE −inf.');
   rowReduce(src, s, Array.from({ length: RM }, (_, i) => `ls${i}`), Array.from({ length: RM }, (_, i) => `l${i}`), '+');
-  storeRows(src, s, 'o', '(q0 + i0)', 'nrows', 'h', 'P.h', 'o', (i) => `select(1.0 / ls${i}, 0.0, ls${i} == 0.0)`);
+  src.line('// l is at most the key count unless a NaN reached the row; some drivers turn exp(NaN) into');
+  src.line('// inf, so the row is made NaN explicitly (DESIGN.md: NaN propagates).');
+  for (let i = 0; i < RM; i++) src.line(`let bad${i} = (bitcast<u32>(ls${i}) & 0x7fffffffu) >= 0x7f800000u;`);
+  storeRows(src, s, 'o', '(q0 + i0)', 'nrows', 'h', 'P.h', 'o', (i) => `select(select(1.0 / ls${i}, 0.0, ls${i} == 0.0), P.nan, bad${i})`);
   src.open(`if (tc == 0u) {`);
   for (let i = 0; i < RM; i++) {
-    src.line(`if (tr * ${RM}u + ${i}u < nrows) { lse[P.lse_sh * h + P.lse_sb * b + P.lse_scu * q0 + i0 + tr * ${RM}u + ${i}u] = select(m${i} + log(ls${i}), neg_inf, ls${i} == 0.0); }`);
+    src.line(`if (tr * ${RM}u + ${i}u < nrows) { lse[P.lse_sh * h + P.lse_sb * b + P.lse_scu * q0 + i0 + tr * ${RM}u + ${i}u] = select(select(m${i} + log(ls${i}), neg_inf, ls${i} == 0.0), P.nan, bad${i}); }`);
   }
   src.close();
   src.close();

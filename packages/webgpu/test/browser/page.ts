@@ -39,7 +39,7 @@ async function main(): Promise<void> {
   for (const x of EXTRA_CHECKS) {
     const r = await x.run(be);
     state.results.push(r);
-    console.log(`page: ${r.pass ? 'ok  ' : 'FAIL'} ${r.name}`);
+    console.log(`page: ${r.pass ? "ok  " : "FAIL"} ${r.name} ${r.pass ? "" : r.message}`);
   }
   await be.dispose();
 }

@@ -1,0 +1,390 @@
+// The WebGPU engine on a real GPU (the H200 machine, Dawn + the NVIDIA Vulkan driver), one run:
+//   1. sanity: a small problem against a float64 reference;
+//   2. tile sweep at D=128, T=16K (forward and backward), picking the best tile per kernel;
+//   3. the benchmark table: forward and backward TFLOP/s, D ∈ {64,128}, T ∈ 1K…16K, B·T = 16K,
+//      hidden 2048, f32 and packed-f16 storage; tfjs-backend-webgpu naive attention (f32) on the
+//      same adapter and inputs, in the same run;
+//   4. one head, T = 100 000, D = 128, f32 forward: 64 sampled rows against float64, peak extra
+//      GPU memory;
+//   5. the conformance kit on the NVIDIA adapter.
+// Writes $OUT/bench.json and $OUT/bench.log; prints a compact table last.
+// FA_BENCH_SMALL=1 shrinks everything (a local dry run on a software driver).
+import { appendFileSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { tensor } from '@fa/core';
+import { runConformance, formatSummary } from '@fa/core/testing';
+import { createWebGPUBackend } from '@fa/webgpu';
+
+const OUT = process.env.OUT ?? '/tmp';
+const SMALL = process.env.FA_BENCH_SMALL === '1';
+const SKIP = new Set((process.env.FA_BENCH_SKIP ?? '').split(',').filter(Boolean));
+const T0 = performance.now();
+const LOG = `${OUT}/bench.log`;
+writeFileSync(LOG, '');
+const log = (...a) => {
+  const line = a.join(' ');
+  console.log(line);
+  appendFileSync(LOG, line + '\n');
+};
+const elapsed = () => ((performance.now() - T0) / 1000).toFixed(0) + 's';
+const results = { date: new Date().toISOString(), small: SMALL, sanity: null, sweep: [], table: [], tfjs: [], long: null, conformance: null, errors: [] };
+const save = () => writeFileSync(`${OUT}/bench.json`, JSON.stringify(results, null, 1));
+
+// ---------------------------------------------------------------- data
+function rng(seed) {
+  let s = seed >>> 0 || 1;
+  return () => {
+    s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
+    return (s + 0.5) / 4294967296;
+  };
+}
+function randn(n, seed, scale = 1) {
+  const u = rng(seed);
+  const a = new Float32Array(n);
+  for (let i = 0; i < n; i += 2) {
+    const r = Math.sqrt(-2 * Math.log(u())) * scale, t = 2 * Math.PI * u();
+    a[i] = r * Math.cos(t);
+    if (i + 1 < n) a[i + 1] = r * Math.sin(t);
+  }
+  return a;
+}
+// float32 → f16 bits, round to nearest even (normal, subnormal, overflow, NaN).
+const f32b = new Float32Array(1), u32b = new Uint32Array(f32b.buffer);
+function f16bits(x) {
+  f32b[0] = x;
+  const b = u32b[0];
+  const sign = (b >>> 16) & 0x8000;
+  const e = (b >>> 23) & 0xff, m = b & 0x7fffff;
+  if (e === 0xff) return sign | 0x7c00 | (m ? 0x200 : 0);
+  let ee = e - 127 + 15;
+  if (ee >= 0x1f) return sign | 0x7c00;
+  if (ee <= 0) {
+    if (ee < -10) return sign;
+    const mm = m | 0x800000, shift = 14 - ee;
+    let r = mm >>> shift;
+    const rem = mm & ((1 << shift) - 1), half = 1 << (shift - 1);
+    if (rem > half || (rem === half && (r & 1))) r++;
+    return sign | r;
+  }
+  let r = (ee << 10) | (m >>> 13);
+  const rem = m & 0x1fff;
+  if (rem > 0x1000 || (rem === 0x1000 && (r & 1))) r++;
+  return sign | r;
+}
+function toF16(a) {
+  const o = new Uint16Array(a.length);
+  for (let i = 0; i < a.length; i++) o[i] = f16bits(a[i]);
+  return o;
+}
+
+const TOKENS = SMALL ? 512 : 16384;
+const HIDDEN = SMALL ? 128 : 2048;
+const TS = SMALL ? [128, 256, 512] : [1024, 2048, 4096, 8192, 16384];
+const DS = SMALL ? [64] : [64, 128];
+const N = TOKENS * HIDDEN;
+log(`[${elapsed()}] generating inputs: 4 × ${N} floats`);
+const host = { q: randn(N, 1), k: randn(N, 2), v: randn(N, 3), dO: randn(N, 4) };
+const host16 = {};
+for (const [k, a] of Object.entries(host)) host16[k] = toF16(a);
+log(`[${elapsed()}] inputs ready`);
+
+function smi() {
+  const r = spawnSync('nvidia-smi', ['--query-gpu=memory.used', '--format=csv,noheader,nounits'], { encoding: 'utf8' });
+  return r.status === 0 ? Number(r.stdout.trim().split('\n')[0]) : NaN;
+}
+
+async function timeCall(be, fn, minSeconds = SMALL ? 0.05 : 0.4) {
+  await fn();
+  await be.sync();
+  let t = performance.now();
+  await fn();
+  await be.sync();
+  const once = (performance.now() - t) / 1000;
+  const iters = Math.max(1, Math.min(20, Math.ceil(minSeconds / Math.max(once, 1e-4))));
+  const samples = [];
+  for (let r = 0; r < 3; r++) {
+    t = performance.now();
+    for (let i = 0; i < iters; i++) await fn();
+    await be.sync();
+    samples.push((performance.now() - t) / 1000 / iters);
+  }
+  samples.sort((a, b) => a - b);
+  return samples[1];
+}
+
+async function upload(be, dtype, shape) {
+  const src = dtype === 'f32' ? host : host16;
+  const n = shape.reduce((a, b) => a * b, 1);
+  const t = {};
+  for (const k of ['q', 'k', 'v', 'dO']) t[k] = await be.upload(tensor(src[k].subarray(0, n), shape, dtype));
+  return t;
+}
+function free(be, ...ts) {
+  for (const t of ts) if (t) be.disposeTensor(t);
+}
+
+async function measure(be, dtype, D, T, { bwd = true } = {}) {
+  const H = HIDDEN / D, B = TOKENS / T;
+  const shape = [B, T, H, D];
+  const t = await upload(be, dtype, shape);
+  const flops = 4 * B * H * T * T * D;
+  const row = { dtype, D, T, B, H };
+  try {
+    const sFwd = await timeCall(be, async () => {
+      const r = await be.forward(t.q, t.k, t.v, {});
+      free(be, r.out, r.lse);
+    });
+    row.fwdMs = sFwd * 1e3;
+    row.fwdTflops = flops / sFwd / 1e12;
+    row.fwdTile = be.lastSpecs[0]?.tile;
+    if (bwd) {
+      const f = await be.forward(t.q, t.k, t.v, {});
+      const sBwd = await timeCall(be, async () => {
+        const g = await be.backward(t.q, t.k, t.v, f.out, t.dO, f.lse, {});
+        free(be, g.dq, g.dk, g.dv);
+      });
+      row.bwdMs = sBwd * 1e3;
+      row.bwdTflops = (2.5 * flops) / sBwd / 1e12;
+      row.bwdTiles = be.lastSpecs.map((s) => s.tile);
+      free(be, f.out, f.lse);
+    }
+  } finally {
+    free(be, t.q, t.k, t.v, t.dO);
+  }
+  return row;
+}
+
+// ---------------------------------------------------------------- 1. sanity
+function refRows(q, k, v, T, D, rows, scale) {
+  // One head, [T, D]; float64 softmax attention for the given rows.
+  const out = [], lse = [];
+  const s = new Float64Array(T);
+  for (const i of rows) {
+    let m = -Infinity;
+    for (let j = 0; j < T; j++) {
+      let d = 0;
+      for (let x = 0; x < D; x++) d += q[i * D + x] * k[j * D + x];
+      s[j] = d * scale;
+      if (s[j] > m) m = s[j];
+    }
+    let l = 0;
+    for (let j = 0; j < T; j++) l += (s[j] = Math.exp(s[j] - m));
+    const o = new Float64Array(D);
+    for (let j = 0; j < T; j++) {
+      const p = s[j] / l;
+      for (let x = 0; x < D; x++) o[x] += p * v[j * D + x];
+    }
+    out.push(o);
+    lse.push(m + Math.log(l));
+  }
+  return { out, lse };
+}
+function rowsErr(got, D, rows, ref) {
+  let num = 0, den = 0, lseMax = 0;
+  rows.forEach((i, r) => {
+    for (let x = 0; x < D; x++) {
+      const e = got.out[i * D + x] - ref.out[r][x];
+      num += e * e;
+      den += ref.out[r][x] ** 2;
+    }
+    lseMax = Math.max(lseMax, Math.abs(got.lse[i] - ref.lse[r]));
+  });
+  return { rel: Math.sqrt(num / den), lseMaxAbs: lseMax };
+}
+
+let be = await createWebGPUBackend({});
+log(`[${elapsed()}] adapter: ${be.device}; features: ${[...be.features].join(', ')}; generic=${be.generic}`);
+{
+  const T = SMALL ? 500 : 1000, D = 128;
+  const q = host.q.subarray(0, T * D), k = host.k.subarray(0, T * D), v = host.v.subarray(0, T * D);
+  const r = await be.forward(tensor(q, [1, T, 1, D]), tensor(k, [1, T, 1, D]), tensor(v, [1, T, 1, D]), {});
+  const rows = [0, 1, T / 2, T - 2, T - 1];
+  const e = rowsErr({ out: r.out.data, lse: r.lse.data }, D, rows, refRows(q, k, v, T, D, rows, 1 / Math.sqrt(D)));
+  results.sanity = { ...e, spec: be.lastSpecs[0] };
+  log(`[${elapsed()}] sanity T=1000 D=128 f32: rel err ${e.rel.toExponential(2)}, lse max abs ${e.lseMaxAbs.toExponential(2)}, tile ${JSON.stringify(be.lastSpecs[0].tile)} subgroups=${be.lastSpecs[0].subgroups}`);
+  save();
+}
+
+// ---------------------------------------------------------------- 2. tile sweep
+const VARIANTS = {
+  A: { nr: 64, nc: 64, tr: 16, tc: 16, dk: 16, kc: 16 },
+  B: { nr: 128, nc: 64, tr: 16, tc: 16, dk: 16, kc: 16 },
+  C: { nr: 64, nc: 64, tr: 8, tc: 16, dk: 16, kc: 16 },
+  D: { nr: 64, nc: 128, tr: 16, tc: 16, dk: 8, kc: 16 },
+};
+let best = { fwd: VARIANTS.A, bwd: VARIANTS.A };
+if (!SKIP.has('sweep')) {
+  const D = 128, T = SMALL ? 256 : 16384;
+  let bf = 0, bb = 0;
+  for (const [name, tile] of Object.entries(VARIANTS)) {
+    let b2;
+    try {
+      b2 = await createWebGPUBackend({ tile });
+      const row = await measure(b2, 'f32', D, T);
+      results.sweep.push({ name, tile, ...row });
+      log(`[${elapsed()}] sweep ${name} ${JSON.stringify(tile)}: fwd ${row.fwdTflops.toFixed(2)} TFLOP/s, bwd ${row.bwdTflops.toFixed(2)} TFLOP/s`);
+      if (row.fwdTflops > bf) (bf = row.fwdTflops), (best.fwd = tile);
+      if (row.bwdTflops > bb) (bb = row.bwdTflops), (best.bwd = tile);
+    } catch (e) {
+      results.sweep.push({ name, tile, error: String(e?.message ?? e) });
+      log(`[${elapsed()}] sweep ${name} failed: ${e?.message ?? e}`);
+    } finally {
+      await b2?.dispose();
+    }
+    save();
+  }
+  log(`[${elapsed()}] best forward tile ${JSON.stringify(best.fwd)}, backward ${JSON.stringify(best.bwd)}`);
+}
+await be.dispose();
+be = await createWebGPUBackend(be.generic ? {} : { tiles: { fwd: best.fwd, dkdv: best.bwd, dq: best.bwd } });
+results.tiles = best;
+
+// ---------------------------------------------------------------- 3. table
+if (!SKIP.has('table')) {
+  for (const dtype of ['f32', 'f16']) {
+    for (const D of DS) {
+      for (const T of TS) {
+        try {
+          const row = await measure(be, dtype, D, T);
+          results.table.push(row);
+          log(`[${elapsed()}] ${dtype} D=${D} T=${T} B=${row.B} H=${row.H}: fwd ${row.fwdMs.toFixed(2)} ms ${row.fwdTflops.toFixed(2)} TFLOP/s, bwd ${row.bwdMs.toFixed(2)} ms ${row.bwdTflops.toFixed(2)} TFLOP/s`);
+        } catch (e) {
+          results.table.push({ dtype, D, T, error: String(e?.message ?? e) });
+          log(`[${elapsed()}] ${dtype} D=${D} T=${T} failed: ${e?.message ?? e}`);
+        }
+        save();
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- tfjs peer
+if (!SKIP.has('tfjs')) {
+  try {
+    const { create } = await import('webgpu');
+    globalThis.navigator = { gpu: create([]), userAgent: 'node' };
+    const tf = (await import('./tfjs.bundle.mjs')).default;
+    await tf.setBackend('webgpu');
+    await tf.ready();
+    log(`[${elapsed()}] tfjs ${tf.version_core} backend ${tf.getBackend()}`);
+    for (const D of DS) {
+      for (const T of TS) {
+        const H = HIDDEN / D, B = TOKENS / T, BH = B * H;
+        const row = { D, T, B, H };
+        try {
+          // [B,T,H,D] → [B·H, T, D] once, outside the timing.
+          const prep = (a) => tf.tidy(() => tf.transpose(tf.tensor4d(a.subarray(0, B * T * H * D), [B, T, H, D]), [0, 2, 1, 3]).reshape([BH, T, D]));
+          const q = prep(host.q), k = prep(host.k), v = prep(host.v);
+          // Chunks of (batch·head) slices so that the score matrix stays within 1 GiB.
+          const per = Math.max(1, Math.min(BH, Math.floor(2 ** 30 / (T * T * 4))));
+          const scale = 1 / Math.sqrt(D);
+          const run = async () => {
+            const sums = [];
+            for (let c = 0; c < BH; c += per) {
+              const n = Math.min(per, BH - c);
+              sums.push(tf.tidy(() => {
+                const qs = q.slice([c, 0, 0], [n, T, D]), ks = k.slice([c, 0, 0], [n, T, D]), vs = v.slice([c, 0, 0], [n, T, D]);
+                const p = tf.softmax(tf.mul(tf.matMul(qs, ks, false, true), scale));
+                return tf.sum(tf.matMul(p, vs));
+              }));
+            }
+            const s = tf.addN(sums);
+            await s.data();
+            tf.dispose([...sums, s]);
+          };
+          await run();
+          let t0 = performance.now();
+          await run();
+          const once = (performance.now() - t0) / 1000;
+          const iters = Math.max(1, Math.min(10, Math.ceil(0.4 / once)));
+          const samples = [];
+          for (let r = 0; r < 3; r++) {
+            t0 = performance.now();
+            for (let i = 0; i < iters; i++) await run();
+            samples.push((performance.now() - t0) / 1000 / iters);
+          }
+          samples.sort((a, b) => a - b);
+          row.fwdMs = samples[1] * 1e3;
+          row.fwdTflops = (4 * BH * T * T * D) / samples[1] / 1e12;
+          row.chunks = Math.ceil(BH / per);
+          tf.dispose([q, k, v]);
+          log(`[${elapsed()}] tfjs naive f32 D=${D} T=${T}: ${row.fwdMs.toFixed(2)} ms ${row.fwdTflops.toFixed(2)} TFLOP/s (${row.chunks} chunks)`);
+        } catch (e) {
+          row.error = String(e?.message ?? e);
+          log(`[${elapsed()}] tfjs D=${D} T=${T} failed: ${row.error}`);
+        }
+        results.tfjs.push(row);
+        save();
+      }
+    }
+    tf.disposeVariables();
+    try { tf.backend().device?.destroy?.(); } catch {}
+  } catch (e) {
+    results.errors.push(`tfjs: ${e?.message ?? e}`);
+    log(`[${elapsed()}] tfjs unavailable: ${e?.message ?? e}`);
+  }
+}
+
+// ---------------------------------------------------------------- 4. one head, T = 100 000
+if (!SKIP.has('long')) {
+  const T = SMALL ? 4000 : 100000, D = 128;
+  try {
+    const q = randn(T * D, 11), k = randn(T * D, 12), v = randn(T * D, 13);
+    const qt = await be.upload(tensor(q, [1, T, 1, D])), kt = await be.upload(tensor(k, [1, T, 1, D])), vt = await be.upload(tensor(v, [1, T, 1, D]));
+    await be.sync();
+    const smi0 = smi();
+    be.resetPeakMemory();
+    const base = be.memoryStats().current;
+    const t0 = performance.now();
+    const r = await be.forward(qt, kt, vt, {});
+    await be.sync();
+    const ms = performance.now() - t0;
+    const smi1 = smi();
+    const extra = be.memoryStats().peak - base;
+    const out = (await be.read(r.out)).data, lse = (await be.read(r.lse)).data;
+    const rows = Array.from({ length: 64 }, (_, i) => Math.min(T - 1, Math.round((i * (T - 1)) / 63)));
+    const e = rowsErr({ out, lse }, D, rows, refRows(q, k, v, T, D, rows, 1 / Math.sqrt(D)));
+    const inputs = 3 * T * D * 4;
+    results.long = { T, D, ms, rel: e.rel, lseMaxAbs: e.lseMaxAbs, extraBytes: extra, inputBytes: inputs, nvidiaSmiDeltaMiB: smi1 - smi0, tflops: (4 * T * T * D) / (ms / 1e3) / 1e12 };
+    log(`[${elapsed()}] long: 1 head, T=${T}, D=${D}, f32 forward ${ms.toFixed(1)} ms; 64 rows vs float64: rel err ${e.rel.toExponential(2)}, LSE max abs ${e.lseMaxAbs.toExponential(2)}; extra GPU memory ${(extra / 2 ** 20).toFixed(1)} MiB (out + LSE + params; inputs ${(inputs / 2 ** 20).toFixed(1)} MiB; nvidia-smi delta ${smi1 - smi0} MiB)`);
+    free(be, qt, kt, vt, r.out, r.lse);
+  } catch (e) {
+    results.long = { error: String(e?.message ?? e) };
+    log(`[${elapsed()}] long failed: ${e?.message ?? e}`);
+  }
+  save();
+}
+
+// ---------------------------------------------------------------- 5. conformance
+if (!SKIP.has('kit')) {
+  try {
+    const failures = [];
+    const s = await runConformance(be, { count: SMALL ? 40 : 320, seed: 1, onResult: (r) => { if (!r.pass) failures.push(r.message); } });
+    const line = formatSummary(s);
+    log(`[${elapsed()}] ${line}`);
+    for (const f of failures.slice(0, 10)) log('  ' + f.split('\n').slice(0, 3).join(' | '));
+    const s2 = await runConformance(be, { count: SMALL ? 10 : 48, seed: 5, upload: true, extras: false });
+    log(`[${elapsed()}] device tensors: ${formatSummary(s2)}`);
+    results.conformance = { summary: line, passed: s.passed, failed: s.failed, skipped: s.skipped.length, failures: failures.slice(0, 20), upload: formatSummary(s2) };
+  } catch (e) {
+    results.conformance = { error: String(e?.message ?? e) };
+    log(`[${elapsed()}] conformance threw: ${e?.message ?? e}`);
+  }
+  save();
+}
+await be.dispose();
+
+// ---------------------------------------------------------------- table last
+log('');
+log(`@fa/webgpu on ${results.sanity?.spec ? be.device : '?'} — TFLOP/s (fwd 4·B·H·T²·D, bwd 2.5× that), B·T=${TOKENS}, hidden ${HIDDEN}, non-causal`);
+log('dtype  D    T      fwd ms    fwd TF/s  bwd ms    bwd TF/s  tfjs-naive fwd TF/s  ours/tfjs');
+for (const r of results.table) {
+  if (r.error) { log(`${r.dtype}  ${r.D}  ${r.T}  error: ${r.error}`); continue; }
+  const tj = r.dtype === 'f32' ? results.tfjs.find((x) => x.D === r.D && x.T === r.T && x.fwdTflops) : undefined;
+  log([r.dtype.padEnd(5), String(r.D).padEnd(4), String(r.T).padEnd(6), r.fwdMs.toFixed(2).padStart(8), r.fwdTflops.toFixed(2).padStart(9), r.bwdMs.toFixed(2).padStart(9), r.bwdTflops.toFixed(2).padStart(9), (tj ? tj.fwdTflops.toFixed(2) : '-').padStart(12), (tj ? (r.fwdTflops / tj.fwdTflops).toFixed(2) + '×' : '-').padStart(14)].join('  '));
+}
+if (results.long && !results.long.error) log(`long T=${results.long.T}: ${results.long.ms.toFixed(1)} ms, rel err ${results.long.rel.toExponential(2)}, extra ${(results.long.extraBytes / 2 ** 20).toFixed(1)} MiB`);
+if (results.conformance) log(`kit: ${results.conformance.summary ?? results.conformance.error}`);
+log(`total ${elapsed()}`);
+save();
+process.exit(0);
