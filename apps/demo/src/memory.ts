@@ -18,6 +18,8 @@ export function collectGarbage(): void {
     }
   }
   try {
+    // twice: an ArrayBuffer's memory is released by the collection after the one that finds it dead
+    gcFn?.();
     gcFn?.();
   } catch {
     /* best effort */
@@ -26,21 +28,23 @@ export function collectGarbage(): void {
 
 /**
  * Bytes of ArrayBuffers and SharedArrayBuffers of the process (process.memoryUsage(): every
- * tensor, result and scratch array the CPU engine allocates for a call is one), sampled every
- * few milliseconds and after each chunk, with a garbage collection at the start and between
- * chunks. Garbage can linger: a SharedArrayBuffer the worker threads saw stays counted until
- * their own collector runs, and its release can come in the middle of a pass. The baseline
- * therefore follows the lowest level seen (never above what is live), so a release is not
- * mistaken for memory the pass did not use; the peak is the largest level above it. Exact for
- * what it counts, and unlike RSS not fooled by the allocator reusing freed pages. It does not see
+ * tensor, result and scratch array the CPU engine allocates for a call is one). Exact for what
+ * it counts, and unlike RSS not fooled by the allocator reusing freed pages; it does not see
  * the worker threads' own tiles (allocated once per thread and kept between calls).
+ *
+ * Engine calls are measured one by one through level() (see MemoryProbe.level): a call's
+ * allocations are all alive when it returns. Garbage can linger (a SharedArrayBuffer the worker
+ * threads saw stays counted until their own collector runs) but it is in the level before and
+ * after a call alike. For code that runs on this thread (naive attention), begin/sample/end
+ * track the peak over a baseline that follows the lowest level seen, with a garbage collection
+ * at the start and between chunks.
  */
 export function bufferProbe(intervalMs = 5): MemoryProbe {
   let base = 0;
   let peak = 0;
   let id: ReturnType<typeof setInterval> | undefined;
   const probe: MemoryProbe = {
-    method: 'ArrayBuffer memory of the process (sampled every 5 ms and after each chunk)',
+    method: 'ArrayBuffer memory held by each engine call when it returns',
     begin() {
       collectGarbage();
       base = process.memoryUsage().arrayBuffers;
@@ -52,6 +56,9 @@ export function bufferProbe(intervalMs = 5): MemoryProbe {
       const r = process.memoryUsage().arrayBuffers;
       if (r < base) base = r;
       if (r - base > peak) peak = r - base;
+    },
+    level() {
+      return process.memoryUsage().arrayBuffers;
     },
     settle() {
       // chunk results already copied out are garbage: collect it so that the peak is live memory

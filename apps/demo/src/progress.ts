@@ -11,7 +11,7 @@ export interface ProgressBar {
   done(): void;
 }
 
-export function progressBar(label: string, stream: NodeJS.WriteStream = process.stderr, width = 80): ProgressBar {
+export function progressBar(label: string, stream: NodeJS.WriteStream = process.stderr, width = Math.max(40, Math.min(80, stream.columns || 80))): ProgressBar {
   const tty = stream.isTTY === true;
   let lastLine = -1;
   let lastTime = 0;

@@ -54,7 +54,7 @@ ${pre(body(part2(r)))}
 ${pre(body(part3(r)))}
 <h2>4. Memory, traffic and time</h2>
 <div class="charts">
-${memoryChart({ dtype: r.engine.dtype, points: r.memory.points, limits, tileBytes: r.memory.tileBytes ?? 0 })}
+${memoryChart({ dtype: r.engine.dtype, points: r.memory.points, limits })}
 ${ioChart(r.config.D, r.engine.dtype)}
 ${intensityChart(r.config.D, r.engine.dtype)}
 ${throughputChart(r.throughput)}

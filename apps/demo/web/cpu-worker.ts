@@ -21,4 +21,4 @@ scope.onmessage = async (e) => {
     scope.postMessage({ type: 'error', id, message: err instanceof Error ? err.message : String(err) });
   }
 };
-scope.postMessage({ type: 'ready', device: `CPU in a Web Worker (${(navigator as { hardwareConcurrency?: number }).hardwareConcurrency ?? 1} logical cores, one used)` });
+scope.postMessage({ type: 'ready', device: `Web Worker, 1 of ${(navigator as { hardwareConcurrency?: number }).hardwareConcurrency ?? 1} cores` });

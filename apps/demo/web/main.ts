@@ -51,7 +51,7 @@ async function startWebGPU(): Promise<Engine | string> {
 }
 
 let worker: Worker | undefined;
-let workerDevice = 'CPU in a Web Worker';
+let workerDevice = 'Web Worker';
 function startCpu(): Promise<Engine> {
   if (worker) return Promise.resolve({ kind: 'cpu', worker, device: workerDevice });
   const w = new Worker(new URL('./cpu-worker.ts', import.meta.url), { type: 'module' });
@@ -88,7 +88,7 @@ function showEngine(e: Engine): void {
   el.textContent =
     e.kind === 'webgpu'
       ? `Engine: webgpu on ${e.device}`
-      : `Engine: cpu, @fa/core's CPU engine in a Web Worker (${e.device})${webgpuFailure ? ` — WebGPU unavailable: ${webgpuFailure}` : ''}`;
+      : `Engine: cpu, @fa/core's CPU engine in a Web Worker (one thread; the page stays responsive)${webgpuFailure ? ` — WebGPU unavailable: ${webgpuFailure}` : ''}`;
 }
 
 let nextId = 1;
@@ -135,7 +135,7 @@ function machine(e: Engine | undefined): DemoResult['machine'] {
 function renderPart1(e: Engine | undefined): void {
   const m = machine(e);
   const dm = (navigator as { deviceMemory?: number }).deviceMemory;
-  const label = typeof dm === 'number' ? `about ${dm} GiB of RAM as the browser reports it (navigator.deviceMemory, which caps at 8)` : 'RAM the page cannot see (assumed 8 GiB)';
+  const label = typeof dm === 'number' ? `about ${dm} GiB of RAM as the browser reports it (navigator.deviceMemory, a rounded figure)` : 'RAM the page cannot see (assumed 8 GiB)';
   const naive = naivePart('f32', m.ramTotal, label);
   const lines = part1({ naive, engine: { name: e ? engineName(e) : '-', device: e?.device ?? '-', dtype: 'f32', onDevice: e?.kind === 'webgpu' }, machine: m });
   story(1).textContent = lines.slice(2).join('\n');

@@ -56,7 +56,7 @@ export function renderStep(steps: readonly Step[], k: number): { svg: string; ca
   const x0 = 40;
   const y0 = 34;
   const panelX = x0 + COLS * cell + 24;
-  const W = panelX + 300;
+  const W = panelX + 320;
   const H = y0 + ROWS * cell + 40;
   const cur = k >= 0 ? steps[k] : undefined;
   const seen = (r: number, c: number): boolean => {
@@ -84,7 +84,7 @@ export function renderStep(steps: readonly Step[], k: number): { svg: string; ca
     }
   }
   // row states: m, l and out = acc / l of every row, in three columns
-  const cols = [panelX, panelX + 80, panelX + 170];
+  const cols = [panelX, panelX + 90, panelX + 210];
   ['m (max)', 'l = Σ e^(s−m)', 'out = acc / l'].forEach((h, i) => p.push(`<text x="${cols[i]}" y="${y0 - 8}" fill="#555" font-size="12">${esc(h)}</text>`));
   const last = k >= 0 ? steps[k].states : undefined;
   for (let r = 0; r < ROWS; r++) {

@@ -23,6 +23,7 @@
 #include <napi.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <memory>
@@ -44,6 +45,11 @@ Napi::Error MakeError(Napi::Env env, const std::string& code, const std::string&
   return e;
 }
 [[noreturn]] void Throw(Napi::Env env, const char* code, const std::string& msg) { throw MakeError(env, code, msg); }
+
+bool EnvFlag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
 
 std::string CudaText(cudaError_t e) { return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")"; }
 const char* CudaCode(cudaError_t e) { return e == cudaErrorMemoryAllocation ? "E_OOM" : "E_DEVICE"; }
@@ -365,7 +371,10 @@ class AttnOp : public Op {
     args.cu_k = args.cu_q + cuq.size();
     args.alibi = alibi.empty() ? nullptr : reinterpret_cast<const float*>(args.cu_k + cuk.size());
     args.num_sms = ctx_->sms;
-    args.arch = ctx_->arch;
+    // Escape hatches (documented in README.md): FA_CUDA_NO_WGMMA=1 runs the mma.sync kernels
+    // everywhere, FA_CUDA_NO_WGMMA_BWD=1 only for the backward.
+    args.arch = EnvFlag("FA_CUDA_NO_WGMMA") ? 0 : ctx_->arch;
+    args.no_wgmma_bwd = EnvFlag("FA_CUDA_NO_WGMMA_BWD") ? 1 : 0;
     void* ws = nullptr;
     const size_t wsb = backward_ ? fa::bwd_workspace_bytes(&args) : fa::fwd_workspace_bytes(&args);
     e = alloc(&ws, wsb);

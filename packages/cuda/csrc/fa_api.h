@@ -23,7 +23,8 @@ struct FaArgs {
   int win_left, win_right;  // -1 = unbounded
   int deterministic;
   int num_sms;
-  int arch;           // compute capability * 10 (90 = Hopper: wgmma forward kernels)
+  int arch;           // compute capability * 10 (90 = Hopper: wgmma kernels)
+  int no_wgmma_bwd;   // 1: use the mma.sync backward even on Hopper (FA_CUDA_NO_WGMMA_BWD=1)
   // forward split-KV (filled by the launcher)
   int num_splits;
   float* oaccum;      // [num_splits, total_q, H, d]

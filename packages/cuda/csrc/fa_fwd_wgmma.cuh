@@ -31,9 +31,12 @@ __device__ __forceinline__ void load_tile128(T* s, const T* g, int64_t ld, int n
   }
 }
 
-template <int D_, int BN_, int NWG_>
+// STAGES: K/V buffers (prefetch distance STAGES - 1). ROT: each CTA starts its key walk at a
+// different tile (spreads L2 traffic when many CTAs stream one head's keys).
+template <int D_, int BN_, int NWG_, int STAGES_ = 2, bool ROT_ = false>
 struct WgCfg {
-  static constexpr int D = D_, BN = BN_, NWG = NWG_, BM = 64 * NWG_;
+  static constexpr int D = D_, BN = BN_, NWG = NWG_, BM = 64 * NWG_, STAGES = STAGES_;
+  static constexpr bool ROT = ROT_;
 };
 
 // Hopper tiles per head-dim bucket (64 and 128; 256 stays on fwd_kernel).
@@ -58,7 +61,7 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sK = sQ + BM * D;      // [2][BN][D]
-  T* sV = sK + 2 * BN * D;  // [2][BN][D]
+  T* sV = sK + Tr::STAGES * BN * D;  // [STAGES][BN][D]
 
   const int tid = threadIdx.x, wgi = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
   const int m_block = blockIdx.x, h = blockIdx.y;
@@ -86,11 +89,26 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
     nb_lo = min(lo, nb_hi);
   }
 
+  // Key tiles are visited in the order nb_lo + (idx + rot) % n, idx = 0..n-1.
+  constexpr int ST = Tr::STAGES, PF = ST - 1;
+  const int n_tiles = nb_hi - nb_lo;
+  const int rot = (Tr::ROT && n_tiles > 0) ? m_block % n_tiles : 0;
+  auto tile_of = [&](int idx) { return nb_lo + (idx + rot >= n_tiles ? idx + rot - n_tiles : idx + rot); };
+  auto load_kv = [&](int idx) {
+    if (idx < n_tiles) {
+      const int n1 = tile_of(idx) * BN, sb = idx % ST;
+      load_tile128<BN, D, NT>(sK + sb * BN * D, Kg + n1 * ldk, ldk, s.tk - n1, a.d, tid);
+      cp_async_commit();
+      load_tile128<BN, D, NT>(sV + sb * BN * D, Vg + n1 * ldk, ldk, s.tk - n1, a.d, tid);
+      cp_async_commit();
+    } else {
+      cp_async_commit();
+      cp_async_commit();
+    }
+  };
   load_tile128<BM, D, NT>(sQ, Qg, ldq, s.tq - m0, a.d, tid);
-  if (nb_lo < nb_hi) load_tile128<BN, D, NT>(sK, Kg + nb_lo * BN * ldk, ldk, s.tk - nb_lo * BN, a.d, tid);
-  cp_async_commit();
-  if (nb_lo < nb_hi) load_tile128<BN, D, NT>(sV, Vg + nb_lo * BN * ldk, ldk, s.tk - nb_lo * BN, a.d, tid);
-  cp_async_commit();
+#pragma unroll
+  for (int i = 0; i < PF; ++i) load_kv(i);
 
   float o[NO];
 #pragma unroll
@@ -99,19 +117,10 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
   const int r_lo = m0 + wgi * 64 + warp * 16 + (lane >> 2);
   const uint32_t q_addr = smem_u32(sQ) + wgi * 64 * 64 * 2;  // this warpgroup's 64 rows in column block 0
 
-  for (int nb = nb_lo; nb < nb_hi; ++nb) {
-    const int buf = (nb - nb_lo) & 1;
-    if (nb + 1 < nb_hi) {
-      const int n1 = (nb + 1) * BN;
-      load_tile128<BN, D, NT>(sK + (buf ^ 1) * BN * D, Kg + n1 * ldk, ldk, s.tk - n1, a.d, tid);
-    }
-    cp_async_commit();
-    if (nb + 1 < nb_hi) {
-      const int n1 = (nb + 1) * BN;
-      load_tile128<BN, D, NT>(sV + (buf ^ 1) * BN * D, Vg + n1 * ldk, ldk, s.tk - n1, a.d, tid);
-    }
-    cp_async_commit();
-    cp_async_wait<3>();
+  for (int idx = 0; idx < n_tiles; ++idx) {
+    const int nb = tile_of(idx), buf = idx % ST;
+    load_kv(idx + PF);  // into the buffer freed by the barrier that ended iteration idx - 1
+    cp_async_wait<2 * PF + 1>();  // K of this tile (and Q) have landed
     wg::fence_proxy_async();
     __syncthreads();
 
@@ -181,7 +190,7 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
       pf[ks][3] = M::pack(sc[8 * ks + 6], sc[8 * ks + 7]);
     }
 
-    cp_async_wait<2>();
+    cp_async_wait<2 * PF>();  // V of this tile has landed
     wg::fence_proxy_async();
     __syncthreads();
 

@@ -37,7 +37,7 @@ cudaError_t launch_fwd_cfg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
 }
 template <typename T, typename Tr>
 cudaError_t launch_fwd_wg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
-  const size_t smem = static_cast<size_t>(Tr::BM * Tr::D + 4 * Tr::BN * Tr::D) * sizeof(T);
+  const size_t smem = static_cast<size_t>(Tr::BM * Tr::D + 2 * Tr::STAGES * Tr::BN * Tr::D) * sizeof(T);
   cudaError_t e = set_smem(fwd_wgmma_kernel<T, Tr>, smem);
   if (e != cudaSuccess) return e;
   dim3 grid((a->max_tq + Tr::BM - 1) / Tr::BM, a->H, a->B * a->num_splits);
@@ -123,7 +123,7 @@ template <typename T, int D>
 cudaError_t launch_bwd(FaArgs* a, const FaTensors& t, cudaStream_t st) {
 #ifndef FA_NO_WGMMA_BWD
   if constexpr (D == 64 || D == 128) {
-    if (a->arch == 90) return launch_bwd_wg<T, BwdWgCfg<D>>(a, t, st);
+    if (a->arch == 90 && !a->no_wgmma_bwd) return launch_bwd_wg<T, BwdWgCfg<D>>(a, t, st);
   }
 #endif
   return launch_bwd_cfg<T, BwdTraits<D>>(a, t, st);

@@ -225,6 +225,7 @@ static Dev make_dev(const Case& c, uint64_t seed) {
   a.deterministic = c.det;
   a.num_sms = g_sms;
   a.arch = g_arch;
+  a.no_wgmma_bwd = getenv("FA_CUDA_NO_WGMMA_BWD") != nullptr;
   CK(cudaMalloc(&D.dcuq, D.cuq.size() * 4));
   CK(cudaMalloc(&D.dcuk, D.cuk.size() * 4));
   CK(cudaMemcpy(D.dcuq, D.cuq.data(), D.cuq.size() * 4, cudaMemcpyHostToDevice));
@@ -505,6 +506,9 @@ static void variants() {
   using BF = __nv_bfloat16;
   Variant vs[] = {
       {"W0 wgmma d128 BN128 2wg", 128, launch_fwd_wg<BF, WgCfg<128, 128, 2>>, nullptr},
+      {"W6 wgmma d128 3 stages", 128, launch_fwd_wg<BF, WgCfg<128, 128, 2, 3, false>>, nullptr},
+      {"W7 wgmma d128 rotated", 128, launch_fwd_wg<BF, WgCfg<128, 128, 2, 2, true>>, nullptr},
+      {"W8 wgmma d128 3 st rotated", 128, launch_fwd_wg<BF, WgCfg<128, 128, 2, 3, true>>, nullptr},
       {"W3 wgmma d64 BN128 2wg", 64, launch_fwd_wg<BF, WgCfg<64, 128, 2>>, nullptr},
       {"F0 fwd d128 BM128 BN64 8w", 128, launch_fwd_cfg<BF, FwdCfg<128, 128, 64, 8, 1, true>>, nullptr},
       {"G2 fwd d64 BM64 BN128 4w", 64, launch_fwd_cfg<BF, FwdCfg<64, 64, 128, 4, 1, true>>, nullptr},
@@ -513,7 +517,7 @@ static void variants() {
       {"B0 bwd d128 BM64 BN128 8w", 128, nullptr, launch_bwd_cfg<BF, BwdCfg<128, 64, 128, 8, 8>>},
       {"C0 bwd d64 BM64 BN128 8w", 64, nullptr, launch_bwd_cfg<BF, BwdCfg<64, 64, 128, 8, 8>>},
   };
-  printf("\n%-30s | %-8s | T=4096 nc  T=16K nc  T=4096 c  T=16K c (TFLOP/s)\n", "variant", "check");
+  printf("\n%-30s | %-8s | T=4096 nc  T=16K nc  T=4096 c  T=16K c (TFLOP/s) | 100K fwd ms\n", "variant", "check");
   for (auto& v : vs) {
     g_fwd_override = v.f;
     g_bwd_override = v.b;
@@ -536,6 +540,13 @@ static void variants() {
         printf(" %-9.1f", tf);
         free_dev(D);
       }
+    if (v.f && v.d == 128) {
+      Case b;
+      b.d = 128; b.B = 1; b.H = b.Hkv = 1; b.tq = b.tk = 100000;
+      Dev D = make_dev(b, 11);
+      printf(" | %.2f", time_ms([&] { run_fwd(D); }, 2, 10));
+      free_dev(D);
+    }
     printf("\n");
     fflush(stdout);
   }
@@ -547,7 +558,7 @@ int main(int argc, char** argv) {
   CK(cudaGetDeviceProperties(&prop, 0));
   g_sms = prop.multiProcessorCount;
   g_arch = prop.major * 10 + prop.minor;
-  if (getenv("FA_NO_WGMMA")) g_arch = 0;
+  if (getenv("FA_CUDA_NO_WGMMA")) g_arch = 0;
   printf("device %s, %d SMs, cc %d.%d\n", prop.name, g_sms, prop.major, prop.minor);
   bool t = false, b = false, g = false;
   const char* json = nullptr;

@@ -33,7 +33,7 @@ const SPEC: FlagSpec = {
   backend: { type: 'string', value: 'NAME', help: `engine: ${BACKEND_CHOICES.join(', ')} (default auto: cuda, then webgpu on a hardware adapter, then cpu)` },
   tokens: { type: 'string', value: 'T', help: 'tokens (default: 100000 on a GPU; on a CPU the largest T that fits --budget)' },
   seq: { type: 'string', value: 'T', help: 'same as --tokens' },
-  budget: { type: 'string', value: 'SECONDS', help: 'time for forward + backward when T is chosen for you (default 60)' },
+  budget: { type: 'string', value: 'SECONDS', help: 'time for forward + backward when T is chosen for you (default 50)' },
   dim: { type: 'string', value: 'D', help: 'head dim (default 64 on a CPU, 128 on a GPU)' },
   dtype: { type: 'string', value: 'f32|f16|bf16', help: 'compute dtype (default f32, or bf16 where the engine has no f32)' },
   causal: { type: 'boolean', help: 'causal mask' },
@@ -75,7 +75,7 @@ function parseOpts(args: readonly string[]): Opts | 'help' {
   const s = (n: string) => p.strings.get(n);
   if (s('tokens') !== undefined && s('seq') !== undefined) throw argError('give --tokens or --seq, not both');
   const tok = s('tokens') ?? s('seq');
-  const budget = s('budget') !== undefined ? parseNumber('budget', s('budget')!) : 60;
+  const budget = s('budget') !== undefined ? parseNumber('budget', s('budget')!) : DEFAULT_BUDGET;
   if (!(budget > 0) || !Number.isFinite(budget)) throw argError(`--budget expects a positive number of seconds, got ${JSON.stringify(s('budget'))}`);
   const o: Opts = {
     backend: s('backend') ?? 'auto',
@@ -91,6 +91,9 @@ function parseOpts(args: readonly string[]): Opts | 'help' {
   if (s('report') !== undefined) o.report = s('report');
   return o;
 }
+
+/** Seconds for forward + backward on a CPU: about a minute with calibration and checks, leaving room for setup in the 3-minute quick start. */
+export const DEFAULT_BUDGET = 50;
 
 const isGpu = (b: AttentionBackend) => b.name !== 'cpu' && !isSoftwareAdapter(b);
 

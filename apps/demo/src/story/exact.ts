@@ -324,7 +324,7 @@ export function checkRows(inp: RowsInput, rows: readonly number[]): RowsCheck {
   const rule =
     dtype === 'f32'
       ? 'float32: ‖x − ref‖ ≤ 1e-5·‖ref‖ + u32·‖mag‖ + 2·‖corr‖'
-      : `${dtype}: max|x − ref| ≤ 2·max|naive ${dtype} − ref| + 4u·max|ref| + …`;
+      : `${dtype}: max|x − ref| ≤ 2·max|naive − ref| + 4u·max|ref| + …`;
   return {
     rows,
     out,

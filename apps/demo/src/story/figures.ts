@@ -27,7 +27,7 @@ export function memoryChart(f: MemoryFigure, id = 'chart-memory'): string {
   const e = bytesPerElement(f.dtype);
   const series: Series[] = [
     { name: `naive: S + P = 2·T²·${e} B (model)`, kind: 'line', color: COLORS.naive, points: grid.map((T) => [T, naiveMemory(T, f.dtype).forward]) },
-    { name: 'flash: O(T) row state + tiles (model)', kind: 'line', color: COLORS.flash, points: grid.map((T) => [T, flashExtraModel(T, f.tileBytes ?? 0).forward]) },
+    { name: f.tileBytes ? 'flash: m, l per row + tiles (model)' : 'flash: at most m, l per row: 8·T B (model)', kind: 'line', color: COLORS.flash, points: grid.map((T) => [T, flashExtraModel(T, f.tileBytes ?? 0).forward]) },
   ];
   const naivePts = f.points.filter((p) => p.naive !== undefined && p.naive > 0).map((p) => [p.T, p.naive!] as const);
   const flashPts = f.points.filter((p) => p.flash !== undefined && p.flash > 0).map((p) => [p.T, p.flash!] as const);

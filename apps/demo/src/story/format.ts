@@ -87,9 +87,12 @@ export function fmtTokens(t: number): string {
   return fmtInt(t);
 }
 
-/** Splits text into lines of at most `width` characters at spaces (words longer stay whole). */
+/**
+ * Splits text into lines of at most `width` characters at ordinary spaces (words longer stay
+ * whole; a no-break space U+00A0 keeps its neighbours together).
+ */
 export function wrap(text: string, width: number, indent = ''): string[] {
-  const words = text.split(/\s+/).filter((w) => w.length > 0);
+  const words = text.split(/[ \t\n\r]+/).filter((w) => w.length > 0);
   const lines: string[] = [];
   let cur = '';
   for (const w of words) {

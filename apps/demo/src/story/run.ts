@@ -77,6 +77,13 @@ export interface MemoryProbe {
   sample(): void;
   /** Called between chunks, after sample(): lets a probe drop garbage (Node: a GC). */
   settle?(): void;
+  /**
+   * The current level (bytes), when the probe can read one. Host engines then measure each call
+   * on its own: the level after it returns minus the level before, less the call's outputs; the
+   * largest over the chunks is the pass's peak extra. Results of earlier chunks that the runtime
+   * has not reclaimed yet are in both levels and cancel out.
+   */
+  level?(): number;
   /** Peak minus baseline, in bytes (stops sampling). */
   end(): number;
 }
@@ -246,17 +253,21 @@ export class AttentionRun {
     const chunked = bounds.length > 2;
     let outData = chunked ? allocHost(dtype, T * D) : undefined;
     let lseData = chunked ? (allocHost('f32', T) as Float32Array) : undefined;
-    o.memory?.begin();
+    const mem = o.memory;
+    mem?.begin();
+    let callPeak = 0;
     const t0 = performance.now();
     let doneFlops = 0;
     o.progress?.({ phase: 'forward', done: 0, estimated: false, elapsed: 0, eta: o.predictedSeconds ?? 0 });
     for (let c = 0; c + 1 < bounds.length; c++) {
       const [a, e] = [bounds[c], bounds[c + 1]];
       const kEnd = this.causal ? e : T;
+      const before = mem?.level?.() ?? 0;
       const r = await b.forward(rowsOf(q, a, e), rowsOf(k, 0, kEnd), rowsOf(v, 0, kEnd), this.opts);
-      o.memory?.sample();
+      mem?.sample();
       const ro = (r.out as HostTensor).data;
       const rl = (r.lse as HostTensor).data as Float32Array;
+      if (mem?.level) callPeak = Math.max(callPeak, mem.level() - before - ro.byteLength - rl.byteLength);
       if (outData && lseData) {
         (outData as Float32Array).set(ro as Float32Array, a * D);
         lseData.set(rl, a);
@@ -270,11 +281,11 @@ export class AttentionRun {
       o.progress?.({ phase: 'forward', done: doneFlops / flops, estimated: false, elapsed: el, eta: (el * (flops - doneFlops)) / doneFlops });
     }
     const seconds = (performance.now() - t0) / 1e3;
-    const peak = o.memory?.end();
+    const sampled = mem?.end();
     this.hostOut = tensor(outData!, [1, T, 1, D], dtype);
     this.hostLse = tensor(lseData!, [1, 1, T], 'f32');
-    const outputs = chunked ? 0 : outData!.byteLength + lseData!.byteLength;
-    return { seconds, flops, chunks: bounds.length - 1, out: valuesOf(this.hostOut), lse: lseData!, ...(peak !== undefined ? { peakExtra: Math.max(0, peak - outputs) } : {}) };
+    const peak = mem ? (mem.level ? callPeak : Math.max(0, sampled! - (chunked ? 0 : outData!.byteLength + lseData!.byteLength))) : undefined;
+    return { seconds, flops, chunks: bounds.length - 1, out: valuesOf(this.hostOut), lse: lseData!, ...(peak !== undefined ? { peakExtra: Math.max(0, peak) } : {}) };
   }
 
   async backward(o: PassOptions = {}): Promise<BackwardOutcome> {
@@ -314,7 +325,9 @@ export class AttentionRun {
     const dkAcc = chunked ? new Float64Array(T * D) : undefined;
     const dvAcc = chunked ? new Float64Array(T * D) : undefined;
     let outputs = 0;
-    o.memory?.begin();
+    const mem = o.memory;
+    mem?.begin();
+    let callPeak = 0;
     const t0 = performance.now();
     let doneFlops = 0;
     o.progress?.({ phase: 'backward', done: 0, estimated: false, elapsed: 0, eta: o.predictedSeconds ?? 0 });
@@ -323,9 +336,11 @@ export class AttentionRun {
       const [a, e] = [bounds[c], bounds[c + 1]];
       const kEnd = this.causal ? e : T;
       const lseChunk = tensor(lseAll.subarray(a, e), [1, 1, e - a], 'f32');
+      const before = mem?.level?.() ?? 0;
       const g = await b.backward(rowsOf(q, a, e), rowsOf(k, 0, kEnd), rowsOf(v, 0, kEnd), rowsOf(out, a, e), rowsOf(dOut, a, e), lseChunk, this.opts);
-      o.memory?.sample();
+      mem?.sample();
       const [gq, gk, gv] = [(g.dq as HostTensor).data, (g.dk as HostTensor).data, (g.dv as HostTensor).data];
+      if (mem?.level) callPeak = Math.max(callPeak, mem.level() - before - gq.byteLength - gk.byteLength - gv.byteLength);
       if (dqData && dkAcc && dvAcc) {
         (dqData as Float32Array).set(gq as Float32Array, a * D);
         const dk = valuesOf(g.dk as HostTensor);
@@ -344,8 +359,9 @@ export class AttentionRun {
       o.progress?.({ phase: 'backward', done: doneFlops / flops, estimated: false, elapsed: el, eta: (el * (flops - doneFlops)) / doneFlops });
     }
     const seconds = (performance.now() - t0) / 1e3;
-    const peak = o.memory?.end();
-    return { seconds, flops, chunks: bounds.length - 1, dq: valuesOf(tensor(dqData!, [1, T, 1, D], dtype)), ...(peak !== undefined ? { peakExtra: Math.max(0, peak - outputs) } : {}) };
+    const sampled = mem?.end();
+    const peak = mem ? (mem.level ? callPeak : Math.max(0, sampled! - outputs)) : undefined;
+    return { seconds, flops, chunks: bounds.length - 1, dq: valuesOf(tensor(dqData!, [1, T, 1, D], dtype)), ...(peak !== undefined ? { peakExtra: Math.max(0, peak) } : {}) };
   }
 
   /** Frees the engine's tensors. */

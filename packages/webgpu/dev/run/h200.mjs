@@ -12,7 +12,7 @@
 import { appendFileSync, writeFileSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { tensor } from '@fa/core';
-import { runConformance, formatSummary } from '@fa/core/testing';
+import { runConformance, formatSummary, conformanceCases, checkCase, EXTRA_CHECKS, summarize } from '@fa/core/testing';
 import { createWebGPUBackend } from '@fa/webgpu';
 
 const OUT = process.env.OUT ?? '/tmp';
@@ -26,6 +26,8 @@ const log = (...a) => {
   console.log(line);
   appendFileSync(LOG, line + '\n');
 };
+const DEADLINE = Number(process.env.FA_BENCH_DEADLINE_S ?? 520);
+const left = () => DEADLINE - (performance.now() - T0) / 1000;
 const elapsed = () => ((performance.now() - T0) / 1000).toFixed(0) + 's';
 const results = { date: new Date().toISOString(), small: SMALL, sanity: null, sweep: [], table: [], tfjs: [], long: null, conformance: null, errors: [] };
 const save = () => writeFileSync(`${OUT}/bench.json`, JSON.stringify(results, null, 1));
@@ -93,7 +95,7 @@ function smi() {
   return r.status === 0 ? Number(r.stdout.trim().split('\n')[0]) : NaN;
 }
 
-async function timeCall(be, fn, minSeconds = SMALL ? 0.05 : 0.4) {
+async function timeCall(be, fn, minSeconds = SMALL ? 0.05 : 0.25) {
   await fn();
   await be.sync();
   let t = performance.now();
@@ -205,124 +207,37 @@ log(`[${elapsed()}] adapter: ${be.device}; features: ${[...be.features].join(', 
   save();
 }
 
-// ---------------------------------------------------------------- 2. tile sweep
-const VARIANTS = {
-  A: { nr: 64, nc: 64, tr: 16, tc: 16, dk: 16, kc: 16 },
-  B: { nr: 128, nc: 64, tr: 16, tc: 16, dk: 16, kc: 16 },
-  C: { nr: 64, nc: 64, tr: 8, tc: 16, dk: 16, kc: 16 },
-  D: { nr: 64, nc: 128, tr: 16, tc: 16, dk: 8, kc: 16 },
-};
-let best = { fwd: VARIANTS.A, bwd: VARIANTS.A };
-if (!SKIP.has('sweep')) {
-  const D = 128, T = SMALL ? 256 : 16384;
-  let bf = 0, bb = 0;
-  for (const [name, tile] of Object.entries(VARIANTS)) {
-    let b2;
-    try {
-      b2 = await createWebGPUBackend({ tile });
-      const row = await measure(b2, 'f32', D, T);
-      results.sweep.push({ name, tile, ...row });
-      log(`[${elapsed()}] sweep ${name} ${JSON.stringify(tile)}: fwd ${row.fwdTflops.toFixed(2)} TFLOP/s, bwd ${row.bwdTflops.toFixed(2)} TFLOP/s`);
-      if (row.fwdTflops > bf) (bf = row.fwdTflops), (best.fwd = tile);
-      if (row.bwdTflops > bb) (bb = row.bwdTflops), (best.bwd = tile);
-    } catch (e) {
-      results.sweep.push({ name, tile, error: String(e?.message ?? e) });
-      log(`[${elapsed()}] sweep ${name} failed: ${e?.message ?? e}`);
-    } finally {
-      await b2?.dispose();
-    }
-    save();
-  }
-  log(`[${elapsed()}] best forward tile ${JSON.stringify(best.fwd)}, backward ${JSON.stringify(best.bwd)}`);
-}
-await be.dispose();
-be = await createWebGPUBackend(be.generic ? {} : { tiles: { fwd: best.fwd, dkdv: best.bwd, dq: best.bwd } });
-results.tiles = best;
-
-// ---------------------------------------------------------------- 3. table
-if (!SKIP.has('table')) {
-  for (const dtype of ['f32', 'f16']) {
-    for (const D of DS) {
-      for (const T of TS) {
-        try {
-          const row = await measure(be, dtype, D, T);
-          results.table.push(row);
-          log(`[${elapsed()}] ${dtype} D=${D} T=${T} B=${row.B} H=${row.H}: fwd ${row.fwdMs.toFixed(2)} ms ${row.fwdTflops.toFixed(2)} TFLOP/s, bwd ${row.bwdMs.toFixed(2)} ms ${row.bwdTflops.toFixed(2)} TFLOP/s`);
-        } catch (e) {
-          results.table.push({ dtype, D, T, error: String(e?.message ?? e) });
-          log(`[${elapsed()}] ${dtype} D=${D} T=${T} failed: ${e?.message ?? e}`);
-        }
-        save();
-      }
-    }
-  }
-}
-
-// ---------------------------------------------------------------- tfjs peer
-if (!SKIP.has('tfjs')) {
+// ---------------------------------------------------------------- 5. conformance (first: it is the gate)
+if (!SKIP.has('kit')) {
   try {
-    const { create } = await import('webgpu');
-    globalThis.navigator = { gpu: create([]), userAgent: 'node' };
-    const tf = (await import('./tfjs.bundle.mjs')).default;
-    await tf.setBackend('webgpu');
-    await tf.ready();
-    log(`[${elapsed()}] tfjs ${tf.version_core} backend ${tf.getBackend()}`);
-    for (const D of DS) {
-      for (const T of TS) {
-        const H = HIDDEN / D, B = TOKENS / T, BH = B * H;
-        const row = { D, T, B, H };
-        try {
-          // [B,T,H,D] → [B·H, T, D] once, outside the timing.
-          const prep = (a) => tf.tidy(() => tf.transpose(tf.tensor4d(a.subarray(0, B * T * H * D), [B, T, H, D]), [0, 2, 1, 3]).reshape([BH, T, D]));
-          const q = prep(host.q), k = prep(host.k), v = prep(host.v);
-          // Chunks of (batch·head) slices so that the score matrix stays within 1 GiB.
-          const per = Math.max(1, Math.min(BH, Math.floor(2 ** 30 / (T * T * 4))));
-          const scale = 1 / Math.sqrt(D);
-          const run = async () => {
-            const sums = [];
-            for (let c = 0; c < BH; c += per) {
-              const n = Math.min(per, BH - c);
-              sums.push(tf.tidy(() => {
-                const qs = q.slice([c, 0, 0], [n, T, D]), ks = k.slice([c, 0, 0], [n, T, D]), vs = v.slice([c, 0, 0], [n, T, D]);
-                const p = tf.softmax(tf.mul(tf.matMul(qs, ks, false, true), scale));
-                return tf.sum(tf.matMul(p, vs));
-              }));
-            }
-            const s = tf.addN(sums);
-            await s.data();
-            tf.dispose([...sums, s]);
-          };
-          await run();
-          let t0 = performance.now();
-          await run();
-          const once = (performance.now() - t0) / 1000;
-          const iters = Math.max(1, Math.min(10, Math.ceil(0.4 / once)));
-          const samples = [];
-          for (let r = 0; r < 3; r++) {
-            t0 = performance.now();
-            for (let i = 0; i < iters; i++) await run();
-            samples.push((performance.now() - t0) / 1000 / iters);
-          }
-          samples.sort((a, b) => a - b);
-          row.fwdMs = samples[1] * 1e3;
-          row.fwdTflops = (4 * BH * T * T * D) / samples[1] / 1e12;
-          row.chunks = Math.ceil(BH / per);
-          tf.dispose([q, k, v]);
-          log(`[${elapsed()}] tfjs naive f32 D=${D} T=${T}: ${row.fwdMs.toFixed(2)} ms ${row.fwdTflops.toFixed(2)} TFLOP/s (${row.chunks} chunks)`);
-        } catch (e) {
-          row.error = String(e?.message ?? e);
-          log(`[${elapsed()}] tfjs D=${D} T=${T} failed: ${row.error}`);
-        }
-        results.tfjs.push(row);
-        save();
-      }
+    const cases = conformanceCases({ count: SMALL ? 40 : 320, seed: 1 });
+    const res = [];
+    const failures = [];
+    const budget = Number(process.env.FA_BENCH_KIT_S ?? 170);
+    const tk = performance.now();
+    let stopped = 0;
+    for (const c of cases) {
+      if ((performance.now() - tk) / 1000 > budget) { stopped = cases.length - res.length; break; }
+      const r = await checkCase(be, c);
+      res.push(r);
+      if (!r.pass) failures.push(r.message);
     }
-    tf.disposeVariables();
-    try { tf.backend().device?.destroy?.(); } catch {}
+    if (!stopped) for (const x of EXTRA_CHECKS) { const r = await x.run(be); res.push(r); if (!r.pass) failures.push(r.message); }
+    const s = summarize(be, res, performance.now() - tk);
+    const line = formatSummary(s) + (stopped ? ` (time budget: ${stopped} cases not run)` : '');
+    log(`[${elapsed()}] ${line}`);
+    for (const f of failures.slice(0, 10)) log('  ' + f.split('\n').slice(0, 3).join(' | '));
+    results.conformance = { summary: line, passed: s.passed, failed: s.failed, skipped: s.skipped.length, notRun: stopped, failures: failures.slice(0, 20) };
+    if (!stopped && left() > 300) {
+      const s2 = await runConformance(be, { count: SMALL ? 10 : 24, seed: 5, upload: true, extras: false });
+      log(`[${elapsed()}] device tensors: ${formatSummary(s2)}`);
+      results.conformance.upload = formatSummary(s2);
+    }
   } catch (e) {
-    results.errors.push(`tfjs: ${e?.message ?? e}`);
-    log(`[${elapsed()}] tfjs unavailable: ${e?.message ?? e}`);
+    results.conformance = { error: String(e?.message ?? e) };
+    log(`[${elapsed()}] conformance threw: ${e?.message ?? e}`);
   }
+  save();
 }
 
 // ---------------------------------------------------------------- 4. one head, T = 100 000
@@ -355,24 +270,131 @@ if (!SKIP.has('long')) {
   save();
 }
 
-// ---------------------------------------------------------------- 5. conformance
-if (!SKIP.has('kit')) {
-  try {
-    const failures = [];
-    const s = await runConformance(be, { count: SMALL ? 40 : 320, seed: 1, onResult: (r) => { if (!r.pass) failures.push(r.message); } });
-    const line = formatSummary(s);
-    log(`[${elapsed()}] ${line}`);
-    for (const f of failures.slice(0, 10)) log('  ' + f.split('\n').slice(0, 3).join(' | '));
-    const s2 = await runConformance(be, { count: SMALL ? 10 : 48, seed: 5, upload: true, extras: false });
-    log(`[${elapsed()}] device tensors: ${formatSummary(s2)}`);
-    results.conformance = { summary: line, passed: s.passed, failed: s.failed, skipped: s.skipped.length, failures: failures.slice(0, 20), upload: formatSummary(s2) };
-  } catch (e) {
-    results.conformance = { error: String(e?.message ?? e) };
-    log(`[${elapsed()}] conformance threw: ${e?.message ?? e}`);
+await be.dispose();
+
+// ---------------------------------------------------------------- 2. tile sweep
+const VARIANTS = {
+  A: { nr: 64, nc: 64, tr: 16, tc: 16, dk: 16, kc: 16 },
+  B: { nr: 128, nc: 64, tr: 16, tc: 16, dk: 16, kc: 16 },
+  C: { nr: 64, nc: 64, tr: 8, tc: 16, dk: 16, kc: 16 },
+  D: { nr: 64, nc: 128, tr: 16, tc: 16, dk: 8, kc: 16 },
+};
+let best = { fwd: VARIANTS.A, bwd: VARIANTS.A };
+if (!SKIP.has('sweep')) {
+  const D = 128, T = SMALL ? 256 : 8192;
+  let bf = 0, bb = 0;
+  for (const [name, tile] of Object.entries(VARIANTS)) {
+    if (left() < 330) { log(`[${elapsed()}] sweep: no time left for ${name}`); break; }
+    let b2;
+    try {
+      b2 = await createWebGPUBackend({ tile });
+      const row = await measure(b2, 'f32', D, T);
+      results.sweep.push({ name, tile, ...row });
+      log(`[${elapsed()}] sweep ${name} ${JSON.stringify(tile)}: fwd ${row.fwdTflops.toFixed(2)} TFLOP/s, bwd ${row.bwdTflops.toFixed(2)} TFLOP/s`);
+      if (row.fwdTflops > bf) (bf = row.fwdTflops), (best.fwd = tile);
+      if (row.bwdTflops > bb) (bb = row.bwdTflops), (best.bwd = tile);
+    } catch (e) {
+      results.sweep.push({ name, tile, error: String(e?.message ?? e) });
+      log(`[${elapsed()}] sweep ${name} failed: ${e?.message ?? e}`);
+    } finally {
+      await b2?.dispose();
+    }
+    save();
   }
-  save();
+  log(`[${elapsed()}] best forward tile ${JSON.stringify(best.fwd)}, backward ${JSON.stringify(best.bwd)}`);
 }
 await be.dispose();
+be = await createWebGPUBackend(be.generic ? {} : { tiles: { fwd: best.fwd, dkdv: best.bwd, dq: best.bwd } });
+results.tiles = best;
+
+// ---------------------------------------------------------------- tfjs peer
+if (!SKIP.has('tfjs')) {
+  try {
+    const { create, globals } = await import('webgpu');
+    Object.assign(globalThis, globals);
+    globalThis.navigator = { gpu: create([]), userAgent: 'node' };
+    const tf = (await import('./tfjs.bundle.mjs')).default;
+    await tf.setBackend('webgpu');
+    await tf.ready();
+    log(`[${elapsed()}] tfjs ${tf.version_core} backend ${tf.getBackend()}`);
+    for (const D of DS) {
+      for (const T of TS) {
+        const H = HIDDEN / D, B = TOKENS / T, BH = B * H;
+        const row = { D, T, B, H };
+        if (left() < 20) { row.error = 'not run: time budget'; results.tfjs.push(row); continue; }
+        try {
+          // [B,T,H,D] → [B·H, T, D] once, outside the timing.
+          const prep = (a) => tf.tidy(() => tf.reshape(tf.transpose(tf.tensor4d(a.subarray(0, B * T * H * D), [B, T, H, D]), [0, 2, 1, 3]), [BH, T, D]));
+          const q = prep(host.q), k = prep(host.k), v = prep(host.v);
+          // Chunks of (batch·head) slices so that the score matrix stays within 1 GiB.
+          const per = Math.max(1, Math.min(BH, Math.floor(2 ** 30 / (T * T * 4))));
+          const scale = 1 / Math.sqrt(D);
+          const run = async () => {
+            const sums = [];
+            for (let c = 0; c < BH; c += per) {
+              const n = Math.min(per, BH - c);
+              sums.push(tf.tidy(() => {
+                const qs = tf.slice(q, [c, 0, 0], [n, T, D]), ks = tf.slice(k, [c, 0, 0], [n, T, D]), vs = tf.slice(v, [c, 0, 0], [n, T, D]);
+                const p = tf.softmax(tf.mul(tf.matMul(qs, ks, false, true), scale));
+                return tf.sum(tf.matMul(p, vs));
+              }));
+            }
+            const s = tf.addN(sums);
+            await s.data();
+            tf.dispose([...sums, s]);
+          };
+          await run();
+          let t0 = performance.now();
+          await run();
+          const once = (performance.now() - t0) / 1000;
+          const iters = Math.max(1, Math.min(10, Math.ceil(0.25 / once)));
+          const samples = [];
+          for (let r = 0; r < 3; r++) {
+            t0 = performance.now();
+            for (let i = 0; i < iters; i++) await run();
+            samples.push((performance.now() - t0) / 1000 / iters);
+          }
+          samples.sort((a, b) => a - b);
+          row.fwdMs = samples[1] * 1e3;
+          row.fwdTflops = (4 * BH * T * T * D) / samples[1] / 1e12;
+          row.chunks = Math.ceil(BH / per);
+          tf.dispose([q, k, v]);
+          log(`[${elapsed()}] tfjs naive f32 D=${D} T=${T}: ${row.fwdMs.toFixed(2)} ms ${row.fwdTflops.toFixed(2)} TFLOP/s (${row.chunks} chunks)`);
+        } catch (e) {
+          row.error = String(e?.message ?? e);
+          log(`[${elapsed()}] tfjs D=${D} T=${T} failed: ${row.error}`);
+        }
+        results.tfjs.push(row);
+        save();
+      }
+    }
+    tf.disposeVariables();
+    try { tf.backend().device?.destroy?.(); } catch {}
+  } catch (e) {
+    results.errors.push(`tfjs: ${e?.message ?? e}`);
+    log(`[${elapsed()}] tfjs unavailable: ${e?.message ?? e}`);
+  }
+}
+
+// ---------------------------------------------------------------- 3. table
+if (!SKIP.has('table')) {
+  for (const dtype of ['f32', 'f16']) {
+    for (const D of DS) {
+      for (const T of TS) {
+        if (left() < (dtype === 'f32' ? 60 : 30)) { results.table.push({ dtype, D, T, error: 'not run: time budget' }); continue; }
+        try {
+          const row = await measure(be, dtype, D, T);
+          results.table.push(row);
+          log(`[${elapsed()}] ${dtype} D=${D} T=${T} B=${row.B} H=${row.H}: fwd ${row.fwdMs.toFixed(2)} ms ${row.fwdTflops.toFixed(2)} TFLOP/s, bwd ${row.bwdMs.toFixed(2)} ms ${row.bwdTflops.toFixed(2)} TFLOP/s`);
+        } catch (e) {
+          results.table.push({ dtype, D, T, error: String(e?.message ?? e) });
+          log(`[${elapsed()}] ${dtype} D=${D} T=${T} failed: ${e?.message ?? e}`);
+        }
+        save();
+      }
+    }
+  }
+}
 
 // ---------------------------------------------------------------- table last
 log('');
