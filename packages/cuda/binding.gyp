@@ -27,7 +27,7 @@
         {
           "rule_name": "nvcc",
           "extension": "cu",
-          "inputs": ["<(RULE_INPUT_PATH)", "csrc/fa_common.cuh", "csrc/fa_fwd.cuh", "csrc/fa_bwd.cuh", "csrc/fa_launch.cuh", "csrc/fa_api.h"],
+          "inputs": ["<(RULE_INPUT_PATH)", "<!@(node -p \"require('fs').readdirSync('csrc').filter(f => /\\.(cuh|h)$/.test(f)).map(f => 'csrc/' + f).join(' ')\")"],
           "outputs": ["<(INTERMEDIATE_DIR)/<(RULE_INPUT_ROOT).o"],
           "action": [
             "<(nvcc)", "-std=c++17", "-O3", "-Xcompiler", "-fPIC",

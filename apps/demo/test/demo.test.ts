@@ -120,6 +120,14 @@ describe('fa demo', () => {
     expect(text.stdout).toMatch(/Report with charts written to/);
   });
 
+  it('--help fits 80 columns', async () => {
+    for (const cmd of ['demo', 'bench']) {
+      const r = await fa([cmd, '--help']);
+      expect(r.code).toBe(0);
+      expect(r.stdout.split('\n').filter((l) => width(l) > 80)).toEqual([]);
+    }
+  });
+
   it('rejects bad flags in one line', async () => {
     for (const args of [['demo', '--budget', '0'], ['demo', '--tokens', '0'], ['demo', '--tokens', '5', '--seq', '5'], ['demo', '--backend', 'nope'], ['demo', '--dim', 'x']]) {
       const r = await fa(args);

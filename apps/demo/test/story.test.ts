@@ -6,6 +6,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { naiveBackward, referenceBackward, resetBackends, resolveBackend, type DType, type HostTensor } from '@fa/core';
 import { tokensForBudget } from '../src/commands/demo.js';
+import { missingVulkanDriver } from '../src/engines.js';
 import { barChart, lineChart } from '../src/story/charts.js';
 import { checkRows, naiveRow, rowGradient, sampleRows, valuesOf } from '../src/story/exact.js';
 import { memoryChart, throughputChart } from '../src/story/figures.js';
@@ -183,5 +184,18 @@ describe('formatting and the budget', () => {
     expect(tokensForBudget(60, 64, true, 1e9, 1e9)).toBeGreaterThan(T);
     expect(tokensForBudget(1e-6, 64, false, 1e9, 1e9)).toBe(256);
     expect(tokensForBudget(1e9, 64, false, 1e15, 1e15)).toBe(100_000);
+  });
+});
+
+describe('starting Dawn only when Vulkan has a driver', () => {
+  it('says why when the loader would find no ICD, and defers to the environment otherwise', () => {
+    if (process.platform !== 'linux') return;
+    const none = { XDG_CONFIG_DIRS: '/nonexistent', XDG_DATA_DIRS: '/nonexistent' };
+    // /etc/vulkan/icd.d is always searched: only assert when this machine has none there
+    const etc = missingVulkanDriver({ XDG_CONFIG_DIRS: '/nonexistent', XDG_DATA_DIRS: '/nonexistent', HOME: '/nonexistent' });
+    if (etc !== undefined) expect(etc).toMatch(/no Vulkan driver found/);
+    expect(missingVulkanDriver({ ...none, VK_ICD_FILENAMES: '/x/icd.json' })).toBeUndefined();
+    expect(missingVulkanDriver({ ...none, VK_DRIVER_FILES: '/x/icd.json' })).toBeUndefined();
+    expect(missingVulkanDriver({ ...none, FA_WEBGPU_PROBE: '1' })).toBeUndefined();
   });
 });

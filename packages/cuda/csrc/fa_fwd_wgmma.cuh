@@ -45,7 +45,7 @@ struct WgTraits;
 template <>
 struct WgTraits<64> : WgCfg<64, 128, 2> {};
 template <>
-struct WgTraits<128> : WgCfg<128, 128, 2> {};
+struct WgTraits<128> : WgCfg<128, 128, 2, 3> {};
 
 template <typename T, typename Tr>
 __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, FaTensors t) {

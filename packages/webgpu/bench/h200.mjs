@@ -278,13 +278,18 @@ const VARIANTS = {
   B: { nr: 128, nc: 64, tr: 16, tc: 16, dk: 16, kc: 16 },
   C: { nr: 64, nc: 64, tr: 8, tc: 16, dk: 16, kc: 16 },
   D: { nr: 64, nc: 128, tr: 16, tc: 16, dk: 8, kc: 16 },
+  V1: { nr: 64, nc: 64, tr: 16, tc: 16, dk: 16, kc: 16, vec: 1 },
+  V2: { nr: 128, nc: 64, tr: 16, tc: 16, dk: 16, kc: 16, vec: 1 },
+  V3: { nr: 64, nc: 128, tr: 16, tc: 16, dk: 8, kc: 16, vec: 1 },
+  V4: { nr: 128, nc: 64, tr: 32, tc: 8, dk: 16, kc: 16, vec: 1 },
+  V5: { nr: 64, nc: 64, tr: 8, tc: 16, dk: 16, kc: 16, vec: 1 },
 };
 let best = { fwd: VARIANTS.A, bwd: VARIANTS.A };
 if (!SKIP.has('sweep')) {
   const D = 128, T = SMALL ? 256 : 8192;
   let bf = 0, bb = 0;
   for (const [name, tile] of Object.entries(VARIANTS)) {
-    if (left() < 330) { log(`[${elapsed()}] sweep: no time left for ${name}`); break; }
+    if (left() < Number(process.env.FA_BENCH_SWEEP_RESERVE_S ?? 150)) { log(`[${elapsed()}] sweep: no time left for ${name}`); break; }
     let b2;
     try {
       b2 = await createWebGPUBackend({ tile });
@@ -326,24 +331,56 @@ if (!SKIP.has('tfjs')) {
           // [B,T,H,D] → [B·H, T, D] once, outside the timing.
           const prep = (a) => tf.tidy(() => tf.reshape(tf.transpose(tf.tensor4d(a.subarray(0, B * T * H * D), [B, T, H, D]), [0, 2, 1, 3]), [BH, T, D]));
           const q = prep(host.q), k = prep(host.k), v = prep(host.v);
-          // Chunks of (batch·head) slices so that the score matrix stays within 1 GiB.
-          const per = Math.max(1, Math.min(BH, Math.floor(2 ** 30 / (T * T * 4))));
+          // Chunks of (batch·head) slices and of query rows, so that one score matrix has at most
+          // 2^28 entries (1 GiB).
+          const CAP = Number(process.env.FA_BENCH_TFJS_CAP ?? 2 ** 28);
+          const rowsPer = Math.max(1, Math.min(T, Math.floor(CAP / T)));
+          const per = Math.max(1, Math.min(BH, Math.floor(CAP / (rowsPer * T))));
           const scale = 1 / Math.sqrt(D);
+          const dev = tf.backend().device;
+          let total = 0;
           const run = async () => {
+            dev?.pushErrorScope('validation');
             const sums = [];
             for (let c = 0; c < BH; c += per) {
               const n = Math.min(per, BH - c);
-              sums.push(tf.tidy(() => {
-                const qs = tf.slice(q, [c, 0, 0], [n, T, D]), ks = tf.slice(k, [c, 0, 0], [n, T, D]), vs = tf.slice(v, [c, 0, 0], [n, T, D]);
-                const p = tf.softmax(tf.mul(tf.matMul(qs, ks, false, true), scale));
-                return tf.sum(tf.matMul(p, vs));
-              }));
+              for (let r0 = 0; r0 < T; r0 += rowsPer) {
+                const nr = Math.min(rowsPer, T - r0);
+                sums.push(tf.tidy(() => {
+                  const qs = tf.slice(q, [c, r0, 0], [n, nr, D]), ks = tf.slice(k, [c, 0, 0], [n, T, D]), vs = tf.slice(v, [c, 0, 0], [n, T, D]);
+                  const p = tf.softmax(tf.mul(tf.matMul(qs, ks, false, true), scale));
+                  return tf.sum(tf.matMul(p, vs));
+                }));
+              }
             }
-            const s = tf.addN(sums);
-            await s.data();
-            tf.dispose([...sums, s]);
+            // Pairwise adds: tf.addN binds one storage buffer per input (8 at most here).
+            let s = sums[0];
+            for (let i = 1; i < sums.length; i++) {
+              const n = tf.add(s, sums[i]);
+              if (i > 1) s.dispose();
+              s = n;
+            }
+            total = (await s.data())[0];
+            tf.dispose(sums);
+            if (sums.length > 1) s.dispose();
+            const err = await dev?.popErrorScope();
+            if (err) throw new Error(`tfjs failed validation: ${err.message.split('\n')[0]}`);
           };
           await run();
+          // Check tfjs's answer against ours (the sum of all outputs).
+          {
+            const qd = await be.upload(tensor(host.q.subarray(0, B * T * H * D), [B, T, H, D]));
+            const kd = await be.upload(tensor(host.k.subarray(0, B * T * H * D), [B, T, H, D]));
+            const vd = await be.upload(tensor(host.v.subarray(0, B * T * H * D), [B, T, H, D]));
+            const r = await be.forward(qd, kd, vd, {});
+            const o = (await be.read(r.out)).data;
+            let ours = 0;
+            for (let i = 0; i < o.length; i++) ours += o[i];
+            free(be, qd, kd, vd, r.out, r.lse);
+            row.sumTfjs = total;
+            row.sumOurs = ours;
+            if (!(Math.abs(total - ours) <= 1e-3 * Math.sqrt(o.length) + 1e-3 * Math.abs(ours))) throw new Error(`tfjs output sum ${total} differs from ours ${ours}`);
+          }
           let t0 = performance.now();
           await run();
           const once = (performance.now() - t0) / 1000;
@@ -357,7 +394,7 @@ if (!SKIP.has('tfjs')) {
           samples.sort((a, b) => a - b);
           row.fwdMs = samples[1] * 1e3;
           row.fwdTflops = (4 * BH * T * T * D) / samples[1] / 1e12;
-          row.chunks = Math.ceil(BH / per);
+          row.chunks = Math.ceil(BH / per) * Math.ceil(T / rowsPer);
           tf.dispose([q, k, v]);
           log(`[${elapsed()}] tfjs naive f32 D=${D} T=${T}: ${row.fwdMs.toFixed(2)} ms ${row.fwdTflops.toFixed(2)} TFLOP/s (${row.chunks} chunks)`);
         } catch (e) {
@@ -396,6 +433,27 @@ if (!SKIP.has('table')) {
   }
 }
 
+// ---------------------------------------------------------------- kit again, with the tuned tiles
+if (!SKIP.has('kit') && left() > 40 && JSON.stringify(best) !== JSON.stringify({ fwd: VARIANTS.A, bwd: VARIANTS.A })) {
+  try {
+    const cases = conformanceCases({ count: SMALL ? 20 : 160, seed: 9 });
+    const res = [];
+    const tk = performance.now();
+    for (const c of cases) {
+      if (left() < 10) break;
+      res.push(await checkCase(be, c));
+    }
+    const s = summarize(be, res, performance.now() - tk);
+    const line = `tuned tiles: ${formatSummary(s)}${res.length < cases.length ? ` (${cases.length - res.length} not run: time)` : ''}`;
+    log(`[${elapsed()}] ${line}`);
+    for (const r of res.filter((x) => !x.pass).slice(0, 5)) log('  ' + r.message.split('\n').slice(0, 3).join(' | '));
+    results.conformanceTuned = line;
+  } catch (e) {
+    results.conformanceTuned = `threw: ${e?.message ?? e}`;
+  }
+  save();
+}
+
 // ---------------------------------------------------------------- table last
 log('');
 log(`@fa/webgpu on ${results.sanity?.spec ? be.device : '?'} — TFLOP/s (fwd 4·B·H·T²·D, bwd 2.5× that), B·T=${TOKENS}, hidden ${HIDDEN}, non-causal`);
@@ -407,6 +465,8 @@ for (const r of results.table) {
 }
 if (results.long && !results.long.error) log(`long T=${results.long.T}: ${results.long.ms.toFixed(1)} ms, rel err ${results.long.rel.toExponential(2)}, extra ${(results.long.extraBytes / 2 ** 20).toFixed(1)} MiB`);
 if (results.conformance) log(`kit: ${results.conformance.summary ?? results.conformance.error}`);
+if (results.conformanceTuned) log(`kit: ${results.conformanceTuned}`);
+log(`tiles: fwd ${JSON.stringify(best.fwd)} bwd ${JSON.stringify(best.bwd)}`);
 log(`total ${elapsed()}`);
 save();
 process.exit(0);

@@ -50,10 +50,11 @@ export function extraShared(kind: KernelKind, t: Tile): number {
 
 export function validTile(t: Tile): string | undefined {
   const pow2 = (x: number) => x > 0 && (x & (x - 1)) === 0;
-  for (const [k, v] of Object.entries(t)) if (!pow2(v as number)) return `tile.${k} = ${v} must be a power of two`;
+  for (const [k, v] of Object.entries(t)) if (k !== 'vec' && !pow2(v as number)) return `tile.${k} = ${v} must be a power of two`;
   if (t.nr % t.tr !== 0 || t.nc % t.tc !== 0) return 'tile.nr must be a multiple of tile.tr and tile.nc of tile.tc';
   if (t.nc % t.kc !== 0) return 'tile.nc must be a multiple of tile.kc';
   if (t.dk < 2) return 'tile.dk must be at least 2';
+  if (t.vec === 1 && ((t.nr / t.tr) % 4 !== 0 || (t.nc / t.tc) % 4 !== 0)) return 'tile.vec needs nr/tr and nc/tc multiples of 4';
   return undefined;
 }
 

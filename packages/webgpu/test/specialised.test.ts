@@ -17,6 +17,7 @@ const specs: CaseSpec[] = [
   { dtype: 'bf16', tq: 17, tk: 33, d: 5, h: 2 },
 ];
 const small = { nr: 16, nc: 16, tr: 8, tc: 8, dk: 8, kc: 8 };
+const vec = { nr: 32, nc: 32, tr: 8, tc: 8, dk: 8, kc: 8, vec: 1 };
 
 let be: WebGPUBackend | undefined;
 let why = '';
@@ -40,6 +41,18 @@ describe('webgpu specialised kernels', () => {
       expect(r.pass, r.message).toBe(true);
       expect(b.lastSpecs.every((s) => !s.dynamic)).toBe(true);
     });
+  });
+  it('vec4 layout: f32 softcap/ALiBi/window/GQA and f16 varlen', async () => {
+    const bv = await createWebGPUBackend({ codegen: 'specialised', tile: vec });
+    try {
+      for (const spec of specs.slice(0, 2)) {
+        const r = await checkCase(bv, makeCase(spec));
+        expect(r.pass, r.message).toBe(true);
+      }
+      expect(bv.lastSpecs.every((x) => x.tile.vec === 1)).toBe(true);
+    } finally {
+      await bv.dispose();
+    }
   });
   const big = process.env.FA_WEBGPU_SPECIALISED_BIG === '1';
   (big ? it : it.skip)(`64×64 tiles (the H200's), f32 and f16, D=64 and 128${big ? '' : ' — skipped: set FA_WEBGPU_SPECIALISED_BIG=1 (minutes of compiling on a CPU driver)'}`, async () => {

@@ -6,7 +6,8 @@
  * transfers.
  */
 import { FAError, ioModel, parseDType, type AttentionBackend, type AttentionOptions, type DType, type Tensor } from '@fa/core';
-import { flagHelp, parseCount, parseCounts, parseFlags, type FlagSpec } from '../args.js';
+import { parseCount, parseCounts, parseFlags, type FlagSpec } from '../args.js';
+import { flagHelp80 } from '../helptext.js';
 import { argError } from '../errors.js';
 import { BACKEND_CHOICES, pickBackend } from '../engines.js';
 import type { Io } from '../io.js';
@@ -30,15 +31,17 @@ const SPEC: FlagSpec = {
   help: { type: 'boolean', short: 'h', help: 'show this help' },
 };
 
-export const benchHelp = `usage: fa bench [--backend NAME|all] [--seq T1,T2,...] [--batch B] [--heads H] [--dim D]
-                [--dtype f32|f16|bf16] [--causal] [--repeat N] [--json]
+export const benchHelp = `usage: fa bench [--backend NAME|all] [--seq T1,T2,...] [--batch B] [--heads H]
+                [--dim D] [--dtype f32|f16|bf16] [--causal] [--repeat N]
+                [--json]
 
-Throughput and memory of an engine (or of every available one) over a few sizes: forward and
-backward time (median of --repeat runs after a warm-up) and FLOP/s (forward 4·B·H·T²·D, half
-when causal; backward 2.5×), the measured peak extra memory of each pass against naive
-attention's S + P, and the IO model's HBM traffic and arithmetic intensity.
+Throughput and memory of an engine (or of every available one) over a few sizes:
+forward and backward time (median of --repeat runs after a warm-up) and FLOP/s
+(forward 4·B·H·T²·D, half when causal; backward 2.5×), the measured peak extra
+memory of each pass against naive attention's S + P, and the IO model's HBM
+traffic and arithmetic intensity.
 
-${flagHelp(SPEC)}`;
+${flagHelp80(SPEC)}`;
 
 export interface BenchRow {
   backend: string;
@@ -95,25 +98,44 @@ async function benchOne(b: AttentionBackend, T: number, B: number, H: number, D:
   let fMem: number | null = null;
   let bMem: number | null = null;
   try {
-    for (let r = 0; r < repeat + 1; r++) {
-      const pf = r === 1 ? probe(b) : undefined; // memory on the first timed run
-      pf?.begin();
+    // memory on every timed run, the largest kept: a host probe measures each call by its level
+    // before and after (garbage released meanwhile can only hide memory, never add it)
+    const measure = async <R>(call: () => Promise<R>, outputs: (r: R) => number): Promise<{ r: R; extra: number | null; ms: number }> => {
+      const p = probe(b);
+      if (p?.level) p.settle?.();
+      const before = p?.level?.() ?? 0;
+      if (p && !p.level) p.begin();
       const t0 = performance.now();
-      const f = await b.forward(q, k, v, opts);
-      await finish(b, f.out);
-      const t1 = performance.now();
-      if (pf) fMem = Math.max(0, pf.end() - bytesOf(f.out) - bytesOf(f.lse));
-      const pb = r === 1 ? probe(b) : undefined;
-      pb?.begin();
-      const t2 = performance.now();
-      const g = await b.backward(q, k, v, f.out, dO, f.lse, opts);
-      await finish(b, g.dq);
-      const t3 = performance.now();
-      if (pb) bMem = Math.max(0, pb.end() - bytesOf(g.dq) - bytesOf(g.dk) - bytesOf(g.dv));
-      for (const t of [f.out, f.lse, g.dq, g.dk, g.dv]) b.disposeTensor(t);
+      const r = await call();
+      const ms = performance.now() - t0;
+      const extra = p ? (p.level ? p.level() - before : p.end()) - outputs(r) : null;
+      return { r, extra: extra === null ? null : Math.max(0, extra), ms };
+    };
+    const maxOf = (a: number | null, x: number | null) => (x === null ? a : Math.max(a ?? 0, x));
+    for (let r = 0; r < repeat + 1; r++) {
+      const f = await measure(
+        async () => {
+          const o = await b.forward(q, k, v, opts);
+          await finish(b, o.out);
+          return o;
+        },
+        (o) => bytesOf(o.out) + bytesOf(o.lse),
+      );
+      const g = await measure(
+        async () => {
+          const o = await b.backward(q, k, v, f.r.out, dO, f.r.lse, opts);
+          await finish(b, o.dq);
+          return o;
+        },
+        (o) => bytesOf(o.dq) + bytesOf(o.dk) + bytesOf(o.dv),
+      );
+      for (const t of [f.r.out, f.r.lse, g.r.dq, g.r.dk, g.r.dv]) b.disposeTensor(t);
       if (r > 0) {
-        tf.push(t1 - t0);
-        tb.push(t3 - t2);
+        // the first run warms up
+        tf.push(f.ms);
+        tb.push(g.ms);
+        fMem = maxOf(fMem, f.extra);
+        bMem = maxOf(bMem, g.extra);
       }
     }
   } finally {

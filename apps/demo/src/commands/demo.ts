@@ -11,7 +11,8 @@
 import { cpus, freemem, totalmem } from 'node:os';
 import { writeFile } from 'node:fs/promises';
 import { FAError, forwardFlops, parseDType, workingSetBytes, type AttentionBackend, type DType, type TileSizes } from '@fa/core';
-import { flagHelp, parseCount, parseFlags, parseNumber, type FlagSpec } from '../args.js';
+import { parseCount, parseFlags, parseNumber, type FlagSpec } from '../args.js';
+import { flagHelp80 } from '../helptext.js';
 import { argError } from '../errors.js';
 import { BACKEND_CHOICES } from '../engines.js';
 import type { Io } from '../io.js';
@@ -48,13 +49,13 @@ export const demoHelp = `usage: fa demo [--backend NAME] [--tokens T] [--budget 
                [--dtype f32|f16|bf16] [--causal] [--rows N] [--seed N]
                [--json] [--report FILE.html]
 
-How exact attention over 100K tokens fits in memory, with numbers measured on this
-machine: naive attention's memory at 100K tokens; exact FlashAttention forward and
-backward (100K tokens on a GPU; on a CPU the largest size that fits the time budget);
-exactness against the float64 reference on sampled rows; measured peak memory, HBM
-traffic and throughput; the online softmax step by step; the recompute backward.
+How exact attention over 100K tokens fits in memory, measured on this machine:
+naive attention's memory at 100K tokens; exact FlashAttention forward and
+backward (100K tokens on a GPU; on a CPU the largest size that fits the time
+budget); exactness against the float64 reference on sampled rows; peak memory,
+HBM traffic and throughput; the online softmax step by step; the backward pass.
 
-${flagHelp(SPEC)}`;
+${flagHelp80(SPEC)}`;
 
 interface Opts {
   backend: string;

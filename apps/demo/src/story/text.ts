@@ -101,7 +101,7 @@ export function part3(r: Pick<DemoResult, 'exactness'>): string[] {
     ...s('out', x.out),
     ...s('lse', x.lse),
     ...s('dq', x.dq),
-    ...para(x.verified ? `Verified exact: every sampled row is within the conformance rule (${nb(x.rule)}).` : `NOT verified: a sampled row is outside the rule (${nb(x.rule)}).`),
+    ...para(!x.verified ? `NOT verified: a sampled row is outside the rule (${nb(x.rule)}).` : x.rule.startsWith('float32') ? `Verified exact: every sampled row is within the conformance rule (${nb(x.rule)}).` : `Verified: every sampled row is within the conformance rule, exact up to the rounding of the result to ${x.rule.split(':')[0]} (${nb(x.rule)}).`),
   ];
 }
 

@@ -10,7 +10,7 @@
  *
  * With softcap, S = c·tanh(S₀/c) and dS₀ = dS·(1 − tanh²); the scale is applied on store.
  */
-import { type KernelSpec, Src, acc, declAcc, declOut, scaleOut, dims, dynLoader, dynLoaders, header, ld2, ld1, pmul, rowdot, slopeLine, storeRows, storageFns, tensorDecl, zeroAcc, PARAMS_WGSL } from './common.js';
+import { type KernelSpec, Src, acc, scoreCol, shw, declAcc, declOut, scaleOut, dims, dynLoader, dynLoaders, header, ld2, ld1, pmul, rowdot, slopeLine, storeRows, storageFns, tensorDecl, zeroAcc, PARAMS_WGSL } from './common.js';
 
 // Roles (bindings) of the backward kernels.
 // `ld` holds the forward's LSE (copied in) followed by Di, so a kernel needs 8 storage bindings.
@@ -116,8 +116,8 @@ export function dkdvWGSL(s: KernelSpec): string {
   for (let i = 0; i < RM; i++) {
     for (let j = 0; j < CN; j++) {
       src.line(
-        `{ let c = tc + ${j * TC}u; let qi = i32(i0 + c); let kj = i32(j0 + tr * ${RM}u + ${i}u); let sc = score(${acc('s', i, j)}, qi, kj, off, slope); ` +
-          `let p = select(0.0, exp(sc.x - scol[c]), visible(qi, kj, i32(tq), i32(tk))); sp[c * ${NR}u + tr * ${RM}u + ${i}u] = p; ` +
+        `{ let c = ${scoreCol(s, j)}; let qi = i32(i0 + c); let kj = i32(j0 + tr * ${RM}u + ${i}u); let sc = score(${acc('s', i, j)}, qi, kj, off, slope); ` +
+          `let p = select(0.0, exp(sc.x - scol[c]), visible(qi, kj, i32(tq), i32(tk))); ${shw(s, 'sp', `c * ${NR}u + tr * ${RM}u + ${i}u`, 'p')} ` +
           `${acc('s', i, j)} = ${dsExpr(s, 'p', acc('dp', i, j), `scol[${NC}u + c]`, 'sc.y')}; }`,
       );
     }
@@ -126,7 +126,7 @@ export function dkdvWGSL(s: KernelSpec): string {
   pmul(src, s, { buf: 'dout', tok0: '(q0 + i0)', n: 'ncols', head: 'h', heads: 'P.h' }, 'dv');
   for (let i = 0; i < RM; i++) {
     const st: string[] = [];
-    for (let j = 0; j < CN; j++) st.push(`sp[(tc + ${j * TC}u) * ${NR}u + tr * ${RM}u + ${i}u] = ${acc('s', i, j)};`);
+    for (let j = 0; j < CN; j++) st.push(shw(s, 'sp', `${scoreCol(s, j)} * ${NR}u + tr * ${RM}u + ${i}u`, acc('s', i, j)));
     src.line(st.join(' '));
   }
   src.line('workgroupBarrier();');
@@ -177,9 +177,9 @@ export function dqWGSL(s: KernelSpec): string {
   for (let i = 0; i < RM; i++) {
     for (let j = 0; j < CN; j++) {
       src.line(
-        `{ let c = tc + ${j * TC}u; let qi = i32(i0 + tr * ${RM}u + ${i}u); let kj = i32(j0 + c); let sc = score(${acc('s', i, j)}, qi, kj, off, slope); ` +
+        `{ let c = ${scoreCol(s, j)}; let qi = i32(i0 + tr * ${RM}u + ${i}u); let kj = i32(j0 + c); let sc = score(${acc('s', i, j)}, qi, kj, off, slope); ` +
           `let p = select(0.0, exp(sc.x - lse${i}), visible(qi, kj, i32(tq), i32(tk))); ` +
-          `sp[c * ${NR}u + tr * ${RM}u + ${i}u] = ${dsExpr(s, 'p', acc('dp', i, j), `di${i}`, 'sc.y')}; }`,
+          `${shw(s, 'sp', `c * ${NR}u + tr * ${RM}u + ${i}u`, dsExpr(s, 'p', acc('dp', i, j), `di${i}`, 'sc.y'))} }`,
       );
     }
   }

@@ -23,6 +23,11 @@ export interface Tile {
   readonly dk: number;
   /** Rows of Y staged per step of pmul. */
   readonly kc: number;
+  /**
+   * 1: vec4 workgroup-memory loads, each thread owning contiguous score columns (tc·CN + j) and
+   * output quads (4·(tc + j·TC) + e). Needs RM, CN multiples of 4; specialised kernels only.
+   */
+  readonly vec?: number;
 }
 
 export interface KernelSpec {
@@ -46,7 +51,7 @@ export interface KernelSpec {
 export function specKey(kind: string, s: KernelSpec): string {
   const t = s.tile;
   if (s.dynamic) return [kind, 'dyn', s.d, t.nr, t.nc, t.tr, t.tc, t.dk, t.kc, +s.subgroups].join(':');
-  return [kind, s.storage, s.d, t.nr, t.nc, t.tr, t.tc, t.dk, t.kc, +s.softcap, +s.alibi, +s.subgroups, +s.outF32].join(':');
+  return [kind, s.storage, s.d, t.nr, t.nc, t.tr, t.tc, t.dk, t.kc, t.vec ? 'v' : 's', +s.softcap, +s.alibi, +s.subgroups, +s.outF32].join(':');
 }
 
 /** Derived sizes of a specialisation. */
@@ -63,8 +68,34 @@ export interface Dims {
 export function dims(s: KernelSpec): Dims {
   const t = s.tile;
   const DP1 = Math.ceil(s.d / t.dk) * t.dk;
-  const DP2 = Math.ceil(s.d / (2 * t.tc)) * 2 * t.tc;
+  const q = isVec(s) ? 4 : 2;
+  const DP2 = Math.ceil(s.d / (q * t.tc)) * q * t.tc;
   return { NT: t.tr * t.tc, RM: t.nr / t.tr, CN: t.nc / t.tc, DP1, DP2, DN: DP2 / t.tc, pairs: !s.dynamic && s.d % 2 === 0 };
+}
+
+/** Whether this specialisation uses the vec4 layout. */
+export function isVec(s: KernelSpec): boolean {
+  return !s.dynamic && s.tile.vec === 1;
+}
+
+/** Workgroup-memory scalar store / load (the vec4 layout stores through a component). */
+export function shw(s: KernelSpec, arr: string, idx: string, val: string): string {
+  return isVec(s) ? `${arr}[(${idx}) >> 2u][(${idx}) & 3u] = ${val};` : `${arr}[${idx}] = ${val};`;
+}
+export function shr(s: KernelSpec, arr: string, idx: string): string {
+  return isVec(s) ? `${arr}[(${idx}) >> 2u][(${idx}) & 3u]` : `${arr}[${idx}]`;
+}
+
+/** Column (within the NC-wide score tile) of a thread's score j. */
+export function scoreCol(s: KernelSpec, j: number): string {
+  const { CN } = dims(s);
+  return isVec(s) ? `(tc * ${CN}u + ${j}u)` : `(tc + ${j * s.tile.tc}u)`;
+}
+
+/** Head-dim column of a thread's output accumulator j (pairs j, j+1 are adjacent columns). */
+export function outCol(s: KernelSpec, j: number): string {
+  const tc = s.tile.tc;
+  return isVec(s) ? `4u * tc + ${4 * tc * Math.floor(j / 4) + (j % 4)}u` : `2u * tc + ${2 * tc * Math.floor(j / 2) + (j % 2)}u`;
 }
 
 /** The head dim as a WGSL u32 expression. */
@@ -320,22 +351,30 @@ export function rowdot(src: Src, s: KernelSpec, a: TileRef, b: TileRef, out: str
       src.line(`let r = e / ${half}u; let dd = (e % ${half}u) * 2u; let d = d0 + dd;`);
       src.line(`var xv = vec2<f32>(0.0);`);
       src.line(`if (r < ${ref.n} && d < ${D}) { xv = ${ld2(ref.buf, s.storage, `((${ref.tok0} + r) * ${ref.heads} + ${ref.head}) * ${D} + d`)}; }`);
-      src.line(`sbuf[${off}u + dd * ${rows}u + r] = xv.x; sbuf[${off}u + (dd + 1u) * ${rows}u + r] = xv.y;`);
+      src.line(shw(s, 'sbuf', `${off}u + dd * ${rows}u + r`, 'xv.x') + ' ' + shw(s, 'sbuf', `${off}u + (dd + 1u) * ${rows}u + r`, 'xv.y'));
       src.close();
     } else {
       src.open(`for (var e = lid; e < ${rows * t.dk}u; e = e + ${NT}u) {`);
       src.line(`let r = e / ${t.dk}u; let dd = e % ${t.dk}u; let d = d0 + dd;`);
       src.line(`var xv = 0.0;`);
       src.line(`if (r < ${ref.n} && d < ${D}) { xv = ${ld1(ref.buf, s.storage, `((${ref.tok0} + r) * ${ref.heads} + ${ref.head}) * ${D} + d`, s.dynamic)}; }`);
-      src.line(`sbuf[${off}u + dd * ${rows}u + r] = xv;`);
+      src.line(shw(s, 'sbuf', `${off}u + dd * ${rows}u + r`, 'xv'));
       src.close();
     }
   }
   src.line('workgroupBarrier();');
   src.open(`for (var kk = 0u; kk < ${t.dk}u${s.dynamic ? ' + P.zero' : ''}; kk = kk + 1u) {`);
-  src.line(`let ab = kk * ${t.nr}u + tr * ${RM}u; let bb = ${offB}u + kk * ${t.nc}u + tc;`);
-  for (let i = 0; i < RM; i++) src.line(`let a${i} = sbuf[ab + ${i}u];`);
-  for (let j = 0; j < CN; j++) src.line(`let b${j} = sbuf[bb + ${j * t.tc}u];`);
+  if (isVec(s)) {
+    src.line(`let ab = (kk * ${t.nr}u + tr * ${RM}u) >> 2u; let bb = (${offB}u + kk * ${t.nc}u + tc * ${CN}u) >> 2u;`);
+    for (let i = 0; i < RM / 4; i++) src.line(`let a4_${i} = sbuf[ab + ${i}u];`);
+    for (let j = 0; j < CN / 4; j++) src.line(`let b4_${j} = sbuf[bb + ${j}u];`);
+    for (let i = 0; i < RM; i++) src.line(`let a${i} = a4_${Math.floor(i / 4)}[${i % 4}];`);
+    for (let j = 0; j < CN; j++) src.line(`let b${j} = b4_${Math.floor(j / 4)}[${j % 4}];`);
+  } else {
+    src.line(`let ab = kk * ${t.nr}u + tr * ${RM}u; let bb = ${offB}u + kk * ${t.nc}u + tc;`);
+    for (let i = 0; i < RM; i++) src.line(`let a${i} = sbuf[ab + ${i}u];`);
+    for (let j = 0; j < CN; j++) src.line(`let b${j} = sbuf[bb + ${j * t.tc}u];`);
+  }
   for (let i = 0; i < RM; i++) {
     const st: string[] = [];
     for (let j = 0; j < CN; j++) st.push(`${acc(out, i, j)} = fma(a${i}, b${j}, ${acc(out, i, j)});`);
@@ -365,18 +404,35 @@ export function pmul(src: Src, s: KernelSpec, y: TileRef, out: string): void {
     src.line(`let r = e / ${DP2 / 2}u; let d = (e % ${DP2 / 2}u) * 2u;`);
     src.line(`var xv = vec2<f32>(0.0);`);
     src.line(`if (c0 + r < ${y.n} && d < ${D}) { xv = ${ld2(y.buf, s.storage, `((${y.tok0} + c0 + r) * ${y.heads} + ${y.head}) * ${D} + d`)}; }`);
-    src.line(`sbuf[r * ${DP2}u + d] = xv.x; sbuf[r * ${DP2}u + d + 1u] = xv.y;`);
+    src.line(shw(s, 'sbuf', `r * ${DP2}u + d`, 'xv.x') + ' ' + shw(s, 'sbuf', `r * ${DP2}u + d + 1u`, 'xv.y'));
     src.close();
   } else {
     src.open(`for (var e = lid; e < ${t.kc * DP2}u; e = e + ${NT}u) {`);
     src.line(`let r = e / ${DP2}u; let d = e % ${DP2}u;`);
     src.line(`var xv = 0.0;`);
     src.line(`if (c0 + r < ${y.n} && d < ${D}) { xv = ${ld1(y.buf, s.storage, `((${y.tok0} + c0 + r) * ${y.heads} + ${y.head}) * ${D} + d`, s.dynamic)}; }`);
-    src.line(`sbuf[r * ${DP2}u + d] = xv;`);
+    src.line(shw(s, 'sbuf', `r * ${DP2}u + d`, 'xv'));
     src.close();
   }
   src.line('workgroupBarrier();');
   src.open(`for (var kc = 0u; kc < ${t.kc}u; kc = kc + 1u) {`);
+  if (isVec(s)) {
+    src.line(`let pb = ((c0 + kc) * ${t.nr}u + tr * ${RM}u) >> 2u; let yb = (kc * ${DP2}u + 4u * tc) >> 2u;`);
+    for (let i = 0; i < RM / 4; i++) src.line(`let p4_${i} = sp[pb + ${i}u];`);
+    for (let i = 0; i < RM; i++) src.line(`let p${i} = p4_${Math.floor(i / 4)}[${i % 4}];`);
+    for (let jj = 0; jj < DN / 4; jj++) src.line(`let y${jj} = sbuf[yb + ${jj * t.tc}u];`);
+    for (let i = 0; i < RM; i++) {
+      const st: string[] = [];
+      for (let jj = 0; jj < DN / 4; jj++) {
+        for (let e = 0; e < 4; e++) st.push(`${acc(out, i, 4 * jj + e)} = fma(p${i}, y${jj}[${e}], ${acc(out, i, 4 * jj + e)});`);
+      }
+      src.line(st.join(' '));
+    }
+    src.close();
+    src.line('workgroupBarrier();');
+    src.close();
+    return;
+  }
   src.line(`let pb = (c0 + kc) * ${t.nr}u + tr * ${RM}u; let yb = kc * ${DP2}u + 2u * tc;`);
   for (let i = 0; i < RM; i++) src.line(`let p${i} = sp[pb + ${i}u];`);
   for (let jj = 0; jj < DN / 2; jj++) src.line(`let y${jj} = vec2<f32>(sbuf[yb + ${2 * jj * t.tc}u], sbuf[yb + ${2 * jj * t.tc + 1}u]);`);
@@ -451,7 +507,7 @@ export function storeRows(src: Src, s: KernelSpec, buf: string, tok0: string, n:
     src.line(`let base = ((${tok0} + tr * ${RM}u + ${i}u) * ${heads} + ${head}) * ${D};`);
     src.line(`let m = ${mul(i)};`);
     for (let jj = 0; jj < DN / 2; jj++) {
-      const col = `2u * tc + ${2 * jj * t.tc}u`;
+      const col = outCol(s, 2 * jj);
       const x0 = `${acc(name, i, 2 * jj)} * m`;
       const x1 = `${acc(name, i, 2 * jj + 1)} * m`;
       src.open(`{ let d = ${col};`);
@@ -503,8 +559,8 @@ export function header(s: KernelSpec, extraShared = ''): string {
     '@group(0) @binding(0) var<uniform> P: Params;',
     '// cu_seqlens_q (batch+1), cu_seqlens_k (batch+1), then ALiBi slopes [batch·h] as f32 bits.',
     '@group(0) @binding(1) var<storage, read> mt: array<u32>;',
-    `var<workgroup> sbuf: array<f32, ${stage}>;`,
-    `var<workgroup> sp: array<f32, ${t.nc * t.nr}>;`,
+    isVec(s) ? `var<workgroup> sbuf: array<vec4<f32>, ${Math.ceil(stage / 4)}>;` : `var<workgroup> sbuf: array<f32, ${stage}>;`,
+    isVec(s) ? `var<workgroup> sp: array<vec4<f32>, ${(t.nc * t.nr) / 4}>;` : `var<workgroup> sp: array<f32, ${t.nc * t.nr}>;`,
     s.subgroups ? '' : `var<workgroup> sred: array<f32, ${t.nr * t.tc}>;`,
     extraShared,
     storageFns(s.storage, s.dynamic),

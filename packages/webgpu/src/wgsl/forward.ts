@@ -4,7 +4,7 @@
  * softmax of packages/core/src/online-softmax.ts) and the unnormalised output O in registers,
  * and writes O / l and LSE = m + log l at the end. The T×T score matrix never exists.
  */
-import { type KernelSpec, Src, acc, declAcc, declOut, scaleOut, dims, dynLoaders, header, pmul, rowdot, rowReduce, slopeLine, storeRows, tensorDecl, zeroAcc } from './common.js';
+import { type KernelSpec, Src, acc, scoreCol, shw, declAcc, declOut, scaleOut, dims, dynLoaders, header, pmul, rowdot, rowReduce, slopeLine, storeRows, tensorDecl, zeroAcc } from './common.js';
 
 // Roles (bindings) of the forward kernel.
 export const FWD = { params: 0, meta: 1, q: 2, k: 3, v: 4, out: 5, lse: 6 } as const;
@@ -49,7 +49,7 @@ export function forwardWGSL(s: KernelSpec): string {
   src.line('// Scores: scale, softcap, ALiBi, then the mask (masked → -inf).');
   for (let i = 0; i < RM; i++) {
     for (let j = 0; j < CN; j++) {
-      src.line(`{ let i = i32(i0 + tr * ${RM}u + ${i}u); let j = i32(j0 + tc + ${j * TC}u); ${acc('s', i, j)} = select(neg_inf, score(${acc('s', i, j)}, i, j, off, slope).x, visible(i, j, i32(tq), i32(tk))); }`);
+      src.line(`{ let i = i32(i0 + tr * ${RM}u + ${i}u); let j = i32(j0 + ${scoreCol(s, j)}); ${acc('s', i, j)} = select(neg_inf, score(${acc('s', i, j)}, i, j, off, slope).x, visible(i, j, i32(tq), i32(tk))); }`);
     }
   }
   src.line('// Online softmax update (packages/core/src/online-softmax.ts):');
@@ -67,7 +67,7 @@ export function forwardWGSL(s: KernelSpec): string {
     src.line(`{ let mn = max(m${i}, mx${i}); let mu = select(mn, 0.0, mn == neg_inf); let alpha = exp(m${i} - mu); m${i} = mn;`);
     const sum: string[] = [];
     for (let j = 0; j < CN; j++) {
-      src.line(`  ${acc('s', i, j)} = exp(${acc('s', i, j)} - mu); sp[(tc + ${j * TC}u) * ${NR}u + tr * ${RM}u + ${i}u] = ${acc('s', i, j)};`);
+      src.line(`  ${acc('s', i, j)} = exp(${acc('s', i, j)} - mu); ${shw(s, 'sp', `${scoreCol(s, j)} * ${NR}u + tr * ${RM}u + ${i}u`, acc('s', i, j))}`);
       sum.push(acc('s', i, j));
     }
     src.line(`  l${i} = l${i} * alpha + ${sum.join(' + ')};`);
