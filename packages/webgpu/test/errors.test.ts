@@ -1,0 +1,97 @@
+/**
+ * Failure paths: the registry's reasons, E_TOO_LARGE naming the limit, device loss (the next call
+ * re-acquires a device; tensors of the lost device say so), buffers of failed calls freed.
+ */
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { FAError, tensor, type HostTensor } from '@fa/core';
+import { createWebGPUBackend, type WebGPUBackend } from '../dist/index.js';
+import { randn } from './ref.js';
+
+const pkg = fileURLToPath(new URL('..', import.meta.url));
+let be: WebGPUBackend | undefined;
+let why = '';
+try {
+  be = await createWebGPUBackend();
+} catch (e) {
+  why = (e as Error).message;
+}
+
+const code = async (p: Promise<unknown>) => {
+  try {
+    await p;
+    return 'no error';
+  } catch (e) {
+    expect(e).toBeInstanceOf(FAError);
+    return `${(e as FAError).code}: ${(e as FAError).message}`;
+  }
+};
+
+describe('webgpu registry', () => {
+  it('says exactly why the backend is unavailable when Dawn finds no adapter', () => {
+    const script = `import('@fa/core').then(async (core) => { await import('./dist/index.js'); const l = await core.listBackends(); console.log(JSON.stringify(l.find((b) => b.name === 'webgpu'))); })`;
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: pkg, env: { ...process.env, VK_ICD_FILENAMES: '/nonexistent/icd.json', VK_DRIVER_FILES: '/nonexistent/icd.json' }, encoding: 'utf8', timeout: 60_000 });
+    const line = r.stdout.trim().split('\n').pop() ?? '';
+    const status = JSON.parse(line) as { available: boolean; reason?: string };
+    expect(status.available).toBe(false);
+    expect(status.reason).toMatch(/no WebGPU adapter \(requestAdapter returned null\)/);
+  });
+});
+
+describe('webgpu errors', () => {
+  if (!be) {
+    it.skip(`skipped: no WebGPU in this process — ${why}`, () => undefined);
+    return;
+  }
+  const b = be;
+  afterAll(() => b.dispose());
+  const small = (n: number, seed: number) => tensor(randn(2 * n * 2 * 16, seed), [2, n, 2, 16]);
+
+  it('E_TOO_LARGE names the storage-binding limit', async () => {
+    const lim = b.gpuDevice.limits.maxStorageBufferBindingSize;
+    const T = Math.ceil(lim / (4 * 64)) + 1; // one head of D = 64 in f32 just over the limit
+    const q = tensor(new Float32Array(T * 64), [1, T, 1, 64]);
+    const k = tensor(new Float32Array(64), [1, 1, 1, 64]);
+    const msg = await code(b.forward(q, k, k));
+    expect(msg).toMatch(/^E_TOO_LARGE: .*maxStorageBufferBindingSize/);
+  });
+
+  it('a failed call frees its buffers and the backend stays usable', async () => {
+    const before = b.memoryStats().current;
+    const q = small(9, 1);
+    const k = small(9, 2);
+    const gone = await b.upload(small(9, 3));
+    b.disposeTensor(gone);
+    const msg = await code(b.forward(q, k, gone));
+    expect(msg).toMatch(/^E_ARG: .*disposed/);
+    expect(b.memoryStats().current).toBe(before);
+    const r = await b.forward(q, k, k);
+    expect(r.out.shape).toEqual([2, 9, 2, 16]);
+    expect(b.memoryStats().current).toBe(before);
+  });
+
+  it('after a device loss the next call re-acquires a device; old tensors say so', async () => {
+    const q = small(5, 4);
+    const qd = await b.upload(q);
+    const first = await b.forward(q, q, q);
+    b.loseDeviceForTesting();
+    const msg = await code(b.forward(qd, qd, qd));
+    expect(msg).toMatch(/^E_ARG: .*(disposed|lost)/);
+    const again = await b.forward(q, q, q);
+    expect(Array.from((again.out as HostTensor).data)).toEqual(Array.from((first.out as HostTensor).data));
+  });
+
+  it('device tensors chain without host round trips and report their memory', async () => {
+    const before = b.memoryStats().current;
+    const [q, k, v, dO] = await Promise.all([small(33, 5), small(33, 6), small(33, 7), small(33, 8)].map((t) => b.upload(t)));
+    const f = await b.forward(q, k, v, { causal: true });
+    expect(f.out.kind).toBe('device');
+    const g = await b.backward(q, k, v, f.out, dO, f.lse, { causal: true });
+    expect(g.dq.kind).toBe('device');
+    const host = await b.read(g.dq);
+    expect(host.data.length).toBe(2 * 33 * 2 * 16);
+    for (const t of [q, k, v, dO, f.out, f.lse, g.dq, g.dk, g.dv]) b.disposeTensor(t);
+    expect(b.memoryStats().current).toBe(before);
+  });
+});
