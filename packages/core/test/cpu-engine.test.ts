@@ -151,6 +151,16 @@ describe('bad input and failures', () => {
     await expectFAError(be.forward(p.q, p.k, p.v), 'E_DEVICE');
   });
 
+  it('dispose() while a call runs on the workers rejects that call with E_DEVICE (it does not hang)', async () => {
+    const be = await createCpuBackend({ threads: 2, inlineBelowFlops: 0 });
+    await be.warm();
+    const p = buildProblem(spec({ h: 1, d: 64, tqs: [3000], tks: [3000] }));
+    const call = be.forward(p.q, p.k, p.v);
+    await new Promise((r) => setTimeout(r, 100));
+    await be.dispose();
+    await expectFAError(call, 'E_DEVICE');
+  });
+
   it('a worker that fails fails the job with E_DEVICE; the pool then runs the next job', async () => {
     const { Worker } = await import('node:worker_threads');
     const pool = new WorkerPool(2, Worker, new URL('../dist/cpu/worker.js', import.meta.url));

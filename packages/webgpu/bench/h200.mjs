@@ -16,7 +16,9 @@ import { runConformance, formatSummary, conformanceCases, checkCase, EXTRA_CHECK
 import { createWebGPUBackend } from '@fa/webgpu';
 
 const OUT = process.env.OUT ?? '/tmp';
-const SMALL = process.env.FA_BENCH_SMALL === '1';
+// Full size only where a GPU is expected (the H200 run sets FA_BENCH_SMALL=0 implicitly by
+// leaving it unset there); `pnpm bench` on a CPU-only machine gets the small dry run.
+const SMALL = process.env.FA_BENCH_SMALL === '1' || (process.env.FA_BENCH_SMALL === undefined && !process.env.OUT && !process.env.FA_BENCH_FULL);
 const SKIP = new Set((process.env.FA_BENCH_SKIP ?? '').split(',').filter(Boolean));
 const T0 = performance.now();
 const LOG = `${OUT}/bench.log`;
@@ -318,7 +320,14 @@ if (!SKIP.has('tfjs')) {
     const { create, globals } = await import('webgpu');
     Object.assign(globalThis, globals);
     globalThis.navigator = { gpu: create([]), userAgent: 'node' };
-    const tf = (await import('./tfjs.bundle.mjs')).default;
+    // On the GPU machine: the bundle bench/pack-tfjs.mjs made; here: the devDependencies.
+    let tf;
+    try {
+      tf = (await import('./tfjs.bundle.mjs')).default;
+    } catch {
+      tf = await import('@tensorflow/tfjs-core');
+      await import('@tensorflow/tfjs-backend-webgpu');
+    }
     await tf.setBackend('webgpu');
     await tf.ready();
     log(`[${elapsed()}] tfjs ${tf.version_core} backend ${tf.getBackend()}`);

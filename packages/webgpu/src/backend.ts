@@ -404,6 +404,22 @@ export class WebGPUBackend implements AttentionBackend {
    * unless `keepAll`.
    */
   private async guard<T>(scope: Scope, body: () => Promise<T>, keepAll: boolean, keep?: () => ReadonlySet<GPUBuffer>): Promise<T> {
+    // Error scopes are a per-device stack: calls run one at a time so that each call pops its
+    // own scopes (the GPU queue is serial anyway).
+    const prev = this.lock;
+    let release!: () => void;
+    this.lock = new Promise<void>((r) => (release = r));
+    await prev;
+    try {
+      return await this.guarded(scope, body, keepAll, keep);
+    } finally {
+      release();
+    }
+  }
+
+  private lock: Promise<void> = Promise.resolve();
+
+  private async guarded<T>(scope: Scope, body: () => Promise<T>, keepAll: boolean, keep?: () => ReadonlySet<GPUBuffer>): Promise<T> {
     const dev = this.acq.device;
     dev.pushErrorScope('validation');
     dev.pushErrorScope('out-of-memory');

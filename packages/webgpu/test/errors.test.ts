@@ -95,3 +95,20 @@ describe('webgpu errors', () => {
     expect(b.memoryStats().current).toBe(before);
   });
 });
+
+describe('webgpu concurrency', () => {
+  it('concurrent calls give the same results as sequential ones', async () => {
+    const b2 = await createWebGPUBackend().catch(() => undefined);
+    if (!b2) return;
+    try {
+      const mk = (seed: number) => tensor(randn(1 * 20 * 2 * 8, seed), [1, 20, 2, 8]);
+      const inputs = [0, 1, 2, 3].map((i) => [mk(10 + i), mk(20 + i), mk(30 + i)] as const);
+      const seq: Awaited<ReturnType<typeof b2.forward>>[] = [];
+      for (const [q, k, v] of inputs) seq.push(await b2.forward(q, k, v, { causal: true }));
+      const par = await Promise.all(inputs.map(([q, k, v]) => b2.forward(q, k, v, { causal: true })));
+      par.forEach((r, i) => expect(Array.from((r.out as HostTensor).data)).toEqual(Array.from((seq[i].out as HostTensor).data)));
+    } finally {
+      await b2.dispose();
+    }
+  });
+});

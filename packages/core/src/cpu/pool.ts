@@ -130,7 +130,9 @@ export class WorkerPool {
     await Promise.all(
       slots.map(async (s) => {
         s.dead = true;
+        const p = s.pending;
         s.pending = undefined;
+        p?.reject(new FAError('E_DEVICE', 'the cpu backend was disposed while a call was running'));
         await s.worker.terminate();
       }),
     );
