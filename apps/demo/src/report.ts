@@ -66,7 +66,8 @@ ${pre(body(part5(r)))}
 ${pre(body(part6(r)))}
 <p class="meta">Written by <code>fa demo --report</code>. Memory: dots are measurements, lines the models
 (naive: S and P of T² entries; flash: O(T) row state). Traffic and intensity: @fa/core's IO model
-(Dao et al. 2022), 192 KiB of on-chip memory. FLOPs: forward 4·T²·D (half when causal), backward 2.5×.</p>
+(Dao et al. 2022), 192 KiB of on-chip memory, the tiled schedule in FlashAttention-2's loop order (Dao 2023),
+as the engines run it. FLOPs: forward 4·T²·D (half when causal), backward 2.5×.</p>
 </body>
 </html>
 `;

@@ -30,7 +30,31 @@
  *     reads  5·N_q·N_k + 3·N_q·d + 2·N_k·d,  writes 2·N_q·N_k + N_q·d + 2·N_k·d
  *     (= 7·N_q·N_k + 4·N_q·d + 4·N_k·d)
  *
- *   Tiled (paper Algorithms 1 and 4). M = floor(sramBytes / elementBytes) elements;
+ *   Two tiled schedules, chosen by `schedule` (default 'fa2'):
+ *
+ *   'fa2' — FlashAttention-2's loop order (Dao, "FlashAttention-2: Faster Attention with Better
+ *   Parallelism and Work Partitioning", 2023, Algorithms 1 and 2), which every @fa engine runs.
+ *     Tiles: Br = Bc = B = max(1, floor(M / (3d))) rows, M = floor(sramBytes / elementBytes)
+ *     elements: a Q tile, a K tile and a V tile (B·d elements each) fit M. NOT counted against M:
+ *     the B × B score tile, the float32 O (or dK, dV) accumulators and the row statistics
+ *     (registers in the GPU engines). Tr = ceil(N_q / B) query tiles, Tc = ceil(N_k / B) key tiles.
+ *     forward (outer loop over query tiles, held on chip with their m, ℓ and O accumulators; the
+ *     K/V tiles streamed through):
+ *       reads  N_q·d (Q once) + Tr·2·N_k·d (K and V once per query tile),
+ *       writes N_q·d (O once); stats: reads 0, writes N_q (LSE once).
+ *       With Tr = 1 this is exactly the minimum.
+ *     backward (a pre-pass reads O and dO once and writes δ = rowsum(dO∘O); then the outer loop
+ *     runs over K/V tiles, held on chip with their dK, dV accumulators; the query tiles streamed):
+ *       reads  2·N_k·d (K, V once) + 2·N_q·d (pre-pass: O, dO) + Tc·2·N_q·d (Q, dO per K/V tile),
+ *       writes 2·N_k·d (dK, dV once);
+ *       stats: reads Tc·2·N_q (LSE, δ per K/V tile), writes N_q (δ);
+ *       dQ is accumulated in HBM in float32 (4 bytes, `accumRead` / `accumWritten`, whatever the
+ *       dtype): written Tc·N_q·d, read back (Tc−1)·N_q·d (its initial zeros are not counted, as
+ *       in 'fa1'); the final cast of dQ to the dtype is not counted.
+ *     Since Tr ≈ 3·N_q·d/M, the traffic is again Θ(N_q·N_k·d²/M), with a constant of 6 against
+ *     'fa1''s 12 (forward: K, V per query tile, against Q read and O read and written per key block).
+ *
+ *   'fa1' — the original paper's loop order (Algorithms 1 and 4). M = floor(sramBytes / elementBytes) elements;
  *     Bc = ceil(M / (4d)) key rows per block, Br = min(Bc, d) query rows per block,
  *     Tc = ceil(N_k / Bc) key blocks (outer loop), Tr = ceil(N_q / Br) query blocks (inner loop).
  *   Each outer iteration loads one K/V block once and sweeps all query blocks. Only traffic
@@ -45,8 +69,9 @@
  *               stats: reads Tc·2·N_q (ℓ, m), writes 0.
  *   Since Tc ≈ 4·N_k·d/M, the tiled traffic is Θ(N_q·N_k·d²/M) (the paper's Θ(N²d²M⁻¹)).
  *
- * The model is dense: masks (causal, window, varlen) do not change its traffic, and with MQA/GQA
- * K and V are counted once per query head. Intensities therefore use dense FLOPs.
+ * The model is dense: masks (causal, window, varlen) are not modelled and do not change its
+ * traffic (a causal FA2 forward would skip about half the K/V tiles), and with MQA/GQA K and V
+ * are counted once per query head. Intensities therefore use dense FLOPs.
  */
 import { check } from './errors.js';
 import { bytesPerElement, type DType } from './dtype.js';
@@ -70,7 +95,12 @@ export interface IOModelOptions {
   readonly elementBytes?: number;
   /** On-chip memory M in bytes; default DEFAULT_SRAM_BYTES (the paper's A100: 192 KiB per SM). */
   readonly sramBytes?: number;
+  /** Loop order of the tiled schedule (see the model above); default 'fa2', what the engines run. */
+  readonly schedule?: FlashSchedule;
 }
+
+/** 'fa2': outer loop over query tiles (FlashAttention-2); 'fa1': outer loop over K/V blocks (FlashAttention-1). */
+export type FlashSchedule = 'fa2' | 'fa1';
 
 /** Bytes of one per-row statistic (ℓ, m, LSE): float32. */
 export const STAT_BYTES = 4;
@@ -83,6 +113,9 @@ export interface Traffic {
   readonly elementsWritten: number;
   readonly statsRead: number;
   readonly statsWritten: number;
+  /** float32 accumulator elements (the 'fa2' backward's dQ), 4 bytes each whatever the dtype. */
+  readonly accumRead: number;
+  readonly accumWritten: number;
   readonly bytesRead: number;
   readonly bytesWritten: number;
   /** bytesRead + bytesWritten. */
@@ -98,11 +131,11 @@ export interface ScheduleCost {
 export interface FlashBlocks {
   /** On-chip memory in elements: floor(sramBytes / elementBytes). */
   readonly m: number;
-  /** Key rows per block: ceil(M / (4d)). */
+  /** Key rows per block: 'fa2' max(1, floor(M / (3d))); 'fa1' ceil(M / (4d)). */
   readonly bc: number;
-  /** Query rows per block: min(Bc, d). */
+  /** Query rows per block: 'fa2' Bc; 'fa1' min(Bc, d). */
   readonly br: number;
-  /** Key blocks: ceil(tk / Bc) — the number of passes over Q (and O or dQ). */
+  /** Key blocks: ceil(tk / Bc) — in 'fa1' the number of passes over Q (and O or dQ). */
   readonly tc: number;
   /** Query blocks: ceil(tq / Br). */
   readonly tr: number;
@@ -120,6 +153,7 @@ export interface IOModel {
   readonly size: Required<AttentionSize>;
   readonly elementBytes: number;
   readonly sramBytes: number;
+  readonly schedule: FlashSchedule;
   readonly blocks: FlashBlocks;
   readonly forward: PassModel;
   readonly backward: PassModel;
@@ -163,23 +197,32 @@ export function attentionFlops(size: AttentionSize, pass: AttentionPass = 'forwa
   return pass === 'forward' ? forwardFlops(size, causal) : backwardFlops(size, causal);
 }
 
-function traffic(bh: number, elemBytes: number, er: number, ew: number, sr: number, sw: number): Traffic {
+function scheduleOf(o: IOModelOptions): FlashSchedule {
+  const s = o.schedule ?? 'fa2';
+  check(s === 'fa2' || s === 'fa1', 'E_ARG', `schedule must be 'fa2' or 'fa1', got ${String(s)}`);
+  return s;
+}
+
+function traffic(bh: number, elemBytes: number, er: number, ew: number, sr: number, sw: number, ar = 0, aw = 0): Traffic {
   const elementsRead = bh * er;
   const elementsWritten = bh * ew;
   const statsRead = bh * sr;
   const statsWritten = bh * sw;
-  const bytesRead = elementsRead * elemBytes + statsRead * STAT_BYTES;
-  const bytesWritten = elementsWritten * elemBytes + statsWritten * STAT_BYTES;
-  return { elementsRead, elementsWritten, statsRead, statsWritten, bytesRead, bytesWritten, bytes: bytesRead + bytesWritten };
+  const accumRead = bh * ar;
+  const accumWritten = bh * aw;
+  const bytesRead = elementsRead * elemBytes + (statsRead + accumRead) * STAT_BYTES;
+  const bytesWritten = elementsWritten * elemBytes + (statsWritten + accumWritten) * STAT_BYTES;
+  return { elementsRead, elementsWritten, statsRead, statsWritten, accumRead, accumWritten, bytesRead, bytesWritten, bytes: bytesRead + bytesWritten };
 }
 
-/** Block sizes of the tiled schedule (paper Algorithm 1, line 1). */
+/** Block sizes of the tiled schedule ('fa2': Q + K + V tiles fit M; 'fa1': paper Algorithm 1, line 1). */
 export function flashBlocks(size: AttentionSize, opts: IOModelOptions = {}): FlashBlocks {
   const s = sizeOf(size);
   const m = Math.floor(sramBytesOf(opts) / elementBytesOf(opts));
   check(m >= 1, 'E_ARG', `sramBytes must hold at least one element`);
-  const bc = Math.ceil(m / (4 * s.d));
-  const br = Math.min(bc, s.d);
+  const fa2 = scheduleOf(opts) === 'fa2';
+  const bc = fa2 ? Math.max(1, Math.floor(m / (3 * s.d))) : Math.ceil(m / (4 * s.d));
+  const br = fa2 ? bc : Math.min(bc, s.d);
   return { m, bc, br, tc: Math.ceil(s.tk / bc), tr: Math.ceil(s.tq / br) };
 }
 
@@ -206,8 +249,12 @@ export function naiveTraffic(size: AttentionSize, pass: AttentionPass, opts: IOM
 export function flashTraffic(size: AttentionSize, pass: AttentionPass, opts: IOModelOptions = {}): Traffic {
   const { batch, heads, tq, tk, d } = sizeOf(size);
   const e = elementBytesOf(opts);
-  const { tc } = flashBlocks(size, opts);
+  const { tc, tr } = flashBlocks(size, opts);
   const bh = batch * heads;
+  if (scheduleOf(opts) === 'fa2') {
+    if (pass === 'forward') return traffic(bh, e, tq * d + tr * 2 * tk * d, tq * d, 0, tq);
+    return traffic(bh, e, 2 * tk * d + 2 * tq * d + tc * 2 * tq * d, 2 * tk * d, tc * 2 * tq, tq, (tc - 1) * tq * d, tc * tq * d);
+  }
   if (pass === 'forward') {
     return traffic(bh, e, 2 * tk * d + tc * tq * d + (tc - 1) * tq * d, tc * tq * d, (tc - 1) * 2 * tq, tc * 2 * tq);
   }
@@ -234,6 +281,7 @@ export function ioModel(size: AttentionSize, opts: IOModelOptions = {}): IOModel
     size: s,
     elementBytes: elementBytesOf(opts),
     sramBytes: sramBytesOf(opts),
+    schedule: scheduleOf(opts),
     blocks: flashBlocks(s, opts),
     forward: passModel('forward'),
     backward: passModel('backward'),

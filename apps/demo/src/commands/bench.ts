@@ -141,7 +141,7 @@ async function benchOne(b: AttentionBackend, T: number, B: number, H: number, D:
   } finally {
     for (const t of [q, k, v, dO]) b.disposeTensor(t);
   }
-  const m = ioModel({ batch: B, heads: H, tq: T, d: D }, { dtype });
+  const m = ioModel({ batch: B, heads: H, tq: T, d: D }, { dtype, schedule: 'fa2' });
   const div = opts.causal ? 2 : 1;
   const [f, bw] = [median(tf) / 1e3, median(tb) / 1e3];
   const e = dtype === 'f32' ? 4 : 2;
@@ -216,7 +216,7 @@ export async function benchCommand(args: readonly string[], io: Io): Promise<num
       ...rows.map((r) => [fmtInt(r.T), fmtSeconds(r.forwardSeconds), gf(r.forwardRate), fmtSeconds(r.backwardSeconds), gf(r.backwardRate), mem(r.forwardPeakExtra), mem(r.backwardPeakExtra), fmtBytes(r.naiveBytes)]),
     ]))
       io.out(l);
-    io.out('  IO model (192 KiB on-chip): forward + backward HBM traffic, forward FLOP/byte');
+    io.out('  IO model (192 KiB on-chip, FA2 order): fwd + bwd HBM traffic, fwd FLOP/byte');
     for (const l of table([
       ['T', 'HBM naive', 'HBM flash', 'FLOP/B naive', 'FLOP/B flash'],
       ...rows.map((r) => [fmtInt(r.T), fmtBytes(r.hbmNaive), fmtBytes(r.hbmFlash), r.intensityNaive.toFixed(1), r.intensityFlash.toFixed(0)]),

@@ -54,7 +54,7 @@ export function ioChart(D: number, dtype: DType, maxT = 100_000, id = 'chart-io'
     yLabel: 'bytes moved',
     series: [
       { name: 'naive: Θ(T·D + T²)', kind: 'line', color: COLORS.naive, points: fw.map((p) => [p.T, p.naiveBytes]) },
-      { name: 'flash: Θ(T²·D²/M)', kind: 'line', color: COLORS.flash, points: fw.map((p) => [p.T, p.flashBytes]) },
+      { name: 'tiled (FA2 order): Θ(T²·D²/M)', kind: 'line', color: COLORS.flash, points: fw.map((p) => [p.T, p.flashBytes]) },
     ],
     yFormat: fmtBytes,
   });
@@ -70,7 +70,7 @@ export function intensityChart(D: number, dtype: DType, maxT = 100_000, id = 'ch
     yLabel: 'FLOP / byte',
     series: [
       { name: 'naive', kind: 'line', color: COLORS.naive, points: fw.map((p) => [p.T, p.naiveIntensity]) },
-      { name: 'flash', kind: 'line', color: COLORS.flash, points: fw.map((p) => [p.T, p.flashIntensity]) },
+      { name: 'tiled (FA2 order)', kind: 'line', color: COLORS.flash, points: fw.map((p) => [p.T, p.flashIntensity]) },
     ],
     yFormat: (y) => sig3(y),
   });

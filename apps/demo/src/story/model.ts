@@ -56,10 +56,10 @@ export interface IoPoint {
   readonly flashIntensity: number;
 }
 
-/** Forward HBM traffic and arithmetic intensity of both schedules at each T (one head). */
+/** HBM traffic and arithmetic intensity of naive and tiled (FlashAttention-2 loop order) at each T (one head). */
 export function ioSeries(Ts: readonly number[], D: number, dtype: DType, pass: 'forward' | 'backward' = 'forward'): IoPoint[] {
   return Ts.map((T) => {
-    const m = ioModel({ batch: 1, heads: 1, tq: T, d: D }, { dtype })[pass];
+    const m = ioModel({ batch: 1, heads: 1, tq: T, d: D }, { dtype, schedule: 'fa2' })[pass];
     return { T, naiveBytes: m.naive.traffic.bytes, flashBytes: m.flash.traffic.bytes, naiveIntensity: m.naive.intensity, flashIntensity: m.flash.intensity };
   });
 }

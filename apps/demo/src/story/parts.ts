@@ -14,7 +14,7 @@ export function naivePart(dtype: DType, available: number, availableLabel: strin
 }
 
 export function ioSummary(T: number, D: number, dtype: DType): IoSummary {
-  const m = ioModel({ batch: 1, heads: 1, tq: T, d: D }, { dtype });
+  const m = ioModel({ batch: 1, heads: 1, tq: T, d: D }, { dtype, schedule: 'fa2' });
   const pass = (p: typeof m.forward) => ({
     flops: p.flops,
     naive: { bytes: p.naive.traffic.bytes, intensity: p.naive.intensity },

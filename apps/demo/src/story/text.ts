@@ -109,7 +109,7 @@ function ioRows(io: IoSummary): string[][] {
   const f = io.forward;
   const b = io.backward;
   return [
-    ['', 'naive', 'flash', 'FLOP/B naive', 'flash'],
+    ['', 'naive', 'tiled', 'FLOP/B naive', 'tiled'],
     ['forward', fmtBytes(f.naive.bytes), fmtBytes(f.flash.bytes), f.naive.intensity.toFixed(1), f.flash.intensity.toFixed(0)],
     ['backward', fmtBytes(b.naive.bytes), fmtBytes(b.flash.bytes), b.naive.intensity.toFixed(1), b.flash.intensity.toFixed(0)],
   ];
@@ -130,24 +130,55 @@ export function part4(r: Pick<DemoResult, 'memory' | 'config' | 'engine' | 'run'
     ...para(`Measured: ${m.method}, beyond inputs and outputs${m.tileBytes !== null ? `; the worker threads' tiles (${fmtBytes(m.tileBytes)} in all, allocated once and kept between calls) come on top` : ''}.`, '   '),
   ];
   const used = m.forwardPeakExtra === null ? null : m.forwardPeakExtra + (m.tileBytes ?? 0);
-  if (used !== null && used > 0) lines.push(...para(`At this size naive attention would need ${fmtRatio(m.naiveForwardBytes / used)} the memory the tiled forward used${m.tileBytes ? ', tiles included' : ''}.`));
-  lines.push(`   Slow-memory (HBM) traffic, IO model with ${kib(m.io.sramBytes)} on-chip:`);
+  if (used !== null && used >= RATIO_MIN_BYTES) {
+    lines.push(...para(`At this size naive attention would need ${fmtRatio(m.naiveForwardBytes / used)} the memory the tiled forward used${m.tileBytes ? ', tiles included' : ''}.`));
+  } else if (used !== null && used > 0) {
+    // A ratio against a few bytes of parameter buffers says nothing: state what was allocated.
+    const fwd = m.forwardPeakExtra ?? 0;
+    const what = m.method.startsWith('GPU buffers') ? 'small parameter buffers (uniforms, metadata)' : 'small buffers';
+    const own = fwd > 0 ? `nothing beyond its inputs and outputs (O and the LSE) but ${fmtBytes(fwd)} of ${what}` : 'nothing measurable beyond its inputs and outputs (O and the LSE)';
+    const tiles = m.tileBytes ? `, plus the worker threads' tiles (${fmtBytes(m.tileBytes)})` : '';
+    lines.push(...para(`The tiled forward allocated ${own}${tiles}, against naive attention's ${fmtBytes(m.naiveForwardBytes)}.`));
+  } else if (used === 0) {
+    lines.push(...para(`The tiled forward allocated nothing measurable beyond its inputs and outputs (O and the LSE), against naive attention's ${fmtBytes(m.naiveForwardBytes)}.`));
+  }
+  lines.push(...para(`Slow-memory (HBM) traffic, IO model with ${kib(m.io.sramBytes)} on-chip; tiled: FlashAttention-2's loop order, as the engines run it (each query tile stays on chip, K and V tiles stream past it):`));
   lines.push(...table(ioRows(m.io), '     '));
-  lines.push(`   at ${fmtTokens(m.io100k.T)} tokens:`);
-  lines.push(...table(ioRows(m.io100k), '     '));
+  if (m.io100k.T !== m.io.T) {
+    lines.push(`   at ${fmtTokens(m.io100k.T)} tokens:`);
+    lines.push(...table(ioRows(m.io100k), '     '));
+  }
   const run = r.run;
   lines.push(fit(`   Time: forward ${fmtSeconds(run.forward.seconds)} (${fmtRate(run.forward.rate)}), backward ${fmtSeconds(run.backward.seconds)} (${fmtRate(run.backward.rate)}).`));
-  if (r.throughput.length > 0) {
-    lines.push('   Throughput per engine (one head):');
-    lines.push(
-      ...table(
-        [['engine', 'device', 'T', 'forward', 'backward'], ...r.throughput.map((t) => [t.backend, t.device, fmtInt(t.T), fmtRate(t.forwardRate), fmtRate(t.backwardRate)])],
-        '     ',
-        'llrrr',
-      ),
-    );
-  }
+  if (r.throughput.length > 0) lines.push(...throughputTable(r.throughput, c.T));
   return lines;
+}
+
+/** Below this measured forward extra, a "naive needs N× more" ratio is not printed. */
+const RATIO_MIN_BYTES = 1e6;
+
+/**
+ * Throughput per engine in at most WIDTH columns: the T column is dropped when every entry ran
+ * the story's T (the heading says it), and only the device column is shortened (with "…") when
+ * the line is still too wide; the numbers are never cut.
+ */
+function throughputTable(entries: DemoResult['throughput'], T: number): string[] {
+  const sameT = entries.every((t) => t.T === T);
+  const indent = '     ';
+  const rows = [
+    ['engine', 'device', ...(sameT ? [] : ['T']), 'forward', 'backward'],
+    ...entries.map((t) => [t.backend, t.device, ...(sameT ? [] : [fmtInt(t.T)]), fmtRate(t.forwardRate), fmtRate(t.backwardRate)]),
+  ];
+  const len = (x: string) => [...x].length;
+  const width = (i: number) => Math.max(...rows.map((r) => len(r[i])));
+  const others = rows[0].reduce((acc, _, i) => (i === 1 ? acc : acc + width(i)), 0);
+  const room = Math.max(8, WIDTH - indent.length - others - 3 * (rows[0].length - 1));
+  const cut = (x: string) => (len(x) <= room ? x : [...x].slice(0, room - 1).join('').trimEnd() + '…');
+  const fitted = rows.map((r) => r.map((c, i) => (i === 1 ? cut(c) : c)));
+  return [
+    sameT ? `   Throughput per engine (one head, T = ${fmtInt(T)}):` : '   Throughput per engine (one head):',
+    ...table(fitted, indent, sameT ? 'llrr' : 'llrrr'),
+  ];
 }
 
 export function part5(r: Pick<DemoResult, 'walkthrough'>): string[] {
@@ -182,11 +213,20 @@ export function part6(r: Pick<DemoResult, 'backward' | 'config' | 'engine' | 'na
     '',
     '6. The backward pass: recompute instead of storing P',
     ...para(`Naive backpropagation keeps P from the forward (T² values) to form dV = Pᵀ·dO and dS = P∘(dP − δ). FlashAttention keeps one number a row, the logsumexp, and recomputes S and P tile by tile from Q, K and V (backward FLOPs 2.5× the forward's, recomputation included).`),
-    ...table([
-      ['kept for the backward', `T = ${fmtTokens(c.T)}`, `T = ${fmtTokens(r.naive.T)}`],
-      [`P (${dt})`, fmtBytes(b.storedPBytes), fmtBytes(b.storedPBytes100k)],
-      ['LSE (f32, one a row)', fmtBytes(b.lseBytes), fmtBytes(b.lseBytes100k)],
-    ], '     '),
+    ...table(
+      c.T === r.naive.T
+        ? [
+            ['kept for the backward', `T = ${fmtTokens(c.T)}`],
+            [`P (${dt})`, fmtBytes(b.storedPBytes)],
+            ['LSE (f32, one a row)', fmtBytes(b.lseBytes)],
+          ]
+        : [
+            ['kept for the backward', `T = ${fmtTokens(c.T)}`, `T = ${fmtTokens(r.naive.T)}`],
+            [`P (${dt})`, fmtBytes(b.storedPBytes), fmtBytes(b.storedPBytes100k)],
+            ['LSE (f32, one a row)', fmtBytes(b.lseBytes), fmtBytes(b.lseBytes100k)],
+          ],
+      '     ',
+    ),
     ...para(`Measured peak extra memory of this backward: ${b.measuredExtra === null ? 'not measured on this engine' : fmtBytes(b.measuredExtra)}.`),
   ];
 }
