@@ -155,10 +155,12 @@ describe('bad input and failures', () => {
     const be = await createCpuBackend({ threads: 2, inlineBelowFlops: 0 });
     await be.warm();
     const p = buildProblem(spec({ h: 1, d: 64, tqs: [3000], tks: [3000] }));
-    const call = be.forward(p.q, p.k, p.v);
+    // Attach the expectation at once: the call rejects while dispose() runs, and a rejection
+    // with no handler yet would be reported as unhandled.
+    const rejected = expectFAError(be.forward(p.q, p.k, p.v), 'E_DEVICE');
     await new Promise((r) => setTimeout(r, 100));
     await be.dispose();
-    await expectFAError(call, 'E_DEVICE');
+    await rejected;
   });
 
   it('a worker that fails fails the job with E_DEVICE; the pool then runs the next job', async () => {
