@@ -46,14 +46,42 @@ export function missingVulkanDriver(env: NodeJS.ProcessEnv = process.env): strin
   return 'no Vulkan driver found for Dawn (bash scripts/setup-webgpu.sh installs a software one; or set VK_ICD_FILENAMES)';
 }
 
-/** Imports the optional engine packages once; returns each with its load failure, if any. */
-export function loadOptionalEngines(): Promise<OptionalEngine[]> {
+const SOFTWARE_ICD = /lvp|lavapipe|swiftshader/i;
+
+/**
+ * Linux: when every Vulkan driver the loader would find is a software one (lavapipe,
+ * SwiftShader), a description of them; undefined otherwise. Such an adapter is slower than the
+ * cpu engine, and Dawn prints native warnings about its limits on stderr, so the command starts
+ * it only when asked for by name (--backend webgpu) or with FA_WEBGPU_PROBE=1.
+ */
+export function softwareVulkanOnly(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  if (process.platform !== 'linux' || env.FA_WEBGPU_PROBE === '1') return undefined;
+  let files = (env.VK_ICD_FILENAMES || env.VK_DRIVER_FILES || '').split(':').filter(Boolean);
+  if (files.length === 0) {
+    for (const r of ['/etc/vulkan/icd.d', '/usr/local/share/vulkan/icd.d', '/usr/share/vulkan/icd.d']) {
+      try {
+        files.push(...readdirSync(r).filter((f) => f.endsWith('.json')));
+      } catch {
+        /* no such folder */
+      }
+    }
+  }
+  files = files.filter((f) => f.length > 0);
+  if (files.length === 0 || !files.every((f) => SOFTWARE_ICD.test(f))) return undefined;
+  return `only a software Vulkan driver is installed (${files.join(', ')}), slower than the cpu engine; --backend webgpu uses it`;
+}
+
+/**
+ * Imports the optional engine packages once; returns each with its load failure, if any.
+ * `requested` is the --backend choice: a software-only WebGPU is started only when named.
+ */
+export function loadOptionalEngines(requested = 'auto'): Promise<OptionalEngine[]> {
   loaded ??= Promise.all(
     OPTIONAL_ENGINES.map(async ({ name, pkg }): Promise<OptionalEngine> => {
       try {
         const spec: string = pkg; // a variable: the packages are optional, not compile-time deps
         const mod = (await import(spec)) as { WEBGPU_PRIORITY?: number };
-        const noDriver = name === 'webgpu' ? missingVulkanDriver() : undefined;
+        const noDriver = name === 'webgpu' ? missingVulkanDriver() ?? (requested === 'webgpu' ? undefined : softwareVulkanOnly()) : undefined;
         if (noDriver !== undefined) {
           // keep the engine listed, with the reason, without starting Dawn
           registerBackend(name, () => Promise.reject(new FAError('E_DEVICE', noDriver)), mod.WEBGPU_PRIORITY ?? 50);
@@ -73,7 +101,7 @@ export const BACKEND_CHOICES = ['auto', 'cpu', 'webgpu', 'cuda'];
 
 /** The backend for --backend NAME (auto = the best that starts). */
 export async function pickBackend(name: string): Promise<AttentionBackend> {
-  const engines = await loadOptionalEngines();
+  const engines = await loadOptionalEngines(name);
   const registered = registeredBackendNames();
   if (name !== 'auto' && !registered.includes(name)) {
     const opt = engines.find((e) => e.name === name);

@@ -21,7 +21,7 @@ export function isSoftwareAdapter(b: AttentionBackend): boolean {
 
 /** Resolves every engine (cuda, webgpu, cpu) and picks one; `requested` = --backend. */
 export async function pickStoryBackend(requested = 'auto'): Promise<{ backend: AttentionBackend; candidates: Candidate[] }> {
-  const engines = await loadOptionalEngines();
+  const engines = await loadOptionalEngines(requested);
   if (requested !== 'auto') {
     // --backend NAME: start only that engine (the one-line error for unknown or unavailable names)
     const backend = await pickBackend(requested);

@@ -76,9 +76,10 @@ export function registeredBackendNames(): string[] {
   return [...registry.values()].sort((a, b) => b.priority - a.priority).map((e) => e.name);
 }
 
+/** The reason an engine gave, without a leading "unavailable:" (the registry says that itself). */
 function reasonOf(e: unknown): string {
-  if (isFAError(e)) return e.message;
-  return e instanceof Error ? e.message : String(e);
+  const msg = isFAError(e) || e instanceof Error ? e.message : String(e);
+  return msg.replace(/^unavailable:\s*/i, '');
 }
 
 async function instantiate(e: Entry): Promise<AttentionBackend> {
