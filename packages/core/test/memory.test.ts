@@ -106,7 +106,8 @@ describe('memory', () => {
           `  inputs q,k,v,dOut ${fmt(4 * T * D * 4)} (before the baseline); results out,lse,dq,dk,dv ${fmt(results)} (subtracted)`,
           `  baseline rss ${fmt(base.rss)}, peak rss ${fmt(peakRss)} (sampled every 2 ms) → extra ${fmt(extraRss)}`,
           `  peak rss from the kernel (VmHWM, reset at the baseline): ${hwm ? `${fmt(base.rss + extraHwm)} → extra ${fmt(extraKernel)}` : 'unavailable'}`,
-          `  baseline arrayBuffers ${fmt(base.arrayBuffers)}, peak ${fmt(peakAb)} → extra ${fmt(extraAb)}`,
+          `  baseline arrayBuffers ${fmt(base.arrayBuffers)}, peak ${fmt(peakAb)} → extra ${fmt(extraAb)} (the engine's own buffers: private dQ, Dvec, float64 lse)`,
+          ...(Math.min(extraRss, extraKernel) < 0 ? ['  (an RSS "extra" below zero: pages the warm-up freed were reused, or V8 returned heap pages; RSS is a whole-process figure with MiB-level noise)'] : []),
           `  naive attention would hold the ${T}×${T} score matrix: ${fmt(T * T * 4)} in float32 (${((T * T * 4) / 2 ** 30).toFixed(1)} GiB)`,
         ].join('\n'),
       );
