@@ -63,6 +63,7 @@ struct CtxState {
   cudaStream_t stream = nullptr;
   int sms = 132;
   int arch = 0;
+  size_t smem_optin = 0;  // cudaDeviceProp::sharedMemPerBlockOptin
   std::string name;
   // Operations run one at a time, in the order JavaScript issued them: each takes a ticket on
   // the main thread when queued, and its worker waits for its turn (libuv starts work in FIFO
@@ -375,6 +376,17 @@ class AttnOp : public Op {
     // everywhere, FA_CUDA_NO_WGMMA_BWD=1 only for the backward.
     args.arch = EnvFlag("FA_CUDA_NO_WGMMA") ? 0 : ctx_->arch;
     args.no_wgmma_bwd = EnvFlag("FA_CUDA_NO_WGMMA_BWD") ? 1 : 0;
+    {  // supports() declines these first; this keeps a direct binding call from a launch failure
+      const fa::SmemNeeds need = fa::smem_needs(args.arch, args.d, args.no_wgmma_bwd);
+      const size_t n = !backward_ ? need.fwd : args.deterministic ? need.bwd_deterministic : need.bwd;
+      if (n > ctx_->smem_optin) {
+        cleanup();
+        code_ = "E_UNSUPPORTED";
+        msg_ = std::string("head dim ") + std::to_string(args.d) + ": the " + (backward_ ? "backward" : "forward") + " kernel needs " +
+               std::to_string(n) + " bytes of shared memory per block; this GPU allows " + std::to_string(ctx_->smem_optin);
+        return false;
+      }
+    }
     void* ws = nullptr;
     const size_t wsb = backward_ ? fa::bwd_workspace_bytes(&args) : fa::fwd_workspace_bytes(&args);
     e = alloc(&ws, wsb);
@@ -402,6 +414,7 @@ class Context : public Napi::ObjectWrap<Context> {
                        {InstanceMethod<&Context::Alloc>("alloc"), InstanceMethod<&Context::Upload>("upload"),
                         InstanceMethod<&Context::Download>("download"), InstanceMethod<&Context::Forward>("forward"),
                         InstanceMethod<&Context::Backward>("backward"), InstanceMethod<&Context::MemInfo>("memInfo"),
+                        InstanceMethod<&Context::SmemNeeds>("smemNeeds"),
                         InstanceMethod<&Context::Synchronize>("synchronize"), InstanceMethod<&Context::DisposeCtx>("dispose"),
                         InstanceAccessor<&Context::GetDevice>("device"), InstanceAccessor<&Context::GetSms>("sms"),
                         InstanceAccessor<&Context::GetDry>("dryRun")});
@@ -428,6 +441,7 @@ class Context : public Napi::ObjectWrap<Context> {
       if (e != cudaSuccess) Throw(env, "E_DEVICE", "cudaGetDeviceProperties: " + CudaText(e));
       state_->sms = prop.multiProcessorCount;
       state_->arch = prop.major * 10 + prop.minor;
+      state_->smem_optin = prop.sharedMemPerBlockOptin;
       state_->name = prop.name;
       e = cudaStreamCreateWithFlags(&state_->stream, cudaStreamNonBlocking);
       if (e != cudaSuccess) Throw(env, CudaCode(e), "cudaStreamCreate: " + CudaText(e));
@@ -600,6 +614,24 @@ class Context : public Napi::ObjectWrap<Context> {
     Napi::Promise p = op->Promise();
     op->Start();
     return p;
+  }
+  // { fwd, bwd, bwdDeterministic, limit } in bytes for head dim d on this context's GPU (limit 0
+  // in a dry run). Honours FA_CUDA_NO_WGMMA / FA_CUDA_NO_WGMMA_BWD like the launches do.
+  Napi::Value SmemNeeds(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    CheckLive(env);
+    if (info.Length() < 1 || !info[0].IsNumber()) Throw(env, "E_ARG", "smemNeeds(d): d must be a number");
+    const double d = info[0].As<Napi::Number>().DoubleValue();
+    if (!(d >= 1 && d <= 256) || d != static_cast<int>(d) || static_cast<int>(d) % 8 != 0)
+      Throw(env, "E_ARG", "smemNeeds(d): d must be a multiple of 8 from 8 to 256");
+    const int arch = EnvFlag("FA_CUDA_NO_WGMMA") ? 0 : state_->arch;
+    const fa::SmemNeeds n = fa::smem_needs(arch, static_cast<int>(d), EnvFlag("FA_CUDA_NO_WGMMA_BWD") ? 1 : 0);
+    Napi::Object r = Napi::Object::New(env);
+    r.Set("fwd", Napi::Number::New(env, static_cast<double>(n.fwd)));
+    r.Set("bwd", Napi::Number::New(env, static_cast<double>(n.bwd)));
+    r.Set("bwdDeterministic", Napi::Number::New(env, static_cast<double>(n.bwd_deterministic)));
+    r.Set("limit", Napi::Number::New(env, static_cast<double>(state_->smem_optin)));
+    return r;
   }
   Napi::Value MemInfo(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();

@@ -1,7 +1,7 @@
 // Host entry points: head-dim buckets, the split-KV heuristic, workspaces, dtype dispatch.
 #include <algorithm>
 
-#include "fa_fwd_wgmma.cuh"
+#include "fa_smem.cuh"
 
 namespace fa {
 
@@ -75,6 +75,32 @@ void bwd_setup(FaArgs* a, void* ws) {
   a->dsum = reinterpret_cast<float*>(p);
   p += align256(rows * sizeof(float));
   a->dq_accum = a->deterministic ? nullptr : reinterpret_cast<float*>(p);
+}
+
+// Mirrors the choices of launch_fwd / launch_bwd (fa_launch.cuh).
+template <int D>
+static SmemNeeds smem_needs_for(int arch, int no_wgmma_bwd) {
+  SmemNeeds n{};
+  constexpr bool hopper_kernels = D == 64 || D == 128;
+  n.fwd = fwd_smem_bytes<FwdTraits<D>>();
+  n.bwd = bwd_smem_bytes<BwdTraits<D>>();
+  if constexpr (hopper_kernels) {
+    if (arch == 90) n.fwd = fwd_wg_smem_bytes<WgTraits<D>>();
+#ifndef FA_NO_WGMMA_BWD
+    if (arch == 90 && !no_wgmma_bwd) n.bwd = bwd_wg_smem_bytes<BwdWgCfg<D>>();
+#endif
+  }
+  n.bwd_deterministic = std::max(n.bwd, dq_smem_bytes<D>());
+  return n;
+}
+
+SmemNeeds smem_needs(int arch, int d, int no_wgmma_bwd) {
+  switch (head_dim_bucket(d)) {
+    case 64: return smem_needs_for<64>(arch, no_wgmma_bwd);
+    case 128: return smem_needs_for<128>(arch, no_wgmma_bwd);
+    case 256: return smem_needs_for<256>(arch, no_wgmma_bwd);
+    default: return SmemNeeds{0, 0, 0};
+  }
 }
 
 cudaError_t bwd(FaArgs* a, const FaTensors& t, void* ws, cudaStream_t st) {

@@ -60,6 +60,13 @@ size_t fwd_workspace_bytes_splits(FaArgs* a, int num_splits);
 
 size_t bwd_workspace_bytes(const FaArgs* a);
 cudaError_t bwd(FaArgs* a, const FaTensors& t, void* workspace, cudaStream_t stream);
+// Dynamic shared memory per block (bytes) of the kernels one call runs, for head dim d on a GPU
+// of compute capability `arch` (x10): the forward, the backward, and the deterministic backward.
+struct SmemNeeds {
+  size_t fwd, bwd, bwd_deterministic;
+};
+SmemNeeds smem_needs(int arch, int d, int no_wgmma_bwd);
+
 // Points the backward scratch pointers of `a` into `workspace` (bwd() does this itself).
 void bwd_setup(FaArgs* a, void* workspace);
 

@@ -31,22 +31,35 @@ __device__ __forceinline__ void load_tile128(T* s, const T* g, int64_t ld, int n
   }
 }
 
-// STAGES: K/V buffers (prefetch distance STAGES - 1). ROT: each CTA starts its key walk at a
-// different tile (spreads L2 traffic when many CTAs stream one head's keys).
-template <int D_, int BN_, int NWG_, int STAGES_ = 2, bool ROT_ = false>
+// STAGES: K/V buffers. ROT: each CTA starts its key walk at a different tile (spreads L2
+// traffic when many CTAs stream one head's keys). PIPE: software-pipelined loop (below).
+template <int D_, int BN_, int NWG_, int STAGES_ = 2, bool ROT_ = false, bool PIPE_ = false>
 struct WgCfg {
   static constexpr int D = D_, BN = BN_, NWG = NWG_, BM = 64 * NWG_, STAGES = STAGES_;
-  static constexpr bool ROT = ROT_;
+  static constexpr bool ROT = ROT_, PIPE = PIPE_;
 };
 
 // Hopper tiles per head-dim bucket (64 and 128; 256 stays on fwd_kernel).
 template <int D>
 struct WgTraits;
 template <>
-struct WgTraits<64> : WgCfg<64, 128, 2> {};
+struct WgTraits<64> : WgCfg<64, 128, 2, 4, false, true> {};
 template <>
-struct WgTraits<128> : WgCfg<128, 128, 2, 3> {};
+struct WgTraits<128> : WgCfg<128, 128, 2, 2, false, true> {};
 
+// Two loop schedules over the key tiles j = 0..n-1 of one CTA:
+//
+// plain (PIPE = false): per tile, S_j = Q K_j^T; wait; softmax; barrier; O += P_j V_j; wait;
+//   barrier. The tensor cores idle while the softmax runs, and three barriers per tile.
+//
+// pipelined (PIPE = true): per tile, issue S_j = Q K_j^T and O += P_{j-1} V_{j-1} together; wait
+//   for S_j only; run the softmax of S_j while the PV product of the previous tile is still on the
+//   tensor cores; then wait for it and rescale O by alpha_j. One barrier per tile. P_{j-1} stays in
+//   registers until its product retires. The order of the arithmetic is unchanged:
+//   O_j = alpha_j (O_{j-1} + P_{j-1} V_{j-1}) is the same sum as before, rescaled at the same step.
+//   Loads run ST - 1 tiles ahead for K and ST - 2 for V: at tile j the kernel loads K_{j+ST-1}
+//   into the buffer of K_{j-1} and V_{j+ST-2} into that of V_{j-2}, both retired before the
+//   barrier that starts tile j.
 template <typename T, typename Tr>
 __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, FaTensors t) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -60,7 +73,7 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
-  T* sK = sQ + BM * D;      // [2][BN][D]
+  T* sK = sQ + BM * D;               // [STAGES][BN][D]
   T* sV = sK + Tr::STAGES * BN * D;  // [STAGES][BN][D]
 
   const int tid = threadIdx.x, wgi = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
@@ -90,25 +103,25 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
   }
 
   // Key tiles are visited in the order nb_lo + (idx + rot) % n, idx = 0..n-1.
-  constexpr int ST = Tr::STAGES, PF = ST - 1;
+  constexpr int ST = Tr::STAGES;
   const int n_tiles = nb_hi - nb_lo;
   const int rot = (Tr::ROT && n_tiles > 0) ? m_block % n_tiles : 0;
   auto tile_of = [&](int idx) { return nb_lo + (idx + rot >= n_tiles ? idx + rot - n_tiles : idx + rot); };
-  auto load_kv = [&](int idx) {
-    if (idx < n_tiles) {
-      const int n1 = tile_of(idx) * BN, sb = idx % ST;
-      load_tile128<BN, D, NT>(sK + sb * BN * D, Kg + n1 * ldk, ldk, s.tk - n1, a.d, tid);
-      cp_async_commit();
-      load_tile128<BN, D, NT>(sV + sb * BN * D, Vg + n1 * ldk, ldk, s.tk - n1, a.d, tid);
-      cp_async_commit();
-    } else {
-      cp_async_commit();
-      cp_async_commit();
+  // One cp.async group per call, empty when idx is outside 0..n-1 (keeps the wait counts fixed).
+  auto load_k = [&](int idx) {
+    if (idx >= 0 && idx < n_tiles) {
+      const int n1 = tile_of(idx) * BN;
+      load_tile128<BN, D, NT>(sK + (idx % ST) * BN * D, Kg + n1 * ldk, ldk, s.tk - n1, a.d, tid);
     }
+    cp_async_commit();
   };
-  load_tile128<BM, D, NT>(sQ, Qg, ldq, s.tq - m0, a.d, tid);
-#pragma unroll
-  for (int i = 0; i < PF; ++i) load_kv(i);
+  auto load_v = [&](int idx) {
+    if (idx >= 0 && idx < n_tiles) {
+      const int n1 = tile_of(idx) * BN;
+      load_tile128<BN, D, NT>(sV + (idx % ST) * BN * D, Vg + n1 * ldk, ldk, s.tk - n1, a.d, tid);
+    }
+    cp_async_commit();
+  };
 
   float o[NO];
 #pragma unroll
@@ -117,17 +130,9 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
   const int r_lo = m0 + wgi * 64 + warp * 16 + (lane >> 2);
   const uint32_t q_addr = smem_u32(sQ) + wgi * 64 * 64 * 2;  // this warpgroup's 64 rows in column block 0
 
-  for (int idx = 0; idx < n_tiles; ++idx) {
-    const int nb = tile_of(idx), buf = idx % ST;
-    load_kv(idx + PF);  // into the buffer freed by the barrier that ended iteration idx - 1
-    cp_async_wait<2 * PF + 1>();  // K of this tile (and Q) have landed
-    wg::fence_proxy_async();
-    __syncthreads();
-
-    // ---- S = Q K^T --------------------------------------------------------------------------
+  // ---- the tile steps shared by both schedules ----------------------------------------------
+  auto issue_qk = [&](float* sc, int buf) {  // S = Q K^T, SS-wgmma, committed as one group
     const uint32_t k_addr = smem_u32(sK + buf * BN * D);
-    float sc[NS];
-    wg::fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       const uint64_t da = wg::desc(q_addr + (ks >> 2) * BM * 128 + (ks & 3) * 32, 16, 1024);
@@ -135,11 +140,19 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
       OpS::ss(sc, da, db, ks > 0 ? 1 : 0);
     }
     wg::commit();
-    wg::wait<0>();
-    wg::fence_operands<NS>(sc);
-
-    // ---- scores, masked. Plain problems with scale > 0 stay raw: the scale folds into the
-    // exponent's FFMA (max of raw scores = max of scaled ones). Others go to log2 units here.
+  };
+  auto issue_pv = [&](uint32_t (*pf)[4], int buf) {  // O += P V, RS-wgmma, one group
+    const uint32_t v_addr = smem_u32(sV + buf * BN * D);
+#pragma unroll
+    for (int ks = 0; ks < BN / 16; ++ks) {
+      const uint64_t db = wg::desc(v_addr + ks * 16 * 128, BN * 128, 1024);
+      OpO::rs(o, pf[ks], db, 1);
+    }
+    wg::commit();
+  };
+  // Scores to log2 units and masked. Plain problems with scale > 0 stay raw: the scale folds
+  // into the exponent's FFMA (max of raw scores = max of scaled ones).
+  auto prepare_scores = [&](float* sc, int nb) {
     const int n0 = nb * BN;
     if (!fold) {
       if (plain) {
@@ -156,8 +169,12 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
       for (int i = 0; i < NS; ++i)
         if (!visible(a, s, r_lo + ((i >> 1) & 1) * 8, n0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1))) sc[i] = -INFINITY;
     }
-
-    // ---- online softmax (row_max in log2 units) -----------------------------------------------
+  };
+  // The online-softmax update of packages/core/src/online-softmax.ts, in log2 units:
+  //   m' = max(m, rowmax s);  alpha = 2^(m - m');  p = 2^(s - m');  l' = alpha l + sum p.
+  // A row that has seen only masked keys keeps m = -inf and shifts by 0, so p = 0 and alpha = 0.
+  // p overwrites s; O is rescaled by the caller (after the PV product that is still in flight).
+  auto softmax_step = [&](float* sc, float* alpha) {
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
       float mx = -INFINITY;
@@ -165,7 +182,7 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
       for (int i = 0; i < NS / 4; ++i) mx = fmaxf(mx, fmaxf(sc[4 * i + 2 * rr], sc[4 * i + 2 * rr + 1]));
       mx = fmaxf(row_max[rr], quad_max(mx) * sfac);
       const float m_use = mx == -INFINITY ? 0.f : mx;
-      const float alpha = ex2(row_max[rr] - m_use);
+      alpha[rr] = ex2(row_max[rr] - m_use);
       row_max[rr] = mx;
       float sum = 0.f;
 #pragma unroll
@@ -174,14 +191,19 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
         sc[4 * i + 2 * rr + 1] = ex2(fmaf(sc[4 * i + 2 * rr + 1], sfac, -m_use));
         sum += sc[4 * i + 2 * rr] + sc[4 * i + 2 * rr + 1];
       }
-      row_sum[rr] = row_sum[rr] * alpha + sum;
-#pragma unroll
-      for (int i = 0; i < NO / 4; ++i) {
-        o[4 * i + 2 * rr] *= alpha;
-        o[4 * i + 2 * rr + 1] *= alpha;
-      }
+      row_sum[rr] = row_sum[rr] * alpha[rr] + sum;
     }
-    uint32_t pf[BN / 16][4];
+  };
+  auto rescale_o = [&](const float* alpha) {
+#pragma unroll
+    for (int i = 0; i < NO / 4; ++i) {
+      o[4 * i + 0] *= alpha[0];
+      o[4 * i + 1] *= alpha[0];
+      o[4 * i + 2] *= alpha[1];
+      o[4 * i + 3] *= alpha[1];
+    }
+  };
+  auto pack_p = [&](const float* sc, uint32_t (*pf)[4]) {  // accumulator layout = A-fragment layout
 #pragma unroll
     for (int ks = 0; ks < BN / 16; ++ks) {
       pf[ks][0] = M::pack(sc[8 * ks + 0], sc[8 * ks + 1]);
@@ -189,26 +211,81 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
       pf[ks][2] = M::pack(sc[8 * ks + 4], sc[8 * ks + 5]);
       pf[ks][3] = M::pack(sc[8 * ks + 6], sc[8 * ks + 7]);
     }
+  };
 
-    cp_async_wait<2 * PF>();  // V of this tile has landed
-    wg::fence_proxy_async();
-    __syncthreads();
-
-    // ---- O += P V ---------------------------------------------------------------------------
-    const uint32_t v_addr = smem_u32(sV + buf * BN * D);
-    wg::fence_operands<NO>(o);
-    wg::fence();
+  uint32_t pf[BN / 16][4];
+  float sc[NS], alpha[2];
+  if constexpr (!Tr::PIPE) {
+    constexpr int PF = ST - 1;
+    auto load_kv = [&](int idx) { load_k(idx); load_v(idx); };
+    load_tile128<BM, D, NT>(sQ, Qg, ldq, s.tq - m0, a.d, tid);
 #pragma unroll
-    for (int ks = 0; ks < BN / 16; ++ks) {
-      const uint64_t db = wg::desc(v_addr + ks * 16 * 128, BN * 128, 1024);
-      OpO::rs(o, pf[ks], db, 1);
+    for (int i = 0; i < PF; ++i) load_kv(i);
+    for (int idx = 0; idx < n_tiles; ++idx) {
+      const int buf = idx % ST;
+      load_kv(idx + PF);  // into the buffer freed by the barrier that ended iteration idx - 1
+      cp_async_wait<2 * PF + 1>();  // K of this tile (and Q) have landed
+      wg::fence_proxy_async();
+      __syncthreads();
+      wg::fence();
+      issue_qk(sc, buf);
+      wg::wait<0>();
+      wg::fence_operands<NS>(sc);
+      prepare_scores(sc, tile_of(idx));
+      softmax_step(sc, alpha);
+      rescale_o(alpha);
+      pack_p(sc, pf);
+      cp_async_wait<2 * PF>();  // V of this tile has landed
+      wg::fence_proxy_async();
+      __syncthreads();
+      wg::fence_operands<NO>(o);
+      wg::fence();
+      issue_pv(pf, buf);
+      wg::wait<0>();
+      wg::fence_operands<NO>(o);
+      __syncthreads();
     }
-    wg::commit();
-    wg::wait<0>();
-    wg::fence_operands<NO>(o);
-    __syncthreads();
+    cp_async_wait<0>();
+  } else {
+    static_assert(ST >= 2, "the pipelined loop needs two K/V buffers");
+    load_tile128<BM, D, NT>(sQ, Qg, ldq, s.tq - m0, a.d, tid);  // joins K_0's group
+#pragma unroll
+    for (int i = -(ST - 1); i < 0; ++i) { load_k(i + ST - 1); load_v(i + ST - 2); }
+    for (int idx = 0; idx < n_tiles; ++idx) {
+      cp_async_wait<2 * (ST - 2)>();  // K_idx and V_{idx-1} have landed
+      wg::fence_proxy_async();
+      __syncthreads();  // ... and every warpgroup has retired its products of tile idx - 1
+      load_k(idx + ST - 1);
+      load_v(idx + ST - 2);
+      wg::fence();
+      issue_qk(sc, idx % ST);
+      if (idx > 0) {
+        issue_pv(pf, (idx - 1) % ST);
+        wg::wait<1>();  // S_idx is done; P_{idx-1} V_{idx-1} may still run
+      } else {
+        wg::wait<0>();
+      }
+      wg::fence_operands<NS>(sc);
+      prepare_scores(sc, tile_of(idx));
+      softmax_step(sc, alpha);
+      wg::wait<0>();
+      wg::fence_operands<NO>(o);
+#pragma unroll
+      for (int ks = 0; ks < BN / 16; ++ks) wg::fence_operands_u(pf[ks]);
+      rescale_o(alpha);
+      pack_p(sc, pf);
+    }
+    cp_async_wait<0>();
+    if (n_tiles > 0) {  // the last tile's P V
+      wg::fence_proxy_async();
+      __syncthreads();
+      wg::fence_operands<NO>(o);
+      wg::fence();
+      issue_pv(pf, (n_tiles - 1) % ST);
+      wg::wait<0>();
+      wg::fence_operands<NO>(o);
+    }
   }
-  cp_async_wait<0>();
 
   // ---- epilogue -----------------------------------------------------------------------------
 #pragma unroll

@@ -5,6 +5,7 @@
 #include "fa_bwd_wgmma.cuh"
 #include "fa_fwd.cuh"
 #include "fa_fwd_wgmma.cuh"
+#include "fa_smem.cuh"
 
 namespace fa {
 
@@ -20,9 +21,11 @@ static cudaError_t set_smem(K kernel, size_t bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
 }
 
+static_assert(sizeof(__nv_bfloat16) == 2 && sizeof(__half) == 2, "fa_smem.cuh counts 2-byte elements");
+
 template <typename T, typename Tr>
 cudaError_t launch_fwd_cfg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
-  const size_t smem = static_cast<size_t>(Tr::BM * Tr::D + 4 * Tr::BN * Tr::D) * sizeof(T);
+  const size_t smem = fwd_smem_bytes<Tr>();
   cudaError_t e = set_smem(fwd_kernel<T, Tr>, smem);
   if (e != cudaSuccess) return e;
   dim3 grid((a->max_tq + Tr::BM - 1) / Tr::BM, a->H, a->B * a->num_splits);
@@ -37,7 +40,7 @@ cudaError_t launch_fwd_cfg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
 }
 template <typename T, typename Tr>
 cudaError_t launch_fwd_wg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
-  const size_t smem = static_cast<size_t>(Tr::BM * Tr::D + 2 * Tr::STAGES * Tr::BN * Tr::D) * sizeof(T);
+  const size_t smem = fwd_wg_smem_bytes<Tr>();
   cudaError_t e = set_smem(fwd_wgmma_kernel<T, Tr>, smem);
   if (e != cudaSuccess) return e;
   dim3 grid((a->max_tq + Tr::BM - 1) / Tr::BM, a->H, a->B * a->num_splits);
@@ -72,7 +75,7 @@ cudaError_t bwd_post(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   const int64_t items = static_cast<int64_t>(a->total_q) * a->H;
   if (a->deterministic) {
     using Tq = DqTraits<D>;
-    const size_t smem = static_cast<size_t>(2 * Tq::BM * D + 4 * Tq::BN * D) * sizeof(T);
+    const size_t smem = dq_smem_bytes<D>();
     cudaError_t e = set_smem(bwd_dq_kernel<T, D>, smem);
     if (e != cudaSuccess) return e;
     dim3 grid((a->max_tq + Tq::BM - 1) / Tq::BM, a->H, a->B);
@@ -93,7 +96,7 @@ template <typename T, typename Tr, int D = Tr::D>
 cudaError_t launch_bwd_cfg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   cudaError_t e = bwd_pre<T>(a, t, st);
   if (e != cudaSuccess) return e;
-  const size_t smem = static_cast<size_t>(2 * Tr::BN * D + 4 * Tr::BM * D + 2 * Tr::BN * Tr::BM) * sizeof(T) + 4 * Tr::BM * sizeof(float);
+  const size_t smem = bwd_smem_bytes<Tr, D>();
   e = set_smem(bwd_kernel<T, Tr>, smem);
   if (e != cudaSuccess) return e;
   dim3 grid((a->max_tk + Tr::BN - 1) / Tr::BN, a->Hkv, a->B);
@@ -108,7 +111,7 @@ template <typename T, typename Tr, int D = Tr::D>
 cudaError_t launch_bwd_wg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   cudaError_t e = bwd_pre<T>(a, t, st);
   if (e != cudaSuccess) return e;
-  const size_t smem = static_cast<size_t>(2 * Tr::BN * D + 4 * Tr::BM * D + Tr::BN * Tr::BM) * sizeof(T) + 4 * Tr::BM * sizeof(float);
+  const size_t smem = bwd_wg_smem_bytes<Tr, D>();
   e = set_smem(bwd_wgmma_kernel<T, Tr>, smem);
   if (e != cudaSuccess) return e;
   dim3 grid((a->max_tk + Tr::BN - 1) / Tr::BN, a->Hkv, a->B);

@@ -507,9 +507,11 @@ static void variants() {
   Variant vs[] = {
       {"W0 wgmma d128 BN128 2wg", 128, launch_fwd_wg<BF, WgCfg<128, 128, 2>>, nullptr},
       {"W6 wgmma d128 3 stages", 128, launch_fwd_wg<BF, WgCfg<128, 128, 2, 3, false>>, nullptr},
-      {"W7 wgmma d128 rotated", 128, launch_fwd_wg<BF, WgCfg<128, 128, 2, 2, true>>, nullptr},
-      {"W8 wgmma d128 3 st rotated", 128, launch_fwd_wg<BF, WgCfg<128, 128, 2, 3, true>>, nullptr},
+      {"W9 wgmma d128 3st pipelined", 128, launch_fwd_wg<BF, WgCfg<128, 128, 2, 3, false, true>>, nullptr},
+      {"W10 wgmma d128 2st pipelined", 128, launch_fwd_wg<BF, WgCfg<128, 128, 2, 2, false, true>>, nullptr},
       {"W3 wgmma d64 BN128 2wg", 64, launch_fwd_wg<BF, WgCfg<64, 128, 2>>, nullptr},
+      {"W11 wgmma d64 3st pipelined", 64, launch_fwd_wg<BF, WgCfg<64, 128, 2, 3, false, true>>, nullptr},
+      {"W12 wgmma d64 4st pipelined", 64, launch_fwd_wg<BF, WgCfg<64, 128, 2, 4, false, true>>, nullptr},
       {"F0 fwd d128 BM128 BN64 8w", 128, launch_fwd_cfg<BF, FwdCfg<128, 128, 64, 8, 1, true>>, nullptr},
       {"G2 fwd d64 BM64 BN128 4w", 64, launch_fwd_cfg<BF, FwdCfg<64, 64, 128, 4, 1, true>>, nullptr},
       {"BW wgmma bwd d128", 128, nullptr, launch_bwd_wg<BF, BwdWgCfg<128>>},

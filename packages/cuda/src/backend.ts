@@ -86,6 +86,24 @@ export class CudaBackend implements AttentionBackend {
     if (p.d % 8 !== 0 || p.d > 256) return { ok: false, reason: `head dim ${p.d} is not supported on CUDA (a multiple of 8, at most 256)` };
     if (p.h > 65535 || p.batch > 65535) return { ok: false, reason: 'more than 65535 heads or sequences' };
     if (p.totalQ > 2 ** 31 - 1 || p.totalK > 2 ** 31 - 1) return { ok: false, reason: 'more than 2^31-1 tokens' };
+    return this.#fitsSharedMemory(p);
+  }
+
+  /**
+   * A problem is supported in both directions or not at all (the problem does not say which one
+   * will run), so a head dim whose forward or backward kernel needs more shared memory per block
+   * than this GPU offers is declined with both numbers.
+   */
+  #fitsSharedMemory(p: AttentionProblem): Support {
+    const n = this.#ctx.smemNeeds(p.d);
+    if (n.limit <= 0) return { ok: true };
+    const bwd = p.deterministic ? n.bwdDeterministic : n.bwd;
+    const kb = (x: number) => `${(x / 1024).toFixed(1)} KiB`;
+    for (const [what, need] of [['forward', n.fwd], [p.deterministic ? 'deterministic backward' : 'backward', bwd]] as const) {
+      if (need > n.limit) {
+        return { ok: false, reason: `head dim ${p.d}: the ${what} kernel needs ${kb(need)} of shared memory per block; ${this.device} allows ${kb(n.limit)}` };
+      }
+    }
     return { ok: true };
   }
 

@@ -66,6 +66,8 @@ export interface NativeContext {
   forward(spec: NativeAttnSpec): Promise<{ splits: number }>;
   backward(spec: NativeAttnSpec): Promise<void>;
   memInfo(): { free: number; total: number };
+  /** Shared memory per block (bytes) the kernels of head dim d need here, and the GPU's limit (0 in a dry run). */
+  smemNeeds(d: number): { fwd: number; bwd: number; bwdDeterministic: number; limit: number };
   synchronize(): Promise<void>;
   dispose(): void;
 }

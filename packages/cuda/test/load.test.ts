@@ -69,6 +69,36 @@ describe.skipIf(!native.ok)('TypeScript wrapper over a dry-run context (no CUDA 
     expect(b.supports(ok)).toEqual({ ok: true });
   });
 
+  it('supports() declines head dims whose kernels need more shared memory than the GPU offers', () => {
+    if (!native.ok) throw new Error('unreachable');
+    const ctx = new native.binding.Context({ dryRun: true });
+    // A dry context runs no kernels (limit 0); its needs are those of the mma.sync kernels (no
+    // sm_90), i.e. what an sm_8x card runs. Hand-computed from the tile traits (fa_common.cuh):
+    // backward BwdCfg<256, BM 64, BN 64>: (2·64·256 + 4·64·256 + 2·64·64)·2 B + 4·64·4 B.
+    expect(ctx.smemNeeds(256)).toEqual({ fwd: (64 * 256 + 4 * 32 * 256) * 2, bwd: (2 * 64 * 256 + 4 * 64 * 256 + 2 * 64 * 64) * 2 + 1024, bwdDeterministic: (2 * 64 * 256 + 4 * 64 * 256 + 2 * 64 * 64) * 2 + 1024, limit: 0 });
+    expect(ctx.smemNeeds(128).bwd).toBe((2 * 128 * 128 + 4 * 64 * 128 + 2 * 128 * 64) * 2 + 1024);
+    expect(() => ctx.smemNeeds(12)).toThrow(/multiple of 8/);
+    const withLimit = (limit: number) =>
+      new CudaBackend(
+        new Proxy(ctx, {
+          get: (t, k) => (k === 'smemNeeds' ? (d: number) => ({ ...t.smemNeeds(d), limit }) : Reflect.get(t, k)),
+        }),
+        { ok: true, driver: 0, runtime: 0, device: 'dry' },
+      );
+    const prob = (d: number, deterministic = false) => {
+      const x = tensor(rand(2 * d), [1, 2, 1, d], 'bf16');
+      return describeProblem(x, x, x, { deterministic });
+    };
+    const sm80 = withLimit(163 * 1024); // A100: 163 KiB opt-in
+    const sm86 = withLimit(99 * 1024); // RTX 30xx / 40xx: 99 KiB
+    expect(sm80.supports(prob(128))).toEqual({ ok: true });
+    expect(sm80.supports(prob(256))).toEqual({ ok: false, reason: 'head dim 256: the backward kernel needs 209.0 KiB of shared memory per block; dry run (no CUDA) allows 163.0 KiB' });
+    expect(sm86.supports(prob(64))).toEqual({ ok: true });
+    expect(sm86.supports(prob(128, true)).ok).toBe(false);
+    expect((sm86.supports(prob(128, true)) as { reason: string }).reason).toMatch(/deterministic backward kernel needs 161\.0 KiB/);
+    expect(withLimit(90 * 1024).supports(prob(256))).toMatchObject({ ok: false, reason: expect.stringMatching(/the forward kernel needs 96\.0 KiB/) });
+  });
+
   it('forward/backward with host and device tensors allocate, validate and free', async () => {
     const b = mk();
     const q = tensor(rand(2 * 5 * 4 * 64), [2, 5, 4, 64], 'bf16');
