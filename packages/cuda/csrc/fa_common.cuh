@@ -249,4 +249,42 @@ __device__ __forceinline__ int64_t lse_index(const FaArgs& a, int b, int h, int 
   return a.varlen ? static_cast<int64_t>(h) * a.total_q + q0 + i : (static_cast<int64_t>(b) * a.H + h) * a.max_tq + i;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The forward epilogue shared by fwd_kernel and fwd_wgmma_kernel: normalises one thread's two
+// rows of the O accumulator and writes O and the LSE (or, split-KV, the float32 partials).
+// Layout (the mma.sync C layout, also wgmma's): o4[4n + 2rr + j] holds row r + 8rr, column
+// 8n + 2(lane % 4) + j; row_max in log2 units, row_sum per thread (summed over the quad here).
+// ---------------------------------------------------------------------------------------------
+template <typename T, int NTD>
+__device__ __forceinline__ void store_forward_rows(const FaArgs& a, const FaTensors& t, const SeqInfo& s, int b, int h, int split, int64_t ldq,
+                                                   int r, int lane, const float* o4, const float* row_max, const float* row_sum) {
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const float l = quad_sum(row_sum[rr]);
+    const float inv = l == 0.f ? 0.f : 1.f / l;  // NaN stays NaN
+    const float m_use = row_max[rr] == -INFINITY ? 0.f : row_max[rr];
+    const float lse = l == 0.f ? -INFINITY : (m_use + log2f(l)) * kLn2;
+    const int i = r + rr * 8;
+    if (i >= s.tq) continue;
+    const int64_t row = s.q0 + i;
+    if (a.num_splits == 1) {
+      T* Og = static_cast<T*>(t.o) + row * ldq + static_cast<int64_t>(h) * a.d;
+#pragma unroll
+      for (int n = 0; n < NTD; ++n) {
+        const int c = n * 8 + 2 * (lane & 3);
+        if (c < a.d) *reinterpret_cast<uint32_t*>(Og + c) = Mma<T>::pack(o4[4 * n + 2 * rr] * inv, o4[4 * n + 2 * rr + 1] * inv);
+      }
+      if ((lane & 3) == 0) t.lse[lse_index(a, b, h, s.q0, i)] = lse;
+    } else {
+      float* Oa = a.oaccum + ((static_cast<int64_t>(split) * a.total_q + row) * a.H + h) * a.d;
+#pragma unroll
+      for (int n = 0; n < NTD; ++n) {
+        const int c = n * 8 + 2 * (lane & 3);
+        if (c < a.d) *reinterpret_cast<float2*>(Oa + c) = make_float2(o4[4 * n + 2 * rr] * inv, o4[4 * n + 2 * rr + 1] * inv);
+      }
+      if ((lane & 3) == 0) a.lseaccum[(static_cast<int64_t>(split) * a.H + h) * a.total_q + row] = lse;
+    }
+  }
+}
+
 }  // namespace fa

@@ -208,33 +208,7 @@ __global__ void __launch_bounds__(Tr::NW * 32, 1) fwd_kernel(FaArgs a, FaTensors
   // ---- epilogue -----------------------------------------------------------------------------
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      const float l = quad_sum(row_sum[mt][rr]);
-      const float inv = l == 0.f ? 0.f : 1.f / l;  // NaN stays NaN
-      const float m_use = row_max[mt][rr] == -INFINITY ? 0.f : row_max[mt][rr];
-      const float lse = l == 0.f ? -INFINITY : (m_use + log2f(l)) * kLn2;
-      const int i = m0 + (mt * NW + warp) * 16 + (lane >> 2) + rr * 8;
-      if (i >= s.tq) continue;
-      const int64_t row = s.q0 + i;
-      if (a.num_splits == 1) {
-        T* Og = static_cast<T*>(t.o) + row * ldq + static_cast<int64_t>(h) * a.d;
-#pragma unroll
-        for (int n = 0; n < NTD; ++n) {
-          const int c = n * 8 + 2 * (lane & 3);
-          if (c < a.d) *reinterpret_cast<uint32_t*>(Og + c) = M::pack(o[mt][n][2 * rr] * inv, o[mt][n][2 * rr + 1] * inv);
-        }
-        if ((lane & 3) == 0) t.lse[lse_index(a, b, h, s.q0, i)] = lse;
-      } else {
-        float* Oa = a.oaccum + ((static_cast<int64_t>(split) * a.total_q + row) * a.H + h) * a.d;
-#pragma unroll
-        for (int n = 0; n < NTD; ++n) {
-          const int c = n * 8 + 2 * (lane & 3);
-          if (c < a.d) *reinterpret_cast<float2*>(Oa + c) = make_float2(o[mt][n][2 * rr] * inv, o[mt][n][2 * rr + 1] * inv);
-        }
-        if ((lane & 3) == 0) a.lseaccum[(static_cast<int64_t>(split) * a.H + h) * a.total_q + row] = lse;
-      }
-    }
+    store_forward_rows<T, NTD>(a, t, s, b, h, split, ldq, m0 + (mt * NW + warp) * 16 + (lane >> 2), lane, &o[mt][0][0], row_max[mt], row_sum[mt]);
 }
 
 // Merges split-KV partial results: one warp per (packed row, head).

@@ -23,6 +23,16 @@ static cudaError_t set_smem(K kernel, size_t bytes) {
 
 static_assert(sizeof(__nv_bfloat16) == 2 && sizeof(__half) == 2, "fa_smem.cuh counts 2-byte elements");
 
+// Split-KV: merges the partial results of the splits through their LSEs.
+template <typename T>
+cudaError_t launch_combine(FaArgs* a, const FaTensors& t, cudaStream_t st) {
+  if (a->num_splits <= 1) return cudaSuccess;
+  const int64_t items = static_cast<int64_t>(a->total_q) * a->H;
+  fwd_combine_kernel<T><<<static_cast<unsigned>((items + 7) / 8), 256, 0, st>>>(*a, t);
+  FA_CHECK_LAUNCH();
+  return cudaSuccess;
+}
+
 template <typename T, typename Tr>
 cudaError_t launch_fwd_cfg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   const size_t smem = fwd_smem_bytes<Tr>();
@@ -31,12 +41,7 @@ cudaError_t launch_fwd_cfg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   dim3 grid((a->max_tq + Tr::BM - 1) / Tr::BM, a->H, a->B * a->num_splits);
   fwd_kernel<T, Tr><<<grid, Tr::NW * 32, smem, st>>>(*a, t);
   FA_CHECK_LAUNCH();
-  if (a->num_splits > 1) {
-    const int64_t items = static_cast<int64_t>(a->total_q) * a->H;
-    fwd_combine_kernel<T><<<static_cast<unsigned>((items + 7) / 8), 256, 0, st>>>(*a, t);
-    FA_CHECK_LAUNCH();
-  }
-  return cudaSuccess;
+  return launch_combine<T>(a, t, st);
 }
 template <typename T, typename Tr>
 cudaError_t launch_fwd_wg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
@@ -46,12 +51,7 @@ cudaError_t launch_fwd_wg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   dim3 grid((a->max_tq + Tr::BM - 1) / Tr::BM, a->H, a->B * a->num_splits);
   fwd_wgmma_kernel<T, Tr><<<grid, Tr::NWG * 128, smem, st>>>(*a, t);
   FA_CHECK_LAUNCH();
-  if (a->num_splits > 1) {
-    const int64_t items = static_cast<int64_t>(a->total_q) * a->H;
-    fwd_combine_kernel<T><<<static_cast<unsigned>((items + 7) / 8), 256, 0, st>>>(*a, t);
-    FA_CHECK_LAUNCH();
-  }
-  return cudaSuccess;
+  return launch_combine<T>(a, t, st);
 }
 template <typename T, int D>
 cudaError_t launch_fwd(FaArgs* a, const FaTensors& t, cudaStream_t st) {
