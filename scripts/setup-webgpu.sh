@@ -8,7 +8,8 @@
 #   - Debian's chromium (/usr/bin/chromium) for the headless-browser test.
 # Idempotent: a second run does nothing but print where things are. Writes
 # $FA_VULKAN_DIR/env.sh, which exports VK_ICD_FILENAMES (source it before running tests);
-# packages/webgpu's vitest config also finds $FA_VULKAN_DIR by itself.
+# the vitest configs of packages/webgpu and packages/autograd also find it by themselves
+# (scripts/vulkan-driver.mjs).
 #
 # Debian 12's own Mesa 22 lavapipe does NOT work with Dawn, so it is never installed.
 set -euo pipefail

@@ -6,8 +6,9 @@
  * row and head, and the lse phase 2 recomputes P with (float64). By default for f32: O is the
  * given `out` and lse the given one. For f16/bf16 (engine option exactRowStats): O is the
  * float64 output recomputed from P = e^(S − lse) and V, renormalised, and lse is corrected for
- * its float32 rounding — an `out` rounded to 8 or 11 bits, or a P that sums to 1 + |lse|·2⁻²⁴,
- * would leave dP − Dvec with noise exactly where P is nearly one-hot (KERNEL_NOTES.md).
+ * its float32 rounding (forward.ts's forwardRows, with the row max pinned at the saved lse) —
+ * an `out` rounded to 8 or 11 bits, or a P that sums to 1 + |lse|·2⁻²⁴, would leave dP − Dvec
+ * with noise exactly where P is nearly one-hot (KERNEL_NOTES.md).
  *
  * Phase 2: one unit is one (batch, kv head) and a contiguous range of its key tiles:
  *
@@ -31,9 +32,10 @@
  * (batch, kv head)) or into its own private one, which the engine sums in a fixed order
  * afterwards — the result does not depend on which thread ran what, or when.
  */
-import { keyRange, queryRange, slopeOf, tileKeyRange } from '../mask.js';
-import { finalizeTile, probabilitiesFromLseTile } from '../online-softmax.js';
+import { keyRange, queryRange, slopeOf } from '../mask.js';
+import { probabilitiesFromLseTile } from '../online-softmax.js';
 import { lseIndex, segment, type AttentionProblem } from '../problem.js';
+import { forwardRows, queryTile } from './forward.js';
 import { BWD_UNIT, FWD_UNIT, type BackwardJob, type DvecJob, type Workspace } from './job.js';
 import { gemmAB, gemmABtPacked, gemmAtB, maskedAB, maskedAtB, packPanels } from './kernels.js';
 import { scoreTile } from './scores.js';
@@ -160,72 +162,28 @@ export function runBackward(job: BackwardJob, ws: Workspace): void {
 
 /**
  * Phase 1 for one (batch, kv head, query tile): Dvec of its rows, for each query head of the
- * group, into job.dvec (lse layout).
+ * group, into job.dvec (lse layout), and the lse phase 2 uses into job.lse64.
  */
 export function dvecUnit(job: DvecJob, ws: Workspace, b: number, kvh: number, qt: number): void {
+  const t = queryTile(job, ws, b, qt);
+  if (!t) return;
   const p = job.p;
-  const { br, bc } = job;
   const d = p.d;
-  ws.ensure(br, bc, d);
-  const d4 = ws.d4;
-  const bc4 = ws.bc4;
-  const seg = segment(p, b);
-  const i0 = qt * br;
-  const nr = Math.min(br, seg.tq - i0);
-  if (nr <= 0) return;
-  const nr4 = (nr + 3) & ~3;
   const g = p.h / p.hkv;
   const qStride = p.h * d;
-  const kStride = p.hkv * d;
   const dtype = p.dtype;
-  const { qRow, qP, oRow, kRow, kP, vRow, s, acc, m, l, lse } = ws;
-  let kt0 = 0;
-  let kt1 = -1;
-  if (job.exact) {
-    ws.ranges(nr);
-    for (let r = 0; r < nr; r++) {
-      const [lo, hi] = keyRange(p, i0 + r, seg.tq, seg.tk);
-      ws.rowLo[r] = lo;
-      ws.rowHi[r] = hi;
-    }
-    const [tlo, thi] = tileKeyRange(p, i0, i0 + nr, seg.tq, seg.tk);
-    if (tlo <= thi) {
-      kt0 = Math.floor(tlo / bc);
-      kt1 = Math.floor(thi / bc);
-    }
-  }
+  const { seg, i0, nr, nr4 } = t;
+  const { d4, oRow, acc, lse } = ws;
   for (let hh = 0; hh < g; hh++) {
     const h = kvh * g + hh;
-    loadRows(job.dOut, dtype, seg.q0 + i0, nr, qStride, h * d, d, d4, nr4, oRow);
-    if (!job.exact) {
+    if (job.exact) {
+      // O (float64) and the corrected lse: the forward's rows with the max pinned at the saved lse
+      forwardRows(job, ws, t, b, kvh, h, job.lse);
+    } else {
       loadRows(job.out, dtype, seg.q0 + i0, nr, qStride, h * d, d, d4, nr4, acc);
       for (let r = 0; r < nr; r++) lse[r] = job.lse[lseIndex(p, b, h, i0 + r)];
-    } else {
-      // The row state with its max pinned at the saved lse: m = lse, l = Σ P, acc = Σ P·V,
-      // P = e^(S − lse); finalizeTile then gives O (float64) and the corrected lse.
-      const slope = slopeOf(p, b, h);
-      loadRows(job.q, dtype, seg.q0 + i0, nr, qStride, h * d, d, d4, nr4, qRow);
-      packPanels(qRow, nr4, d4, qP);
-      for (let r = 0; r < nr; r++) {
-        m[r] = job.lse[lseIndex(p, b, h, i0 + r)];
-        l[r] = 0;
-      }
-      acc.fill(0, 0, nr4 * d4);
-      for (let kt = kt0; kt <= kt1; kt++) {
-        const j0 = kt * bc;
-        const nc = Math.min(bc, seg.tk - j0);
-        const nc4 = (nc + 3) & ~3;
-        loadRows(job.k, dtype, seg.k0 + j0, nc, kStride, kvh * d, d, d4, nc4, kRow);
-        packPanels(kRow, nc4, d4, kP);
-        const vFinite = loadRows(job.v, dtype, seg.k0 + j0, nc, kStride, kvh * d, d, d4, nc4, vRow);
-        gemmABtPacked(qP, kP, s, nr4, nc4, d4, bc4);
-        const full = scoreTile(p, s, bc4, nr, nc, i0, j0, seg.tq, seg.tk, slope, ws.rowLo, ws.rowHi, 0, undefined);
-        probabilitiesFromLseTile(s, bc4, nr, nc, m, l);
-        if (full || vFinite) gemmAB(s, bc4, nr4, vRow, nc, d4, acc);
-        else maskedAB(s, bc4, nr, vRow, nc, d4, acc, ws.rowLo, ws.rowHi, 0, j0);
-      }
-      finalizeTile(m, l, acc, nr, d4, lse);
     }
+    loadRows(job.dOut, dtype, seg.q0 + i0, nr, qStride, h * d, d, d4, nr4, oRow);
     for (let r = 0; r < nr; r++) {
       let sum = 0;
       const o = r * d4;

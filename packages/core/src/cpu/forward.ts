@@ -3,77 +3,128 @@
  * tile's rows for every query head that reads this kv head, visiting only the key tiles the
  * mask leaves visible, with the online softmax of online-softmax.ts.
  *
+ *   queryTile: each row's visible keys (mask.ts), the key tiles to visit (tileKeyRange)
  *   for each query head h of the group:
- *     load Q tile (decoded to float64, packed for the micro-kernel)
- *     state ← empty (m = −∞, l = 0, acc = 0)
- *     for each key tile in tileKeyRange:            (causal / window tiles outside are skipped)
- *       S   = Q·Kᵀ                                  gemmABtPacked
- *       S   = logit(S), −∞ where masked             scoreTile (mask.ts)
- *       S   = e^(S − m'), rescale l and acc         softmaxTileUpdate (online-softmax.ts)
- *       acc += S·V                                  gemmAB (maskedAB: see kernels.ts)
- *     out = acc / l, lse = m + log l                finalizeTile (online-softmax.ts)
+ *     forwardRows:
+ *       load Q tile (decoded to float64, packed for the micro-kernel)
+ *       state ← empty (m = −∞, l = 0, acc = 0)
+ *       for each visible key tile:                  (causal / window tiles outside are skipped)
+ *         S   = Q·Kᵀ                                gemmABtPacked
+ *         S   = logit(S), −∞ where masked           scoreTile (mask.ts)
+ *         S   = e^(S − m'), rescale l and acc       softmaxTileUpdate (online-softmax.ts)
+ *         acc += S·V                                gemmAB (maskedAB: see kernels.ts)
+ *       out = acc / l, lse = m + log l              finalizeTile (online-softmax.ts)
+ *     store out, lse
+ *
+ * The backward's exact-Dvec pre-pass (backward.ts) runs the same rows with the max pinned at
+ * the saved lse, through the same two functions (queryTile, forwardRows).
  */
 import { keyRange, slopeOf, tileKeyRange } from '../mask.js';
-import { finalizeTile, resetTileState, softmaxTileUpdate } from '../online-softmax.js';
-import { lseIndex, segment, type AttentionProblem } from '../problem.js';
+import { finalizeTile, probabilitiesFromLseTile, resetTileState, softmaxTileUpdate } from '../online-softmax.js';
+import { lseIndex, segment, type AttentionProblem, type Segment } from '../problem.js';
 import { FWD_UNIT, type ForwardJob, type Workspace } from './job.js';
 import { gemmAB, gemmABtPacked, maskedAB, packPanels } from './kernels.js';
 import { scoreTile } from './scores.js';
 import { loadRows, storeRows } from './tileio.js';
 
-export function forwardUnit(job: ForwardJob, ws: Workspace, b: number, kvh: number, qt: number): void {
-  const p = job.p;
-  const { br, bc } = job;
-  const d = p.d;
-  ws.ensure(br, bc, d);
-  const d4 = ws.d4;
-  const bc4 = ws.bc4;
+/** What queryTile and forwardRows read from a job: a ForwardJob or the backward's DvecJob. */
+export type ForwardInputs = Pick<ForwardJob, 'p' | 'br' | 'bc' | 'q' | 'k' | 'v'>;
+
+/**
+ * Rows [i0, i0 + nr) of sequence `seg` (nr4: nr padded to a multiple of 4), and the key tiles
+ * kt0..kt1 that hold a key some row sees (none when kt1 < kt0).
+ */
+export interface QueryTile {
+  readonly seg: Segment;
+  readonly i0: number;
+  readonly nr: number;
+  readonly nr4: number;
+  readonly kt0: number;
+  readonly kt1: number;
+}
+
+/**
+ * Query tile qt of sequence b, once per unit: sizes the workspace and writes each row's visible
+ * keys (mask.ts) to ws.rowLo/rowHi[row − i0]. Undefined when the tile starts past the sequence.
+ */
+export function queryTile(job: ForwardInputs, ws: Workspace, b: number, qt: number): QueryTile | undefined {
+  const { p, br, bc } = job;
+  ws.ensure(br, bc, p.d);
   const seg = segment(p, b);
   const i0 = qt * br;
   const nr = Math.min(br, seg.tq - i0);
-  if (nr <= 0) return;
-  const nr4 = (nr + 3) & ~3;
-  const g = p.h / p.hkv;
-  const qStride = p.h * d;
-  const kStride = p.hkv * d;
-  const dtype = p.dtype;
-
-  // The keys each row sees (mask.ts), once per unit.
+  if (nr <= 0) return undefined;
   ws.ranges(nr);
-  const rowLo = ws.rowLo;
-  const rowHi = ws.rowHi;
   for (let r = 0; r < nr; r++) {
     const [lo, hi] = keyRange(p, i0 + r, seg.tq, seg.tk);
-    rowLo[r] = lo;
-    rowHi[r] = hi;
+    ws.rowLo[r] = lo;
+    ws.rowHi[r] = hi;
   }
   const [tlo, thi] = tileKeyRange(p, i0, i0 + nr, seg.tq, seg.tk);
-  const kt0 = Math.floor(tlo / bc);
-  const kt1 = tlo <= thi ? Math.floor(thi / bc) : kt0 - 1;
+  const none = tlo > thi;
+  return { seg, i0, nr, nr4: (nr + 3) & ~3, kt0: none ? 0 : Math.floor(tlo / bc), kt1: none ? -1 : Math.floor(thi / bc) };
+}
 
-  const { qRow, qP, kRow, kP, vRow, s, m, l, acc, lse } = ws;
+/**
+ * The float64 forward of tile t's rows for query head h (of kv head kvh): leaves O in ws.acc
+ * (rows of d4) and each row's lse in ws.lse.
+ *
+ * Without `pinnedLse`: the online softmax (m starts at −∞ and rises tile by tile).
+ * With it (the forward's saved float32 lse, lse layout): the row max is pinned there, each tile
+ * adds P = e^(S − lse), the very P the backward recomputes, to l and P·V to acc, so
+ * finalizeTile gives O renormalised by l = ΣP and the lse corrected by log l
+ * (probabilitiesFromLseTile says why the backward needs that for f16/bf16).
+ * The choice costs one branch per key tile, nothing inside the tile loops.
+ */
+export function forwardRows(job: ForwardInputs, ws: Workspace, t: QueryTile, b: number, kvh: number, h: number, pinnedLse?: Float32Array): void {
+  const { p, bc } = job;
+  const d = p.d;
+  const dtype = p.dtype;
+  const qStride = p.h * d;
+  const kStride = p.hkv * d;
+  const { seg, i0, nr, nr4 } = t;
+  const { d4, bc4, qRow, qP, kRow, kP, vRow, s, m, l, acc, lse, rowLo, rowHi } = ws;
+  const slope = slopeOf(p, b, h);
+  loadRows(job.q, dtype, seg.q0 + i0, nr, qStride, h * d, d, d4, nr4, qRow);
+  packPanels(qRow, nr4, d4, qP);
+  if (pinnedLse) {
+    for (let r = 0; r < nr; r++) {
+      m[r] = pinnedLse[lseIndex(p, b, h, i0 + r)];
+      l[r] = 0;
+    }
+    acc.fill(0, 0, nr4 * d4);
+  } else {
+    resetTileState(m, l, acc, nr4, d4);
+  }
+  for (let kt = t.kt0; kt <= t.kt1; kt++) {
+    const j0 = kt * bc;
+    const nc = Math.min(bc, seg.tk - j0);
+    const nc4 = (nc + 3) & ~3;
+    loadRows(job.k, dtype, seg.k0 + j0, nc, kStride, kvh * d, d, d4, nc4, kRow);
+    packPanels(kRow, nc4, d4, kP);
+    const vFinite = loadRows(job.v, dtype, seg.k0 + j0, nc, kStride, kvh * d, d, d4, nc4, vRow);
+    gemmABtPacked(qP, kP, s, nr4, nc4, d4, bc4);
+    const full = scoreTile(p, s, bc4, nr, nc, i0, j0, seg.tq, seg.tk, slope, rowLo, rowHi, 0, undefined);
+    if (pinnedLse) probabilitiesFromLseTile(s, bc4, nr, nc, m, l);
+    else softmaxTileUpdate(s, bc4, nr, nc, m, l, acc, d4);
+    if (full || vFinite) gemmAB(s, bc4, nr4, vRow, nc, d4, acc);
+    else maskedAB(s, bc4, nr, vRow, nc, d4, acc, rowLo, rowHi, 0, j0);
+  }
+  finalizeTile(m, l, acc, nr, d4, lse);
+}
+
+export function forwardUnit(job: ForwardJob, ws: Workspace, b: number, kvh: number, qt: number): void {
+  const t = queryTile(job, ws, b, qt);
+  if (!t) return;
+  const p = job.p;
+  const d = p.d;
+  const g = p.h / p.hkv;
+  const qStride = p.h * d;
   for (let hh = 0; hh < g; hh++) {
     const h = kvh * g + hh;
-    const slope = slopeOf(p, b, h);
-    loadRows(job.q, dtype, seg.q0 + i0, nr, qStride, h * d, d, d4, nr4, qRow);
-    packPanels(qRow, nr4, d4, qP);
-    resetTileState(m, l, acc, nr4, d4);
-    for (let kt = kt0; kt <= kt1; kt++) {
-      const j0 = kt * bc;
-      const nc = Math.min(bc, seg.tk - j0);
-      const nc4 = (nc + 3) & ~3;
-      loadRows(job.k, dtype, seg.k0 + j0, nc, kStride, kvh * d, d, d4, nc4, kRow);
-      packPanels(kRow, nc4, d4, kP);
-      const vFinite = loadRows(job.v, dtype, seg.k0 + j0, nc, kStride, kvh * d, d, d4, nc4, vRow);
-      gemmABtPacked(qP, kP, s, nr4, nc4, d4, bc4);
-      const full = scoreTile(p, s, bc4, nr, nc, i0, j0, seg.tq, seg.tk, slope, rowLo, rowHi, 0, undefined);
-      softmaxTileUpdate(s, bc4, nr, nc, m, l, acc, d4);
-      if (full || vFinite) gemmAB(s, bc4, nr4, vRow, nc, d4, acc);
-      else maskedAB(s, bc4, nr, vRow, nc, d4, acc, rowLo, rowHi, 0, j0);
-    }
-    finalizeTile(m, l, acc, nr, d4, lse);
-    storeRows(job.out, dtype, seg.q0 + i0, nr, qStride, h * d, d, d4, acc);
-    for (let r = 0; r < nr; r++) job.lse[lseIndex(p, b, h, i0 + r)] = lse[r];
+    forwardRows(job, ws, t, b, kvh, h);
+    storeRows(job.out, p.dtype, t.seg.q0 + t.i0, t.nr, qStride, h * d, d, ws.d4, ws.acc);
+    for (let r = 0; r < t.nr; r++) job.lse[lseIndex(p, b, h, t.i0 + r)] = ws.lse[r];
   }
 }
 

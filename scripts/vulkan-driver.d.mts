@@ -1,0 +1,3 @@
+// Types of vulkan-driver.mjs (which says what each function is for).
+export function softwareIcdCandidates(env?: NodeJS.ProcessEnv): string[];
+export function prepareDawnForTests(env?: NodeJS.ProcessEnv): void;
