@@ -238,22 +238,7 @@ __global__ void __launch_bounds__(Tr::NW * 32, 1) bwd_kernel(FaArgs a, FaTensors
   cp_async_wait<0>();
 
   // ---- epilogue: dK = scale * sum dS^T Q, dV ------------------------------------------------
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const int j = n0 + kg * 16 + (lane >> 2) + rr * 8;
-    if (j >= s.tk) continue;
-    const int64_t off = (s.k0 + j) * ldk + static_cast<int64_t>(hk) * a.d;
-    T* dK = static_cast<T*>(t.dk) + off;
-    T* dV = static_cast<T*>(t.dv) + off;
-#pragma unroll
-    for (int n = 0; n < NTDW; ++n) {
-      const int c = xg * DW + n * 8 + 2 * (lane & 3);
-      if (c < a.d) {
-        *reinterpret_cast<uint32_t*>(dK + c) = M::pack(dk[n][2 * rr] * a.scale, dk[n][2 * rr + 1] * a.scale);
-        *reinterpret_cast<uint32_t*>(dV + c) = M::pack(dv[n][2 * rr], dv[n][2 * rr + 1]);
-      }
-    }
-  }
+  store_dkdv_rows<T, NTDW>(a, t, s, hk, ldk, n0 + kg * 16 + (lane >> 2), xg * DW, lane, &dk[0][0], &dv[0][0]);
 }
 
 // Deterministic dQ: per query tile, walk the key tiles; dS never leaves registers.

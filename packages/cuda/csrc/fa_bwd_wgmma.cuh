@@ -192,22 +192,7 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) bwd_wgmma_kernel(FaArgs a, F
   cp_async_wait<0>();
 
   // ---- epilogue -----------------------------------------------------------------------------------
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const int j = n0 + kr + rr * 8;
-    if (j >= s.tk) continue;
-    const int64_t off = (s.k0 + j) * ldk + static_cast<int64_t>(hk) * a.d;
-    T* dK = static_cast<T*>(t.dk) + off;
-    T* dV = static_cast<T*>(t.dv) + off;
-#pragma unroll
-    for (int n = 0; n < NG / 4; ++n) {
-      const int c = n * 8 + 2 * (lane & 3);
-      if (c < a.d) {
-        *reinterpret_cast<uint32_t*>(dK + c) = M::pack(dk[4 * n + 2 * rr] * a.scale, dk[4 * n + 2 * rr + 1] * a.scale);
-        *reinterpret_cast<uint32_t*>(dV + c) = M::pack(dv[4 * n + 2 * rr], dv[4 * n + 2 * rr + 1]);
-      }
-    }
-  }
+  store_dkdv_rows<T, NG / 4>(a, t, s, hk, ldk, n0 + kr, 0, lane, dk, dv);
 #else
   __trap();
 #endif

@@ -287,4 +287,28 @@ __device__ __forceinline__ void store_forward_rows(const FaArgs& a, const FaTens
   }
 }
 
+// The backward epilogue shared by bwd_kernel and bwd_wgmma_kernel: writes one thread's two key
+// rows of dK (times the softmax scale) and dV. Same accumulator layout as store_forward_rows:
+// dk4[4n + 2rr + j] holds key row r + 8rr, column c0 + 8n + 2(lane % 4) + j.
+template <typename T, int NTD>
+__device__ __forceinline__ void store_dkdv_rows(const FaArgs& a, const FaTensors& t, const SeqInfo& s, int hk, int64_t ldk, int r, int c0, int lane,
+                                                const float* dk4, const float* dv4) {
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int j = r + rr * 8;
+    if (j >= s.tk) continue;
+    const int64_t off = (s.k0 + j) * ldk + static_cast<int64_t>(hk) * a.d;
+    T* dK = static_cast<T*>(t.dk) + off;
+    T* dV = static_cast<T*>(t.dv) + off;
+#pragma unroll
+    for (int n = 0; n < NTD; ++n) {
+      const int c = c0 + n * 8 + 2 * (lane & 3);
+      if (c < a.d) {
+        *reinterpret_cast<uint32_t*>(dK + c) = Mma<T>::pack(dk4[4 * n + 2 * rr] * a.scale, dk4[4 * n + 2 * rr + 1] * a.scale);
+        *reinterpret_cast<uint32_t*>(dV + c) = Mma<T>::pack(dv4[4 * n + 2 * rr], dv4[4 * n + 2 * rr + 1]);
+      }
+    }
+  }
+}
+
 }  // namespace fa
