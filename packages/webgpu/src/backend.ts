@@ -27,7 +27,7 @@ import {
 } from '@fa/core';
 import { type AcquireOptions, type Acquired, BufferUsage, MapModeRead, acquire } from './gpu.js';
 import { type Caps, type Choice, type KernelKind, chooseSpec } from './tiles.js';
-import { type KernelSpec, type Tile, PARAMS_BYTES, packParams, specKey } from './wgsl/common.js';
+import { type KernelSpec, type Tile, PARAMS_BYTES, encoding, packParams, specKey } from './wgsl/common.js';
 import { forwardWGSL } from './wgsl/forward.js';
 import { BWD, DELTA, deltaWGSL, dkdvWGSL, dqWGSL, packWGSL } from './wgsl/backward.js';
 
@@ -37,11 +37,23 @@ export interface WebGPUBackendOptions extends AcquireOptions {
   /** Per-kernel tile overrides (benchmark tuning); win over `tile`. */
   readonly tiles?: Partial<Record<KernelKind, Partial<Tile>>>;
   /**
+   * Per-kernel candidates tried first, in place of the built-in preferred tiles; unlike `tiles`,
+   * a problem they do not fit (e.g. D = 256 in 48 KiB) falls back to the built-in list — exactly
+   * how a default behaves, so benchmarks and the kit can try a would-be default.
+   */
+  readonly preferredTiles?: Partial<Record<KernelKind, readonly Tile[]>>;
+  /**
    * 'specialised': one pipeline per (dtype, D, softcap, ALiBi) — fastest kernels.
    * 'generic': those read at run time — few pipelines, for CPU adapters whose compiler is slow.
    * 'auto' (default): generic on CPU adapters (llvmpipe, SwiftShader), specialised elsewhere.
    */
   readonly codegen?: 'auto' | 'specialised' | 'generic';
+  /**
+   * f16 tensors on an adapter with `shader-f16`: true (default) reads and writes them as WGSL
+   * f16 (`enable f16;`, f16 staging in workgroup memory); false keeps the packed path (two per
+   * u32, `unpack2x16float`) that adapters without `shader-f16` use. Arithmetic is f32 either way.
+   */
+  readonly nativeF16?: boolean;
 }
 
 /** What a webgpu DeviceTensor's handle holds. */
@@ -63,6 +75,11 @@ class WGTensor implements DeviceTensor {
 }
 
 const align4 = (n: number) => Math.max(4, Math.ceil(n / 4) * 4);
+/**
+ * Smallest buffer: the swizzled kernels bind their inputs as arrays of vec4 (16 bytes), and a
+ * binding must hold one element even when the tensor is empty (a varlen batch with no keys).
+ */
+const MIN_BUFFER_BYTES = 16;
 
 /** Bytes of GPU memory the backend holds now, and the most it held since the last reset. */
 export interface MemoryStats {
@@ -200,6 +217,16 @@ export class WebGPUBackend implements AttentionBackend {
     };
   }
 
+  /** Whether f16 tensors use native f16 kernels (the option allows it and the device has `shader-f16`). */
+  get nativeF16(): boolean {
+    return this.opts.nativeF16 !== false && this.acq.features.has('shader-f16');
+  }
+
+  /** Whether the kernels write outputs as f32 and a pass packs them (packed dtypes with odd D). */
+  private outF32(p: AttentionProblem): boolean {
+    return p.dtype !== 'f32' && !(p.dtype === 'f16' && this.nativeF16) && p.d % 2 === 1;
+  }
+
   /** Whether this backend compiles the generic kernels. */
   get generic(): boolean {
     const c = this.opts.codegen ?? 'auto';
@@ -207,13 +234,14 @@ export class WebGPUBackend implements AttentionBackend {
   }
 
   private specFor(kind: KernelKind, p: AttentionProblem): Choice | { reason: string } {
-    const packed = p.dtype !== 'f32';
+    const f16 = p.dtype === 'f16' && this.nativeF16;
     return chooseSpec(
       kind,
-      { storage: p.dtype, d: p.d, softcap: p.softcap > 0, alibi: p.alibi !== undefined, outF32: packed && p.d % 2 === 1, dynamic: this.generic },
+      { storage: p.dtype, d: p.d, softcap: p.softcap > 0, alibi: p.alibi !== undefined, outF32: this.outF32(p), dynamic: this.generic, ...(f16 ? { f16 } : {}) },
       this.caps(),
       this.opts.tiles?.[kind] ?? this.opts.tile,
       this.opts.subgroups !== false,
+      this.opts.preferredTiles?.[kind],
     );
   }
 
@@ -229,7 +257,7 @@ export class WebGPUBackend implements AttentionBackend {
       ['k', p.totalK * p.hkv * p.d * bpe],
       ['lse and delta', 8 * p.totalQ * p.h],
     ];
-    if (p.dtype !== 'f32' && p.d % 2 === 1) checks.push(['the f32 staging of out', p.totalQ * p.h * p.d * 4]);
+    if (this.outF32(p)) checks.push(['the f32 staging of out', p.totalQ * p.h * p.d * 4]);
     for (const [what, bytes] of checks) {
       if (bytes > l.maxStorageBufferBindingSize) {
         return { ok: false, reason: `${what} needs ${bytes} bytes in one storage binding; this adapter's maxStorageBufferBindingSize is ${l.maxStorageBufferBindingSize}` };
@@ -258,7 +286,7 @@ export class WebGPUBackend implements AttentionBackend {
 
   private createBuffer(scope: Scope, bytes: number, usage: number, label: string): GPUBuffer {
     const dev = this.acq.device;
-    const size = align4(bytes);
+    const size = Math.max(MIN_BUFFER_BYTES, align4(bytes));
     const l = dev.limits;
     if (size > l.maxBufferSize) throw new FAError('E_TOO_LARGE', `${label} needs a ${size}-byte buffer; this adapter's maxBufferSize is ${l.maxBufferSize}`);
     let b: GPUBuffer;
@@ -466,7 +494,7 @@ export class WebGPUBackend implements AttentionBackend {
     const data = packParams({
       h: p.h, hkv: p.hkv, batch: p.batch, totalQ: p.totalQ, totalK: p.totalK, ...lse,
       scale: p.scale, softcap: p.softcap, wl: p.windowLeft, wr: p.windowRight, diOff,
-      d: p.d, dtype: p.dtype, outF32: p.dtype !== 'f32' && p.d % 2 === 1, alibi: p.alibi !== undefined,
+      d: p.d, dtype: p.dtype, outF32: this.outF32(p), alibi: p.alibi !== undefined,
       dp1: Math.ceil(p.d / tile.dk) * tile.dk, dp2: Math.ceil(p.d / (2 * tile.tc)) * 2 * tile.tc,
     });
     const b = this.createBuffer(scope, PARAMS_BYTES, BufferUsage.UNIFORM | BufferUsage.COPY_DST, 'params');
@@ -517,7 +545,7 @@ export class WebGPUBackend implements AttentionBackend {
         const bpe = bytesPerElement(p.dtype);
         outBuf = this.createBuffer(scope, nOut * bpe, BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST, 'out');
         lseBuf = this.createBuffer(scope, p.totalQ * p.h * 4, BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST, 'lse');
-        const outF32 = p.dtype !== 'f32' && p.d % 2 === 1;
+        const outF32 = this.outF32(p);
         const o32 = outF32 ? this.createBuffer(scope, nOut * 4, BufferUsage.STORAGE, 'out f32') : outBuf;
         const params = this.paramsBuffer(scope, p, spec.tile);
         const meta = this.metaBuffer(scope, p);
@@ -554,8 +582,9 @@ export class WebGPUBackend implements AttentionBackend {
         const sKV = (this.specFor('dkdv', p) as Choice).spec;
         const sQ = (this.specFor('dq', p) as Choice).spec;
         this.lastSpecs = [sKV, sQ];
+        const io = encoding(sKV);
         const [pDelta, pKV, pQ] = await Promise.all([
-          this.generic ? this.pipeline('delta:dyn', () => deltaWGSL('f32', 0, true)) : this.pipeline(`delta:${p.dtype}:${p.d}`, () => deltaWGSL(p.dtype, p.d)),
+          this.generic ? this.pipeline(`delta:dyn:${io}`, () => deltaWGSL(io, 0, true)) : this.pipeline(`delta:${io}:${p.d}`, () => deltaWGSL(io, p.d)),
           this.pipeline(specKey('dkdv', sKV), () => dkdvWGSL(sKV)),
           this.pipeline(specKey('dq', sQ), () => dqWGSL(sQ)),
         ]);
@@ -582,7 +611,7 @@ export class WebGPUBackend implements AttentionBackend {
         const dk = this.createBuffer(scope, nK * bpe, usage, 'dk');
         const dv = this.createBuffer(scope, nK * bpe, usage, 'dv');
         outs.push(dq, dk, dv);
-        const f32 = p.dtype !== 'f32' && p.d % 2 === 1;
+        const f32 = this.outF32(p);
         const dq32 = f32 ? this.createBuffer(scope, nQ * 4, BufferUsage.STORAGE, 'dq f32') : dq;
         const dk32 = f32 ? this.createBuffer(scope, nK * 4, BufferUsage.STORAGE, 'dk f32') : dk;
         const dv32 = f32 ? this.createBuffer(scope, nK * 4, BufferUsage.STORAGE, 'dv f32') : dv;

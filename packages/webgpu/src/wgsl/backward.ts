@@ -10,7 +10,8 @@
  *
  * With softcap, S = c·tanh(S₀/c) and dS₀ = dS·(1 − tanh²); the scale is applied on store.
  */
-import { type KernelSpec, Src, acc, scoreCol, shw, declAcc, declOut, scaleOut, dims, dynLoader, dynLoaders, header, ld2, ld1, pmul, rowdot, slopeLine, storeRows, storageFns, tensorDecl, zeroAcc, PARAMS_WGSL } from './common.js';
+import { type Encoding, type KernelSpec, Src, acc, scoreCol, declAcc, declOut, dims, dynLoader, dynLoaders, encoding, header, isSw, ld2, ld1, slopeLine, storeRows, storageFns, tensorDecl, zeroAcc, PARAMS_WGSL } from './common.js';
+import { pmul, productVars, rowdot, spStore } from './products.js';
 
 // Roles (bindings) of the backward kernels.
 // `ld` holds the forward's LSE (copied in) followed by Di, so a kernel needs 8 storage bindings.
@@ -21,20 +22,22 @@ export const DELTA = { params: 0, out: 1, dout: 2, ld: 3 } as const;
  * Di = rowsum(dO ∘ O) in f32, laid out [H, totalQ] after the LSE in `ld`. 64 threads per
  * workgroup, 2-D grid. `dynamic`: dtype and D from Params (the generic kernels' companion).
  */
-export function deltaWGSL(storage: KernelSpec['storage'], d: number, dynamic = false): string {
+export function deltaWGSL(enc: Encoding, d: number, dynamic = false): string {
   const pairs = !dynamic && d % 2 === 0;
   const D = dynamic ? 'P.d' : `${d}u`;
+  const native = enc === 'f16-native';
   const body = pairs
-    ? `for (var x = 0u; x < ${D}; x = x + 2u) { acc = acc + dot(${ld2('o', storage, 'base + x')}, ${ld2('dout', storage, 'base + x')}); }`
-    : `for (var x = 0u; x < ${D}; x = x + 1u) { acc = acc + ${ld1('o', storage, 'base + x', dynamic)} * ${ld1('dout', storage, 'base + x', dynamic)}; }`;
+    ? `for (var x = 0u; x < ${D}; x = x + 2u) { acc = acc + dot(${ld2('o', enc, 'base + x')}, ${ld2('dout', enc, 'base + x')}); }`
+    : `for (var x = 0u; x < ${D}; x = x + 1u) { acc = acc + ${ld1('o', enc, 'base + x', dynamic)} * ${ld1('dout', enc, 'base + x', dynamic)}; }`;
   return [
+    native ? 'enable f16;' : '',
     PARAMS_WGSL,
     '@group(0) @binding(0) var<uniform> P: Params;',
-    tensorDecl(DELTA.out, 'o', storage, 'read', false, dynamic),
-    tensorDecl(DELTA.dout, 'dout', storage, 'read', false, dynamic),
+    tensorDecl(DELTA.out, 'o', enc, 'read', false, dynamic),
+    tensorDecl(DELTA.dout, 'dout', enc, 'read', false, dynamic),
     `@group(0) @binding(${DELTA.ld}) var<storage, read_write> ld: array<f32>;`,
-    storageFns(storage, dynamic),
-    dynamic ? dynLoader('o') + '\n' + dynLoader('dout') : '',
+    storageFns(enc, dynamic),
+    dynamic ? dynLoader('o', native) + '\n' + dynLoader('dout', native) : '',
     `@compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let idx = (wid.y * nw.x + wid.x) * 64u + lid; // = row * H + h
@@ -49,18 +52,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
 }
 
 function bwdDecls(s: KernelSpec, kind: 'dkdv' | 'dq'): string {
+  const enc = encoding(s);
   const lines = [
-    tensorDecl(BWD.q, 'q', s.storage, 'read', false, s.dynamic),
-    tensorDecl(BWD.k, 'k', s.storage, 'read', false, s.dynamic),
-    tensorDecl(BWD.v, 'v', s.storage, 'read', false, s.dynamic),
-    tensorDecl(BWD.dout, 'dout', s.storage, 'read', false, s.dynamic),
+    tensorDecl(BWD.q, 'q', enc, 'read', false, s.dynamic, isSw(s)),
+    tensorDecl(BWD.k, 'k', enc, 'read', false, s.dynamic, isSw(s)),
+    tensorDecl(BWD.v, 'v', enc, 'read', false, s.dynamic, isSw(s)),
+    tensorDecl(BWD.dout, 'dout', enc, 'read', false, s.dynamic, isSw(s)),
     `@group(0) @binding(${BWD.ld}) var<storage, read> ld: array<f32>;`,
   ];
   if (kind === 'dkdv') {
-    lines.push(tensorDecl(BWD.dk, 'dk', s.storage, 'read_write', s.outF32, s.dynamic));
-    lines.push(tensorDecl(BWD.dv, 'dv', s.storage, 'read_write', s.outF32, s.dynamic));
+    lines.push(tensorDecl(BWD.dk, 'dk', enc, 'read_write', s.outF32, s.dynamic));
+    lines.push(tensorDecl(BWD.dv, 'dv', enc, 'read_write', s.outF32, s.dynamic));
   } else {
-    lines.push(tensorDecl(BWD.dq, 'dq', s.storage, 'read_write', s.outF32, s.dynamic));
+    lines.push(tensorDecl(BWD.dq, 'dq', enc, 'read_write', s.outF32, s.dynamic));
   }
   lines.push(dynLoaders(s, ['q', 'k', 'v', 'dout']));
   return lines.join('\n');
@@ -88,6 +92,7 @@ export function dkdvWGSL(s: KernelSpec): string {
   src.line(`let group = P.h / P.hkv;`);
   src.line(`let off = i32(tk) - i32(tq);`);
   src.line(`let tr = lid / ${TC}u; let tc = lid % ${TC}u;`);
+  src.line(productVars(s));
   src.line('// Queries that see any key of this tile (mask.ts queryRange, monotone in the key).');
   src.line(`var lo = 0; var hi = i32(tq) - 1;`);
   src.line(`if (P.wr >= 0) { lo = max(0, i32(j0) - off - P.wr); }`);
@@ -117,7 +122,7 @@ export function dkdvWGSL(s: KernelSpec): string {
     for (let j = 0; j < CN; j++) {
       src.line(
         `{ let c = ${scoreCol(s, j)}; let qi = i32(i0 + c); let kj = i32(j0 + tr * ${RM}u + ${i}u); let sc = score(${acc('s', i, j)}, qi, kj, off, slope); ` +
-          `let p = select(0.0, exp(sc.x - scol[c]), visible(qi, kj, i32(tq), i32(tk))); ${shw(s, 'sp', `c * ${NR}u + tr * ${RM}u + ${i}u`, 'p')} ` +
+          `let p = select(0.0, exp(sc.x - scol[c]), visible(qi, kj, i32(tq), i32(tk))); ${spStore(s, 'c', i, 'p')} ` +
           `${acc('s', i, j)} = ${dsExpr(s, 'p', acc('dp', i, j), `scol[${NC}u + c]`, 'sc.y')}; }`,
       );
     }
@@ -126,7 +131,7 @@ export function dkdvWGSL(s: KernelSpec): string {
   pmul(src, s, { buf: 'dout', tok0: '(q0 + i0)', n: 'ncols', head: 'h', heads: 'P.h' }, 'dv');
   for (let i = 0; i < RM; i++) {
     const st: string[] = [];
-    for (let j = 0; j < CN; j++) st.push(shw(s, 'sp', `${scoreCol(s, j)} * ${NR}u + tr * ${RM}u + ${i}u`, acc('s', i, j)));
+    for (let j = 0; j < CN; j++) st.push(spStore(s, scoreCol(s, j), i, acc('s', i, j)));
     src.line(st.join(' '));
   }
   src.line('workgroupBarrier();');
@@ -157,6 +162,7 @@ export function dqWGSL(s: KernelSpec): string {
   src.line(`let off = i32(tk) - i32(tq);`);
   src.line(slopeLine(s));
   src.line(`let tr = lid / ${TC}u; let tc = lid % ${TC}u;`);
+  src.line(productVars(s));
   for (let i = 0; i < RM; i++) {
     src.line(`var lse${i} = 0.0; var di${i} = 0.0;`);
     src.line(`if (tr * ${RM}u + ${i}u < nrows) { let r = i0 + tr * ${RM}u + ${i}u; lse${i} = ld[P.lse_sh * h + P.lse_sb * b + P.lse_scu * q0 + r]; di${i} = ld[P.di_off + h * P.total_q + q0 + r]; }`);
@@ -179,7 +185,7 @@ export function dqWGSL(s: KernelSpec): string {
       src.line(
         `{ let c = ${scoreCol(s, j)}; let qi = i32(i0 + tr * ${RM}u + ${i}u); let kj = i32(j0 + c); let sc = score(${acc('s', i, j)}, qi, kj, off, slope); ` +
           `let p = select(0.0, exp(sc.x - lse${i}), visible(qi, kj, i32(tq), i32(tk))); ` +
-          `${shw(s, 'sp', `c * ${NR}u + tr * ${RM}u + ${i}u`, dsExpr(s, 'p', acc('dp', i, j), `di${i}`, 'sc.y'))} }`,
+          `${spStore(s, 'c', i, dsExpr(s, 'p', acc('dp', i, j), `di${i}`, 'sc.y'))} }`,
       );
     }
   }

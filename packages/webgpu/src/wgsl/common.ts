@@ -1,7 +1,8 @@
 /**
  * Building blocks shared by the WGSL kernels: the specialisation, the parameter block, storage
- * access for f32 and packed f16/bf16 (two per u32), the score transform and mask, and the two
- * tile products every FlashAttention kernel is made of:
+ * access for f32, packed f16/bf16 (two per u32) and native f16, the score transform and mask,
+ * and the linear-layout versions of the two tile products every FlashAttention kernel is made of
+ * (products.ts dispatches between these and the swizzled layout):
  *
  *   rowdot   acc[r][c] += Σ_d A[r][d]·B[c][d]   (S = Q·Kᵀ, dPᵀ = V·dOᵀ, …)   A, B staged from global
  *   pmul     acc[r][d] += Σ_c P[r][c]·Y[c][d]   (O += P·V, dV += Pᵀ·dO, …)   P in workgroup memory
@@ -28,6 +29,14 @@ export interface Tile {
    * output quads (4·(tc + j·TC) + e). Needs RM, CN multiples of 4; specialised kernels only.
    */
   readonly vec?: number;
+  /**
+   * 1 (with vec): the swizzled products of products.ts — inputs read four elements at a time,
+   * bank-conflict-free transposed staging and P tiles. Needs D % 4 == 0; chooseSpec drops it
+   * for other head dims.
+   */
+  readonly sw?: number;
+  /** 1 (with sw): two staging buffers and a register prefetch of the next chunk. */
+  readonly pf?: number;
 }
 
 export interface KernelSpec {
@@ -46,12 +55,28 @@ export interface KernelSpec {
    * compiling a pipeline costs seconds and running one is cheap for the sizes they get.
    */
   readonly dynamic?: boolean;
+  /**
+   * Native f16 (storage 'f16' on an adapter with `shader-f16`): `enable f16;`, tensors bound as
+   * array<f16>, inputs staged in workgroup memory as f16 (half the bytes). Arithmetic stays f32:
+   * f16 → f32 is exact, and scores, max, exp, sums and accumulators are f32 as everywhere else.
+   */
+  readonly f16?: boolean;
+}
+
+/** How a kernel reads and writes tensor elements: f32, packed pairs in u32, or native f16. */
+export type Encoding = 'f32' | 'f16' | 'bf16' | 'f16-native';
+
+export function encoding(s: KernelSpec): Encoding {
+  return s.f16 ? 'f16-native' : s.storage;
 }
 
 export function specKey(kind: string, s: KernelSpec): string {
   const t = s.tile;
-  if (s.dynamic) return [kind, 'dyn', s.d, t.nr, t.nc, t.tr, t.tc, t.dk, t.kc, +s.subgroups].join(':');
-  return [kind, s.storage, s.d, t.nr, t.nc, t.tr, t.tc, t.dk, t.kc, t.vec ? 'v' : 's', +s.softcap, +s.alibi, +s.subgroups, +s.outF32].join(':');
+  // The f16 path is part of the key: native kernels (f16n) bind array<f16>, packed ones u32.
+  if (s.dynamic) return [kind, 'dyn', s.f16 ? 'f16n' : 'u32', s.d, t.nr, t.nc, t.tr, t.tc, t.dk, t.kc, +s.subgroups].join(':');
+  const enc = s.f16 ? 'f16n' : s.storage;
+  const layout = isPipelined(s) ? 'vsp' : isSw(s) ? 'vs' : t.vec ? 'v' : 's';
+  return [kind, enc, s.d, t.nr, t.nc, t.tr, t.tc, t.dk, t.kc, layout, +s.softcap, +s.alibi, +s.subgroups, +s.outF32].join(':');
 }
 
 /** Derived sizes of a specialisation. */
@@ -78,12 +103,42 @@ export function isVec(s: KernelSpec): boolean {
   return !s.dynamic && s.tile.vec === 1;
 }
 
-/** Workgroup-memory scalar store / load (the vec4 layout stores through a component). */
-export function shw(s: KernelSpec, arr: string, idx: string, val: string): string {
-  return isVec(s) ? `${arr}[(${idx}) >> 2u][(${idx}) & 3u] = ${val};` : `${arr}[${idx}] = ${val};`;
+/** Whether it uses the swizzled products (products.ts); chooseSpec only sets sw where allowed. */
+export function isSw(s: KernelSpec): boolean {
+  return isVec(s) && s.tile.sw === 1 && s.d % 4 === 0;
 }
-export function shr(s: KernelSpec, arr: string, idx: string): string {
-  return isVec(s) ? `${arr}[(${idx}) >> 2u][(${idx}) & 3u]` : `${arr}[${idx}]`;
+
+/** Whether the swizzled products double-buffer their staging (register prefetch). */
+export function isPipelined(s: KernelSpec): boolean {
+  return isSw(s) && s.tile.pf === 1;
+}
+
+/** Scalar type of the staging buffer sbuf: inputs are staged in their own precision. */
+export function stageType(s: KernelSpec): 'f32' | 'f16' {
+  return s.f16 ? 'f16' : 'f32';
+}
+
+/** Stores an f32 value (exactly representable in the stage type) into sbuf element idx. */
+export function stageStore(s: KernelSpec, idx: string, val: string): string {
+  const v = s.f16 ? `f16(${val})` : val;
+  return isVec(s) ? `sbuf[(${idx}) >> 2u][(${idx}) & 3u] = ${v};` : `sbuf[${idx}] = ${v};`;
+}
+
+/** Reads sbuf element idx (linear layout) as f32. */
+export function stageLoad(s: KernelSpec, idx: string): string {
+  return s.f16 ? `f32(sbuf[${idx}])` : `sbuf[${idx}]`;
+}
+
+/** Reads sbuf quad idx (vec4 layouts) as vec4<f32>. */
+export function stageLoad4(s: KernelSpec, idx: string): string {
+  return s.f16 ? `vec4<f32>(sbuf[${idx}])` : `sbuf[${idx}]`;
+}
+
+/** Elements of one staging buffer (the larger of the rowdot and pmul chunks). */
+export function stageElems(s: KernelSpec): number {
+  const t = s.tile;
+  const { DP2 } = dims(s);
+  return Math.ceil(Math.max(t.dk * (t.nr + t.nc), t.kc * DP2) / 4) * 4;
 }
 
 /** Column (within the NC-wide score tile) of a thread's score j. */
@@ -106,10 +161,9 @@ export function dExpr(s: KernelSpec): string {
 /** Workgroup memory of a kernel in bytes (must fit maxComputeWorkgroupStorageSize). */
 export function sharedBytes(s: KernelSpec, extraFloats = 0): number {
   const t = s.tile;
-  const { DP2 } = dims(s);
-  const stage = Math.max(t.dk * (t.nr + t.nc), t.kc * DP2);
+  const stage = stageElems(s) * (isPipelined(s) ? 2 : 1) * (s.f16 ? 2 : 4);
   const red = s.subgroups ? 0 : t.nr * t.tc;
-  return 4 * (stage + t.nc * t.nr + red + extraFloats);
+  return stage + 4 * (t.nc * t.nr + red + extraFloats);
 }
 
 /**
@@ -157,15 +211,24 @@ export function packParams(p: ParamValues): ArrayBuffer {
   return buf;
 }
 
-/** WGSL storage declaration of a tensor binding. */
-export function tensorDecl(binding: number, name: string, storage: Storage, access: 'read' | 'read_write', asF32 = false, dynamic = false): string {
-  const elem = dynamic ? 'u32' : storage === 'f32' || asF32 ? 'f32' : 'u32';
+/**
+ * WGSL storage declaration of a tensor binding. `quads`: an input of the swizzled products, read
+ * four elements at a time (vec4<f32>, two packed words, or vec4<f16>).
+ */
+export function tensorDecl(binding: number, name: string, enc: Encoding, access: 'read' | 'read_write', asF32 = false, dynamic = false, quads = false): string {
+  let elem: string;
+  if (enc === 'f16-native') elem = quads ? 'vec4<f16>' : 'f16';
+  else if (dynamic) elem = 'u32';
+  else if (quads) elem = enc === 'f32' ? 'vec4<f32>' : 'vec2<u32>';
+  else elem = enc === 'f32' || asF32 ? 'f32' : 'u32';
   return `@group(0) @binding(${binding}) var<storage, ${access}> ${name}: array<${elem}>;`;
 }
 
 /** Unpacking helpers for the storage type. */
-export function storageFns(storage: Storage, dynamic = false): string {
+export function storageFns(enc: Encoding, dynamic = false): string {
+  if (enc === 'f16-native') return '';
   if (dynamic) return DYNAMIC_FNS;
+  const storage = enc;
   if (storage === 'f32') return '';
   const un =
     storage === 'f16'
@@ -180,7 +243,8 @@ export function storageFns(storage: Storage, dynamic = false): string {
   return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u; // round to nearest, ties to even
 }
 fn pack2(v: vec2<f32>) -> u32 { return bf16_bits(v.x) | (bf16_bits(v.y) << 16u); }`;
-  return `${un}\n${pk}`;
+  const quad = 'fn unpack4(w: vec2<u32>) -> vec4<f32> { return vec4<f32>(unpack2(w.x), unpack2(w.y)); }';
+  return `${un}\n${pk}\n${quad}`;
 }
 
 const DYNAMIC_FNS = /* wgsl */ `
@@ -200,7 +264,8 @@ fn pack_any(v: vec2<f32>) -> u32 {
 }`;
 
 /** A loader of element e of buffer `name` for the generic kernel. */
-export function dynLoader(name: string): string {
+export function dynLoader(name: string, native = false): string {
+  if (native) return `fn ld1_${name}(e: u32) -> f32 { return f32(${name}[e]); }`;
   return `fn ld1_${name}(e: u32) -> f32 {
   if (P.dtype == 0u) { return bitcast<f32>(${name}[e]); }
   return unpack_any(${name}[e >> 1u])[e & 1u];
@@ -208,14 +273,16 @@ export function dynLoader(name: string): string {
 }
 
 /** Expression loading element pair (e, e+1) of `name` as vec2<f32>; e is even. */
-export function ld2(name: string, storage: Storage, e: string): string {
-  return storage === 'f32' ? `vec2<f32>(${name}[${e}], ${name}[${e} + 1u])` : `unpack2(${name}[(${e}) >> 1u])`;
+export function ld2(name: string, enc: Encoding, e: string): string {
+  if (enc === 'f16-native') return `vec2<f32>(f32(${name}[${e}]), f32(${name}[${e} + 1u]))`;
+  return enc === 'f32' ? `vec2<f32>(${name}[${e}], ${name}[${e} + 1u])` : `unpack2(${name}[(${e}) >> 1u])`;
 }
 
 /** Expression loading element e of `name` as f32. */
-export function ld1(name: string, storage: Storage, e: string, dynamic = false): string {
+export function ld1(name: string, enc: Encoding, e: string, dynamic = false): string {
   if (dynamic) return `ld1_${name}(${e})`;
-  return storage === 'f32' ? `${name}[${e}]` : `unpack2(${name}[(${e}) >> 1u])[(${e}) & 1u]`;
+  if (enc === 'f16-native') return `f32(${name}[${e}])`;
+  return enc === 'f32' ? `${name}[${e}]` : `unpack2(${name}[(${e}) >> 1u])[(${e}) & 1u]`;
 }
 
 /**
@@ -257,7 +324,7 @@ export function slopeLine(s: KernelSpec): string {
 
 /** Loaders for the generic kernel's tensor bindings. */
 export function dynLoaders(s: KernelSpec, names: string[]): string {
-  return s.dynamic ? names.map(dynLoader).join('\n') : '';
+  return s.dynamic ? names.map((n) => dynLoader(n, s.f16)).join('\n') : '';
 }
 
 /** Names of a thread's accumulators. */
@@ -338,7 +405,7 @@ export interface TileRef {
  * tiles transposed in workgroup memory (sbuf[dd·NR + r], sbuf[NR·DK + dd·NC + c]).
  * Ends with a barrier, so sbuf may be reused right after.
  */
-export function rowdot(src: Src, s: KernelSpec, a: TileRef, b: TileRef, out: string): void {
+export function rowdotLinear(src: Src, s: KernelSpec, a: TileRef, b: TileRef, out: string): void {
   const t = s.tile;
   const { NT, RM, CN, DP1, pairs } = dims(s);
   const D = dExpr(s);
@@ -350,15 +417,15 @@ export function rowdot(src: Src, s: KernelSpec, a: TileRef, b: TileRef, out: str
       src.open(`for (var e = lid; e < ${(rows * t.dk) / 2}u; e = e + ${NT}u) {`);
       src.line(`let r = e / ${half}u; let dd = (e % ${half}u) * 2u; let d = d0 + dd;`);
       src.line(`var xv = vec2<f32>(0.0);`);
-      src.line(`if (r < ${ref.n} && d < ${D}) { xv = ${ld2(ref.buf, s.storage, `((${ref.tok0} + r) * ${ref.heads} + ${ref.head}) * ${D} + d`)}; }`);
-      src.line(shw(s, 'sbuf', `${off}u + dd * ${rows}u + r`, 'xv.x') + ' ' + shw(s, 'sbuf', `${off}u + (dd + 1u) * ${rows}u + r`, 'xv.y'));
+      src.line(`if (r < ${ref.n} && d < ${D}) { xv = ${ld2(ref.buf, encoding(s), `((${ref.tok0} + r) * ${ref.heads} + ${ref.head}) * ${D} + d`)}; }`);
+      src.line(stageStore(s, `${off}u + dd * ${rows}u + r`, 'xv.x') + ' ' + stageStore(s, `${off}u + (dd + 1u) * ${rows}u + r`, 'xv.y'));
       src.close();
     } else {
       src.open(`for (var e = lid; e < ${rows * t.dk}u; e = e + ${NT}u) {`);
       src.line(`let r = e / ${t.dk}u; let dd = e % ${t.dk}u; let d = d0 + dd;`);
       src.line(`var xv = 0.0;`);
-      src.line(`if (r < ${ref.n} && d < ${D}) { xv = ${ld1(ref.buf, s.storage, `((${ref.tok0} + r) * ${ref.heads} + ${ref.head}) * ${D} + d`, s.dynamic)}; }`);
-      src.line(shw(s, 'sbuf', `${off}u + dd * ${rows}u + r`, 'xv'));
+      src.line(`if (r < ${ref.n} && d < ${D}) { xv = ${ld1(ref.buf, encoding(s), `((${ref.tok0} + r) * ${ref.heads} + ${ref.head}) * ${D} + d`, s.dynamic)}; }`);
+      src.line(stageStore(s, `${off}u + dd * ${rows}u + r`, 'xv'));
       src.close();
     }
   }
@@ -366,14 +433,14 @@ export function rowdot(src: Src, s: KernelSpec, a: TileRef, b: TileRef, out: str
   src.open(`for (var kk = 0u; kk < ${t.dk}u${s.dynamic ? ' + P.zero' : ''}; kk = kk + 1u) {`);
   if (isVec(s)) {
     src.line(`let ab = (kk * ${t.nr}u + tr * ${RM}u) >> 2u; let bb = (${offB}u + kk * ${t.nc}u + tc * ${CN}u) >> 2u;`);
-    for (let i = 0; i < RM / 4; i++) src.line(`let a4_${i} = sbuf[ab + ${i}u];`);
-    for (let j = 0; j < CN / 4; j++) src.line(`let b4_${j} = sbuf[bb + ${j}u];`);
+    for (let i = 0; i < RM / 4; i++) src.line(`let a4_${i} = ${stageLoad4(s, `ab + ${i}u`)};`);
+    for (let j = 0; j < CN / 4; j++) src.line(`let b4_${j} = ${stageLoad4(s, `bb + ${j}u`)};`);
     for (let i = 0; i < RM; i++) src.line(`let a${i} = a4_${Math.floor(i / 4)}[${i % 4}];`);
     for (let j = 0; j < CN; j++) src.line(`let b${j} = b4_${Math.floor(j / 4)}[${j % 4}];`);
   } else {
     src.line(`let ab = kk * ${t.nr}u + tr * ${RM}u; let bb = ${offB}u + kk * ${t.nc}u + tc;`);
-    for (let i = 0; i < RM; i++) src.line(`let a${i} = sbuf[ab + ${i}u];`);
-    for (let j = 0; j < CN; j++) src.line(`let b${j} = sbuf[bb + ${j * t.tc}u];`);
+    for (let i = 0; i < RM; i++) src.line(`let a${i} = ${stageLoad(s, `ab + ${i}u`)};`);
+    for (let j = 0; j < CN; j++) src.line(`let b${j} = ${stageLoad(s, `bb + ${j * t.tc}u`)};`);
   }
   for (let i = 0; i < RM; i++) {
     const st: string[] = [];
@@ -390,7 +457,7 @@ export function rowdot(src: Src, s: KernelSpec, a: TileRef, b: TileRef, out: str
  * (sbuf[kc·DP2 + d]). sp holds the NC × NR probabilities (or dS) written by the caller, who
  * must have put a barrier between writing sp and calling this. Ends with a barrier.
  */
-export function pmul(src: Src, s: KernelSpec, y: TileRef, out: string): void {
+export function pmulLinear(src: Src, s: KernelSpec, y: TileRef, out: string): void {
   const t = s.tile;
   const { NT, RM, DP2, DN, pairs } = dims(s);
   const D = dExpr(s);
@@ -403,15 +470,15 @@ export function pmul(src: Src, s: KernelSpec, y: TileRef, out: string): void {
     src.open(`for (var e = lid; e < ${(t.kc * DP2) / 2}u; e = e + ${NT}u) {`);
     src.line(`let r = e / ${DP2 / 2}u; let d = (e % ${DP2 / 2}u) * 2u;`);
     src.line(`var xv = vec2<f32>(0.0);`);
-    src.line(`if (c0 + r < ${y.n} && d < ${D}) { xv = ${ld2(y.buf, s.storage, `((${y.tok0} + c0 + r) * ${y.heads} + ${y.head}) * ${D} + d`)}; }`);
-    src.line(shw(s, 'sbuf', `r * ${DP2}u + d`, 'xv.x') + ' ' + shw(s, 'sbuf', `r * ${DP2}u + d + 1u`, 'xv.y'));
+    src.line(`if (c0 + r < ${y.n} && d < ${D}) { xv = ${ld2(y.buf, encoding(s), `((${y.tok0} + c0 + r) * ${y.heads} + ${y.head}) * ${D} + d`)}; }`);
+    src.line(stageStore(s, `r * ${DP2}u + d`, 'xv.x') + ' ' + stageStore(s, `r * ${DP2}u + d + 1u`, 'xv.y'));
     src.close();
   } else {
     src.open(`for (var e = lid; e < ${t.kc * DP2}u; e = e + ${NT}u) {`);
     src.line(`let r = e / ${DP2}u; let d = e % ${DP2}u;`);
     src.line(`var xv = 0.0;`);
-    src.line(`if (c0 + r < ${y.n} && d < ${D}) { xv = ${ld1(y.buf, s.storage, `((${y.tok0} + c0 + r) * ${y.heads} + ${y.head}) * ${D} + d`, s.dynamic)}; }`);
-    src.line(shw(s, 'sbuf', `r * ${DP2}u + d`, 'xv'));
+    src.line(`if (c0 + r < ${y.n} && d < ${D}) { xv = ${ld1(y.buf, encoding(s), `((${y.tok0} + c0 + r) * ${y.heads} + ${y.head}) * ${D} + d`, s.dynamic)}; }`);
+    src.line(stageStore(s, `r * ${DP2}u + d`, 'xv'));
     src.close();
   }
   src.line('workgroupBarrier();');
@@ -420,7 +487,7 @@ export function pmul(src: Src, s: KernelSpec, y: TileRef, out: string): void {
     src.line(`let pb = ((c0 + kc) * ${t.nr}u + tr * ${RM}u) >> 2u; let yb = (kc * ${DP2}u + 4u * tc) >> 2u;`);
     for (let i = 0; i < RM / 4; i++) src.line(`let p4_${i} = sp[pb + ${i}u];`);
     for (let i = 0; i < RM; i++) src.line(`let p${i} = p4_${Math.floor(i / 4)}[${i % 4}];`);
-    for (let jj = 0; jj < DN / 4; jj++) src.line(`let y${jj} = sbuf[yb + ${jj * t.tc}u];`);
+    for (let jj = 0; jj < DN / 4; jj++) src.line(`let y${jj} = ${stageLoad4(s, `yb + ${jj * t.tc}u`)};`);
     for (let i = 0; i < RM; i++) {
       const st: string[] = [];
       for (let jj = 0; jj < DN / 4; jj++) {
@@ -435,7 +502,7 @@ export function pmul(src: Src, s: KernelSpec, y: TileRef, out: string): void {
   }
   src.line(`let pb = (c0 + kc) * ${t.nr}u + tr * ${RM}u; let yb = kc * ${DP2}u + 2u * tc;`);
   for (let i = 0; i < RM; i++) src.line(`let p${i} = sp[pb + ${i}u];`);
-  for (let jj = 0; jj < DN / 2; jj++) src.line(`let y${jj} = vec2<f32>(sbuf[yb + ${2 * jj * t.tc}u], sbuf[yb + ${2 * jj * t.tc + 1}u]);`);
+  for (let jj = 0; jj < DN / 2; jj++) src.line(`let y${jj} = vec2<f32>(${stageLoad(s, `yb + ${2 * jj * t.tc}u`)}, ${stageLoad(s, `yb + ${2 * jj * t.tc + 1}u`)});`);
   for (let i = 0; i < RM; i++) {
     const st: string[] = [];
     for (let jj = 0; jj < DN / 2; jj++) {
@@ -458,14 +525,14 @@ function pmulDynamic(src: Src, s: KernelSpec, y: TileRef, out: string): void {
   src.line(`let r = e / P.dp2; let d = e % P.dp2;`);
   src.line(`var xv = 0.0;`);
   src.line(`if (c0 + r < ${y.n} && d < P.d) { xv = ld1_${y.buf}(((${y.tok0} + c0 + r) * ${y.heads} + ${y.head}) * P.d + d); }`);
-  src.line(`sbuf[r * P.dp2 + d] = xv;`);
+  src.line(stageStore(s, 'r * P.dp2 + d', 'xv'));
   src.close();
   src.line('workgroupBarrier();');
   src.open(`for (var kc = 0u; kc < ${t.kc}u + P.zero; kc = kc + 1u) {`);
   src.line(`let pb = (c0 + kc) * ${t.nr}u + tr * ${RM}u; let yb = kc * P.dp2 + 2u * tc;`);
   for (let i = 0; i < RM; i++) src.line(`let p${i} = sp[pb + ${i}u];`);
   src.open(`for (var jj = 0u; jj < P.dp2 / ${2 * t.tc}u; jj = jj + 1u) {`);
-  src.line(`let y0 = sbuf[yb + jj * ${2 * t.tc}u]; let y1 = sbuf[yb + jj * ${2 * t.tc}u + 1u];`);
+  src.line(`let y0 = ${stageLoad(s, `yb + jj * ${2 * t.tc}u`)}; let y1 = ${stageLoad(s, `yb + jj * ${2 * t.tc}u + 1u`)};`);
   for (let i = 0; i < RM; i++) {
     src.line(`${out}_acc[${i * DN}u + 2u * jj] = fma(p${i}, y0, ${out}_acc[${i * DN}u + 2u * jj]); ${out}_acc[${i * DN}u + 2u * jj + 1u] = fma(p${i}, y1, ${out}_acc[${i * DN}u + 2u * jj + 1u]);`);
   }
@@ -483,7 +550,7 @@ export function storeRows(src: Src, s: KernelSpec, buf: string, tok0: string, n:
   const t = s.tile;
   const { RM, DN, pairs } = dims(s);
   const D = dExpr(s);
-  const packed = s.storage !== 'f32' && !s.outF32;
+  const packed = s.storage !== 'f32' && !s.outF32 && !s.f16;
   if (s.dynamic) {
     for (let i = 0; i < RM; i++) {
       src.open(`if (tr * ${RM}u + ${i}u < ${n}) {`);
@@ -492,6 +559,13 @@ export function storeRows(src: Src, s: KernelSpec, buf: string, tok0: string, n:
       src.open(`for (var jj = 0u; jj < P.dp2 / ${2 * t.tc}u; jj = jj + 1u) {`);
       src.line(`let d = 2u * tc + jj * ${2 * t.tc}u;`);
       src.line(`let x0 = ${name}_acc[${i * DN}u + 2u * jj] * m; let x1 = ${name}_acc[${i * DN}u + 2u * jj + 1u] * m;`);
+      if (s.f16) {
+        src.line(`if (d < P.d) { ${buf}[base + d] = f16(x0); }`);
+        src.line(`if (d + 1u < P.d) { ${buf}[base + d + 1u] = f16(x1); }`);
+        src.close();
+        src.close();
+        continue;
+      }
       // f32 (or the f32 staging of an odd D): one word per element; else a packed pair.
       src.open(`if (P.dtype == 0u || P.out_f32 != 0u) {`);
       src.line(`if (d < P.d) { ${buf}[base + d] = bitcast<u32>(x0); }`);
@@ -513,6 +587,9 @@ export function storeRows(src: Src, s: KernelSpec, buf: string, tok0: string, n:
       src.open(`{ let d = ${col};`);
       if (packed && pairs) {
         src.line(`if (d < ${D}) { ${buf}[(base + d) >> 1u] = pack2(vec2<f32>(${x0}, ${x1})); }`);
+      } else if (s.f16) {
+        src.line(`if (d < ${D}) { ${buf}[base + d] = f16(${x0}); }`);
+        src.line(`if (d + 1u < ${D}) { ${buf}[base + d + 1u] = f16(${x1}); }`);
       } else {
         src.line(`if (d < ${D}) { ${buf}[base + d] = ${x0}; }`);
         src.line(`if (d + 1u < ${D}) { ${buf}[base + d + 1u] = ${x1}; }`);
@@ -551,19 +628,21 @@ export function rowReduce(src: Src, s: KernelSpec, dsts: string[], vals: string[
 /** Module-scope declarations shared by the attention kernels. */
 export function header(s: KernelSpec, extraShared = ''): string {
   const t = s.tile;
-  const { DP2 } = dims(s);
-  const stage = Math.max(t.dk * (t.nr + t.nc), t.kc * DP2);
+  const stage = stageElems(s) * (isPipelined(s) ? 2 : 1);
+  const st = stageType(s);
   return [
+    s.f16 ? 'enable f16;' : '',
     s.subgroups ? 'enable subgroups;' : '',
     PARAMS_WGSL,
     '@group(0) @binding(0) var<uniform> P: Params;',
     '// cu_seqlens_q (batch+1), cu_seqlens_k (batch+1), then ALiBi slopes [batch·h] as f32 bits.',
     '@group(0) @binding(1) var<storage, read> mt: array<u32>;',
-    isVec(s) ? `var<workgroup> sbuf: array<vec4<f32>, ${Math.ceil(stage / 4)}>;` : `var<workgroup> sbuf: array<f32, ${stage}>;`,
+    '// Staged input chunks (in the input precision) and the NC × NR probability tile (f32).',
+    isVec(s) ? `var<workgroup> sbuf: array<vec4<${st}>, ${stage / 4}>;` : `var<workgroup> sbuf: array<${st}, ${stage}>;`,
     isVec(s) ? `var<workgroup> sp: array<vec4<f32>, ${(t.nc * t.nr) / 4}>;` : `var<workgroup> sp: array<f32, ${t.nc * t.nr}>;`,
     s.subgroups ? '' : `var<workgroup> sred: array<f32, ${t.nr * t.tc}>;`,
     extraShared,
-    storageFns(s.storage, s.dynamic),
+    storageFns(encoding(s), s.dynamic),
     scoreFns(s),
   ].join('\n');
 }

@@ -4,7 +4,8 @@
  * softmax of packages/core/src/online-softmax.ts) and the unnormalised output O in registers,
  * and writes O / l and LSE = m + log l at the end. The T×T score matrix never exists.
  */
-import { type KernelSpec, Src, acc, scoreCol, shw, declAcc, declOut, scaleOut, dims, dynLoaders, header, pmul, rowdot, rowReduce, slopeLine, storeRows, tensorDecl, zeroAcc } from './common.js';
+import { type KernelSpec, Src, acc, scoreCol, declAcc, declOut, scaleOut, dims, dynLoaders, encoding, header, isPipelined, isSw, rowReduce, slopeLine, storeRows, tensorDecl, zeroAcc } from './common.js';
+import { pmul, productVars, rowdot, spStore, spStoreQuad } from './products.js';
 
 // Roles (bindings) of the forward kernel.
 export const FWD = { params: 0, meta: 1, q: 2, k: 3, v: 4, out: 5, lse: 6 } as const;
@@ -15,10 +16,11 @@ export function forwardWGSL(s: KernelSpec): string {
   const NR = t.nr, NC = t.nc, TC = t.tc;
   const src = new Src();
   src.line(header(s));
-  src.line(tensorDecl(FWD.q, 'q', s.storage, 'read', false, s.dynamic));
-  src.line(tensorDecl(FWD.k, 'k', s.storage, 'read', false, s.dynamic));
-  src.line(tensorDecl(FWD.v, 'v', s.storage, 'read', false, s.dynamic));
-  src.line(tensorDecl(FWD.out, 'o', s.storage, 'read_write', s.outF32, s.dynamic));
+  const enc = encoding(s);
+  src.line(tensorDecl(FWD.q, 'q', enc, 'read', false, s.dynamic, isSw(s)));
+  src.line(tensorDecl(FWD.k, 'k', enc, 'read', false, s.dynamic, isSw(s)));
+  src.line(tensorDecl(FWD.v, 'v', enc, 'read', false, s.dynamic, isSw(s)));
+  src.line(tensorDecl(FWD.out, 'o', enc, 'read_write', s.outF32, s.dynamic));
   src.line(`@group(0) @binding(${FWD.lse}) var<storage, read_write> lse: array<f32>;`);
   src.line(dynLoaders(s, ['q', 'k', 'v']));
   src.line('');
@@ -34,6 +36,7 @@ export function forwardWGSL(s: KernelSpec): string {
   src.line(slopeLine(s));
   src.line(`let tr = lid / ${TC}u; let tc = lid % ${TC}u;`);
   src.line(`let neg_inf = P.neg_inf;`);
+  src.line(productVars(s));
   src.line('// Keys visible from any row of this tile (the bounds are monotone in the row).');
   src.line(`var lo = 0; var hi = i32(tk) - 1;`);
   src.line(`if (P.wl >= 0) { lo = max(0, i32(i0) + off - P.wl); }`);
@@ -67,15 +70,25 @@ export function forwardWGSL(s: KernelSpec): string {
     src.line(`{ let mn = max(m${i}, mx${i}); let mu = select(mn, 0.0, mn == neg_inf); let alpha = exp(m${i} - mu); m${i} = mn;`);
     const sum: string[] = [];
     for (let j = 0; j < CN; j++) {
-      src.line(`  ${acc('s', i, j)} = exp(${acc('s', i, j)} - mu); ${shw(s, 'sp', `${scoreCol(s, j)} * ${NR}u + tr * ${RM}u + ${i}u`, acc('s', i, j))}`);
+      src.line(`  ${acc('s', i, j)} = exp(${acc('s', i, j)} - mu);${isSw(s) ? '' : ' ' + spStore(s, scoreCol(s, j), i, acc('s', i, j))}`);
       sum.push(acc('s', i, j));
     }
     src.line(`  l${i} = l${i} * alpha + ${sum.join(' + ')};`);
     scaleOut(src, s, 'o', i, 'alpha');
     src.line('}');
   }
+  if (isSw(s)) {
+    src.line('// P to workgroup memory, one vec4 (four rows of a column) per store.');
+    for (let j = 0; j < CN; j++) {
+      for (let u = 0; u < RM / 4; u++) {
+        const quad = [0, 1, 2, 3].map((e) => acc('s', 4 * u + e, j)).join(', ');
+        src.line(spStoreQuad(s, scoreCol(s, j), u, `vec4<f32>(${quad})`));
+      }
+    }
+  }
   src.line('workgroupBarrier();');
-  pmul(src, s, { buf: 'v', tok0: '(k0 + j0)', n: 'ncols', head: 'hk', heads: 'P.hkv' }, 'o');
+  // The next writer of sp (the next key tile's P) comes after rowdot's barriers: no trailing one.
+  pmul(src, s, { buf: 'v', tok0: '(k0 + j0)', n: 'ncols', head: 'hk', heads: 'P.hkv' }, 'o', !isPipelined(s));
   src.close();
   src.close();
   src.line('// Row sums over the TC threads of a row; empty rows (l = 0) give out 0 and LSE −inf.');
