@@ -1,8 +1,10 @@
 /// <reference types="@webgpu/types" />
 /**
- * The WebGPU engine: device tensors, the pipeline cache, dispatch of the WGSL kernels, error
- * handling (validation, out-of-memory and device loss become FAError), and re-acquiring the
- * device after a loss.
+ * The WebGPU engine: the device and re-acquiring it after a loss, choosing the kernels'
+ * specialisations, device tensors, and dispatch of the WGSL kernels. Its parts live beside it:
+ * options.ts, tensor.ts, memory.ts (buffer ledger, per-call scopes), buffers.ts (creation,
+ * upload, readback), dispatch.ts, pipelines.ts (the pipeline cache), errors.ts (error scopes →
+ * FAError), support.ts (the adapter-limit checks).
  */
 import {
   type AttentionBackend,
@@ -10,7 +12,6 @@ import {
   type AttentionProblem,
   type BackwardResult,
   type DType,
-  type DeviceTensor,
   type ForwardResult,
   type HostTensor,
   type Support,
@@ -21,114 +22,26 @@ import {
   describeBackward,
   describeProblem,
   isDeviceTensor,
-  isFAError,
   isHostTensor,
   numel,
 } from '@fa/core';
-import { type AcquireOptions, type Acquired, BufferUsage, MapModeRead, acquire } from './gpu.js';
+import { CallGuard, errorText } from './errors.js';
+import { createBuffer, metaBuffer, paramsBuffer, readBuffer, uploadInto } from './buffers.js';
+import { bindGroup, grid1d } from './dispatch.js';
+import { type Acquired, BufferUsage, acquire } from './gpu.js';
+import { Ledger, type MemoryStats, Scope } from './memory.js';
+import type { WebGPUBackendOptions } from './options.js';
+import { PipelineCache } from './pipelines.js';
+import { supportOf, unsupportedError } from './support.js';
+import { WGTensor } from './tensor.js';
 import { type Caps, type Choice, type KernelKind, chooseSpec } from './tiles.js';
-import { type KernelSpec, type Tile, PARAMS_BYTES, encoding, packParams, specKey } from './wgsl/common.js';
+import { type KernelSpec, type Tile, encoding, specKey } from './wgsl/spec.js';
 import { forwardWGSL } from './wgsl/forward.js';
 import { BWD, DELTA, deltaWGSL, dkdvWGSL, dqWGSL, packWGSL } from './wgsl/backward.js';
 
-export interface WebGPUBackendOptions extends AcquireOptions {
-  /** Force a tile shape (tests, tuning); fields left out come from the chosen candidate. */
-  readonly tile?: Partial<Tile>;
-  /** Per-kernel tile overrides (benchmark tuning); win over `tile`. */
-  readonly tiles?: Partial<Record<KernelKind, Partial<Tile>>>;
-  /**
-   * Per-kernel candidates tried first, in place of the built-in preferred tiles; unlike `tiles`,
-   * a problem they do not fit (e.g. D = 256 in 48 KiB) falls back to the built-in list — exactly
-   * how a default behaves, so benchmarks and the kit can try a would-be default.
-   */
-  readonly preferredTiles?: Partial<Record<KernelKind, readonly Tile[]>>;
-  /**
-   * 'specialised': one pipeline per (dtype, D, softcap, ALiBi) — fastest kernels.
-   * 'generic': those read at run time — few pipelines, for CPU adapters whose compiler is slow.
-   * 'auto' (default): generic on CPU adapters (llvmpipe, SwiftShader), specialised elsewhere.
-   */
-  readonly codegen?: 'auto' | 'specialised' | 'generic';
-  /**
-   * f16 tensors on an adapter with `shader-f16`: true (default) reads and writes them as WGSL
-   * f16 (`enable f16;`, f16 staging in workgroup memory); false keeps the packed path (two per
-   * u32, `unpack2x16float`) that adapters without `shader-f16` use. Arithmetic is f32 either way.
-   */
-  readonly nativeF16?: boolean;
-}
-
-/** What a webgpu DeviceTensor's handle holds. */
-export interface WebGPUTensorHandle {
-  readonly buffer: GPUBuffer;
-  readonly bytes: number;
-  readonly epoch: number;
-}
-
-class WGTensor implements DeviceTensor {
-  readonly kind = 'device' as const;
-  readonly backend = 'webgpu';
-  disposed = false;
-  constructor(
-    readonly dtype: DType,
-    readonly shape: readonly number[],
-    readonly handle: WebGPUTensorHandle,
-  ) {}
-}
-
-const align4 = (n: number) => Math.max(4, Math.ceil(n / 4) * 4);
-/**
- * Smallest buffer: the swizzled kernels bind their inputs as arrays of vec4 (16 bytes), and a
- * binding must hold one element even when the tensor is empty (a varlen batch with no keys).
- */
-const MIN_BUFFER_BYTES = 16;
-
-/** Bytes of GPU memory the backend holds now, and the most it held since the last reset. */
-export interface MemoryStats {
-  readonly current: number;
-  readonly peak: number;
-}
-
-/** Tracks the backend's buffers (for memoryStats) and destroys them. */
-class Ledger {
-  private readonly sizes = new Map<GPUBuffer, number>();
-  current = 0;
-  peak = 0;
-  add(b: GPUBuffer, size: number): void {
-    this.sizes.set(b, size);
-    this.current += size;
-    if (this.current > this.peak) this.peak = this.current;
-  }
-  destroy(b: GPUBuffer): void {
-    const n = this.sizes.get(b);
-    if (n !== undefined) {
-      this.current -= n;
-      this.sizes.delete(b);
-    }
-    b.destroy();
-  }
-  clear(): void {
-    this.sizes.clear();
-    this.current = 0;
-  }
-}
-
-/** A call's allocations, freed together when the call fails (or when they were temporary). */
-class Scope {
-  readonly buffers: GPUBuffer[] = [];
-  constructor(private readonly ledger: Ledger) {}
-  add(b: GPUBuffer, size: number): GPUBuffer {
-    this.buffers.push(b);
-    this.ledger.add(b, size);
-    return b;
-  }
-  release(keep: ReadonlySet<GPUBuffer> = new Set()): void {
-    for (const b of this.buffers) if (!keep.has(b)) this.ledger.destroy(b);
-    this.buffers.length = 0;
-  }
-}
-
-function errorText(e: unknown): string {
-  return e instanceof Error ? e.message : String(e);
-}
+export type { WebGPUBackendOptions } from './options.js';
+export type { WebGPUTensorHandle } from './tensor.js';
+export type { MemoryStats } from './memory.js';
 
 export class WebGPUBackend implements AttentionBackend {
   readonly name = 'webgpu';
@@ -137,9 +50,10 @@ export class WebGPUBackend implements AttentionBackend {
   private epoch = 0;
   private lostInfo: string | undefined;
   private disposedAll = false;
-  private readonly pipelines = new Map<string, Promise<GPUComputePipeline>>();
+  private readonly pipelines = new PipelineCache(() => this.device);
   private readonly live = new Set<WGTensor>();
   private readonly ledger = new Ledger();
+  private readonly calls = new CallGuard({ device: () => this.acq.device, adapterName: () => this.device, lostInfo: () => this.lostInfo });
   /** Specialisations used by the most recent call (for tests and benchmarks). */
   lastSpecs: KernelSpec[] = [];
 
@@ -246,72 +160,15 @@ export class WebGPUBackend implements AttentionBackend {
   }
 
   supports(p: AttentionProblem): Support {
-    for (const kind of ['fwd', 'dkdv', 'dq'] as const) {
-      const c = this.specFor(kind, p);
-      if ('reason' in c) return { ok: false, reason: c.reason };
-    }
-    const l = this.acq.device.limits;
-    const bpe = bytesPerElement(p.dtype);
-    const checks: [string, number][] = [
-      ['q', p.totalQ * p.h * p.d * bpe],
-      ['k', p.totalK * p.hkv * p.d * bpe],
-      ['lse and delta', 8 * p.totalQ * p.h],
-    ];
-    if (this.outF32(p)) checks.push(['the f32 staging of out', p.totalQ * p.h * p.d * 4]);
-    for (const [what, bytes] of checks) {
-      if (bytes > l.maxStorageBufferBindingSize) {
-        return { ok: false, reason: `${what} needs ${bytes} bytes in one storage binding; this adapter's maxStorageBufferBindingSize is ${l.maxStorageBufferBindingSize}` };
-      }
-      if (bytes > l.maxBufferSize) return { ok: false, reason: `${what} needs a ${bytes}-byte buffer; this adapter's maxBufferSize is ${l.maxBufferSize}` };
-    }
-    const cfg = this.specFor('fwd', p) as Choice;
-    const dims: [string, number][] = [
-      ['query tiles', Math.ceil(p.tq / cfg.spec.tile.nr)],
-      ['key tiles', Math.ceil(p.tk / cfg.spec.tile.nr)],
-      ['heads', p.h],
-      ['batch', p.batch],
-    ];
-    for (const [what, n] of dims) {
-      if (n > l.maxComputeWorkgroupsPerDimension) return { ok: false, reason: `${what} (${n}) exceed this adapter's maxComputeWorkgroupsPerDimension (${l.maxComputeWorkgroupsPerDimension})` };
-    }
-    return { ok: true };
+    return supportOf(p, this.acq.device.limits, (kind) => this.specFor(kind, p), this.outF32(p));
   }
 
   private checkSupported(p: AttentionProblem): void {
     const s = this.supports(p);
-    if (!s.ok) throw new FAError(s.reason.includes('maxStorageBufferBindingSize') || s.reason.includes('maxBufferSize') || s.reason.includes('maxComputeWorkgroupsPerDimension') ? 'E_TOO_LARGE' : 'E_UNSUPPORTED', `webgpu: ${s.reason}`);
+    if (!s.ok) throw unsupportedError(s);
   }
 
-  // ---------------------------------------------------------------- buffers and tensors
-
-  private createBuffer(scope: Scope, bytes: number, usage: number, label: string): GPUBuffer {
-    const dev = this.acq.device;
-    const size = Math.max(MIN_BUFFER_BYTES, align4(bytes));
-    const l = dev.limits;
-    if (size > l.maxBufferSize) throw new FAError('E_TOO_LARGE', `${label} needs a ${size}-byte buffer; this adapter's maxBufferSize is ${l.maxBufferSize}`);
-    let b: GPUBuffer;
-    try {
-      b = dev.createBuffer({ size, usage, label });
-    } catch (e) {
-      throw new FAError('E_OOM', `could not allocate ${size} bytes for ${label}: ${errorText(e)}`, { cause: e });
-    }
-    return scope.add(b, size);
-  }
-
-  private uploadInto(scope: Scope, t: HostTensor, label: string): GPUBuffer {
-    const bytes = t.data.byteLength;
-    const buf = this.createBuffer(scope, bytes, BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST, label);
-    if (bytes > 0) {
-      if (bytes % 4 === 0) {
-        this.acq.device.queue.writeBuffer(buf, 0, t.data.buffer, t.data.byteOffset, bytes);
-      } else {
-        const pad = new Uint8Array(align4(bytes));
-        pad.set(new Uint8Array(t.data.buffer, t.data.byteOffset, bytes));
-        this.acq.device.queue.writeBuffer(buf, 0, pad.buffer, 0, pad.byteLength);
-      }
-    }
-    return buf;
-  }
+  // ---------------------------------------------------------------- tensors
 
   private wrap(buffer: GPUBuffer, dtype: DType, shape: readonly number[]): WGTensor {
     const t = new WGTensor(dtype, [...shape], { buffer, bytes: numel(shape) * bytesPerElement(dtype), epoch: this.epoch });
@@ -349,28 +206,6 @@ export class WebGPUBackend implements AttentionBackend {
     return this.guard(scope, () => this.readBuffer(scope, buf, t.dtype, t.shape), false);
   }
 
-  private async readBuffer(scope: Scope, buf: GPUBuffer, dtype: DType, shape: readonly number[]): Promise<HostTensor> {
-    const n = numel(shape);
-    const bytes = n * bytesPerElement(dtype);
-    const data = dtype === 'f32' ? new Float32Array(n) : new Uint16Array(n);
-    if (bytes > 0) {
-      const dev = this.acq.device;
-      const staging = this.createBuffer(scope, bytes, BufferUsage.MAP_READ | BufferUsage.COPY_DST, 'readback');
-      const enc = dev.createCommandEncoder();
-      enc.copyBufferToBuffer(buf, 0, staging, 0, align4(bytes));
-      dev.queue.submit([enc.finish()]);
-      try {
-        await staging.mapAsync(MapModeRead);
-      } catch (e) {
-        throw new FAError('E_DEVICE', `reading back from the GPU failed: ${this.lostInfo ? `device lost (${this.lostInfo})` : errorText(e)}`, { cause: e });
-      }
-      const src = new Uint8Array(staging.getMappedRange(0, align4(bytes)), 0, bytes);
-      new Uint8Array(data.buffer).set(src);
-      staging.unmap();
-    }
-    return { kind: 'host', dtype, shape: [...shape], data };
-  }
-
   disposeTensor(t: Tensor): void {
     if (!isDeviceTensor(t) || !(t instanceof WGTensor) || t.disposed) return;
     t.disposed = true;
@@ -401,114 +236,42 @@ export class WebGPUBackend implements AttentionBackend {
     await this.acq.device.queue.onSubmittedWorkDone();
   }
 
-  // ---------------------------------------------------------------- pipelines
+  // ---------------------------------------------------------------- on the current device
+  // Each reads this.acq.device when called: the device changes when a lost one is re-acquired.
 
-  private pipeline(key: string, code: () => string): Promise<GPUComputePipeline> {
-    let p = this.pipelines.get(key);
-    if (!p) {
-      const dev = this.acq.device;
-      const source = code();
-      const module = dev.createShaderModule({ code: source, label: key });
-      p = dev.createComputePipelineAsync({ layout: 'auto', compute: { module, entryPoint: 'main' }, label: key }).catch(async (e: unknown) => {
-        this.pipelines.delete(key);
-        let detail = errorText(e);
-        try {
-          const info = await module.getCompilationInfo();
-          const msgs = info.messages.filter((m) => m.type === 'error').map((m) => `${m.lineNum}:${m.linePos} ${m.message}`);
-          if (msgs.length) detail += `; ${msgs.slice(0, 3).join('; ')}`;
-        } catch {
-          /* no compilation info */
-        }
-        throw new FAError('E_DEVICE', `webgpu: the ${key} kernel did not compile on ${this.device}: ${detail}`, { cause: e });
-      });
-      this.pipelines.set(key, p);
-    }
-    return p;
+  private createBuffer(scope: Scope, bytes: number, usage: number, label: string): GPUBuffer {
+    return createBuffer(this.acq.device, scope, bytes, usage, label);
   }
 
-  /**
-   * Runs `body` inside validation and out-of-memory error scopes. On failure, frees what the
-   * call allocated and throws an FAError (E_OOM, E_DEVICE). On success frees the temporaries
-   * unless `keepAll`.
-   */
-  private async guard<T>(scope: Scope, body: () => Promise<T>, keepAll: boolean, keep?: () => ReadonlySet<GPUBuffer>): Promise<T> {
-    // Error scopes are a per-device stack: calls run one at a time so that each call pops its
-    // own scopes (the GPU queue is serial anyway).
-    const prev = this.lock;
-    let release!: () => void;
-    this.lock = new Promise<void>((r) => (release = r));
-    await prev;
-    try {
-      return await this.guarded(scope, body, keepAll, keep);
-    } finally {
-      release();
-    }
+  private uploadInto(scope: Scope, t: HostTensor, label: string): GPUBuffer {
+    return uploadInto(this.acq.device, scope, t, label);
   }
-
-  private lock: Promise<void> = Promise.resolve();
-
-  private async guarded<T>(scope: Scope, body: () => Promise<T>, keepAll: boolean, keep?: () => ReadonlySet<GPUBuffer>): Promise<T> {
-    const dev = this.acq.device;
-    dev.pushErrorScope('validation');
-    dev.pushErrorScope('out-of-memory');
-    let result: T;
-    let thrown: unknown;
-    try {
-      result = await body();
-    } catch (e) {
-      thrown = e;
-    }
-    const oom = await dev.popErrorScope().catch(() => null);
-    const val = await dev.popErrorScope().catch(() => null);
-    if (thrown === undefined && (oom || val)) {
-      thrown = oom
-        ? new FAError('E_OOM', `webgpu: out of GPU memory on ${this.device}: ${oom.message}`)
-        : new FAError('E_DEVICE', `webgpu: the device reported an error: ${val!.message}`);
-    }
-    if (thrown === undefined && this.lostInfo !== undefined) thrown = new FAError('E_DEVICE', `webgpu: the device was lost during the call (${this.lostInfo}); the next call re-acquires one`);
-    if (thrown !== undefined) {
-      scope.release();
-      if (isFAError(thrown)) throw thrown;
-      if (this.lostInfo !== undefined) throw new FAError('E_DEVICE', `webgpu: the device was lost (${this.lostInfo}): ${errorText(thrown)}`, { cause: thrown });
-      throw new FAError('E_DEVICE', `webgpu: ${errorText(thrown)}`, { cause: thrown });
-    }
-    if (!keepAll) scope.release(keep ? keep() : undefined);
-    return result!;
-  }
-
-  // ---------------------------------------------------------------- attention
 
   private metaBuffer(scope: Scope, p: AttentionProblem): GPUBuffer {
-    const n = 2 * (p.batch + 1) + (p.alibi ? p.alibi.length : 0);
-    const u = new Uint32Array(n);
-    u.set(p.cuSeqlensQ, 0);
-    u.set(p.cuSeqlensK, p.batch + 1);
-    if (p.alibi) new Float32Array(u.buffer, 4 * 2 * (p.batch + 1)).set(p.alibi);
-    const b = this.createBuffer(scope, u.byteLength, BufferUsage.STORAGE | BufferUsage.COPY_DST, 'meta');
-    this.acq.device.queue.writeBuffer(b, 0, u.buffer, 0, u.byteLength);
-    return b;
+    return metaBuffer(this.acq.device, scope, p);
   }
 
   private paramsBuffer(scope: Scope, p: AttentionProblem, tile: Tile, diOff = 0): GPUBuffer {
-    const lse = p.varlen ? { lseSh: p.totalQ, lseSb: 0, lseScu: 1 } : { lseSh: p.tq, lseSb: p.h * p.tq, lseScu: 0 };
-    const data = packParams({
-      h: p.h, hkv: p.hkv, batch: p.batch, totalQ: p.totalQ, totalK: p.totalK, ...lse,
-      scale: p.scale, softcap: p.softcap, wl: p.windowLeft, wr: p.windowRight, diOff,
-      d: p.d, dtype: p.dtype, outF32: this.outF32(p), alibi: p.alibi !== undefined,
-      dp1: Math.ceil(p.d / tile.dk) * tile.dk, dp2: Math.ceil(p.d / (2 * tile.tc)) * 2 * tile.tc,
-    });
-    const b = this.createBuffer(scope, PARAMS_BYTES, BufferUsage.UNIFORM | BufferUsage.COPY_DST, 'params');
-    this.acq.device.queue.writeBuffer(b, 0, data);
-    return b;
+    return paramsBuffer(this.acq.device, scope, p, tile, this.outF32(p), diOff);
   }
 
   private bind(pipe: GPUComputePipeline, buffers: (GPUBuffer | undefined)[]): GPUBindGroup {
-    const entries: GPUBindGroupEntry[] = [];
-    buffers.forEach((b, i) => {
-      if (b) entries.push({ binding: i, resource: { buffer: b } });
-    });
-    return this.acq.device.createBindGroup({ layout: pipe.getBindGroupLayout(0), entries });
+    return bindGroup(this.acq.device, pipe, buffers);
   }
+
+  private pipeline(key: string, code: () => string): Promise<GPUComputePipeline> {
+    return this.pipelines.get(this.acq.device, key, code);
+  }
+
+  private guard<T>(scope: Scope, body: () => Promise<T>, keepAll: boolean, keep?: () => ReadonlySet<GPUBuffer>): Promise<T> {
+    return this.calls.run(scope, body, keepAll, keep);
+  }
+
+  private readBuffer(scope: Scope, buf: GPUBuffer, dtype: DType, shape: readonly number[]): Promise<HostTensor> {
+    return readBuffer(this.acq.device, scope, buf, dtype, shape, () => this.lostInfo);
+  }
+
+  // ---------------------------------------------------------------- attention
 
   private async packPass(enc: GPUCommandEncoder, scope: Scope, storage: 'f16' | 'bf16', src: GPUBuffer, dst: GPUBuffer, n: number): Promise<void> {
     const pipe = await this.pipeline(`pack:${storage}`, () => packWGSL(storage));
@@ -662,11 +425,4 @@ export class WebGPUBackend implements AttentionBackend {
       () => (onDevice ? new Set(outs) : new Set()),
     );
   }
-}
-
-/** Splits n workgroups over (x, y) so that x stays within the per-dimension limit. */
-function grid1d(n: number, max: number): [number, number] {
-  if (n <= max) return [n, 1];
-  const y = Math.ceil(n / max);
-  return [Math.ceil(n / y), y];
 }

@@ -10,7 +10,7 @@ import { WebGPUBackend, type WebGPUBackendOptions } from './backend.js';
 export { WebGPUBackend, type WebGPUBackendOptions, type WebGPUTensorHandle, type MemoryStats } from './backend.js';
 export { findGPU, acquire, type AcquireOptions } from './gpu.js';
 export { TILE_CANDIDATES, PREFERRED_TILES, chooseSpec, type Caps, type KernelKind } from './tiles.js';
-export type { Tile, KernelSpec } from './wgsl/common.js';
+export type { Tile, KernelSpec } from './wgsl/spec.js';
 export { forwardWGSL } from './wgsl/forward.js';
 export { dkdvWGSL, dqWGSL, deltaWGSL } from './wgsl/backward.js';
 

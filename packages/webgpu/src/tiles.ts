@@ -3,7 +3,8 @@
  * count fit — the per-kernel preferred tiles (measured on the H200, see BENCHMARKS.md), then
  * 64×64 tiles of 256 threads (4×4 scores per thread), then smaller ones.
  */
-import { type KernelSpec, type Storage, type Tile, dims, sharedBytes } from './wgsl/common.js';
+import { type KernelSpec, type Storage, type Tile, dims } from './wgsl/spec.js';
+import { sharedBytes } from './wgsl/workgroup.js';
 
 export interface Caps {
   readonly maxShared: number;

@@ -9,7 +9,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { checkCase, makeCase, type CaseSpec } from '@fa/core/testing';
 import { createWebGPUBackend, chooseSpec, type Caps, type WebGPUBackend } from '../dist/index.js';
-import { sharedBytes } from '../dist/wgsl/common.js';
+import { sharedBytes } from '../dist/wgsl/workgroup.js';
 
 const specs: CaseSpec[] = [
   // f32: softcap + ALiBi + window + GQA, Tq != Tk

@@ -10,7 +10,13 @@
  *
  * With softcap, S = c·tanh(S₀/c) and dS₀ = dS·(1 − tanh²); the scale is applied on store.
  */
-import { type Encoding, type KernelSpec, Src, acc, scoreCol, declAcc, declOut, dims, dynLoader, dynLoaders, encoding, header, isSw, ld2, ld1, slopeLine, storeRows, storageFns, tensorDecl, zeroAcc, PARAMS_WGSL } from './common.js';
+import { acc, declAcc, declOut, storeRows, zeroAcc } from './accumulators.js';
+import { header } from './header.js';
+import { PARAMS_WGSL } from './params.js';
+import { slopeLine } from './scores.js';
+import { type Encoding, type KernelSpec, dims, encoding, isSw, scoreCol } from './spec.js';
+import { Src } from './src-builder.js';
+import { dynLoader, dynLoaders, ld1, ld2, storageFns, tensorDecl } from './storage.js';
 import { pmul, productVars, rowdot, spStore } from './products.js';
 
 // Roles (bindings) of the backward kernels.

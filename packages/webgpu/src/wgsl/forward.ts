@@ -4,7 +4,13 @@
  * softmax of packages/core/src/online-softmax.ts) and the unnormalised output O in registers,
  * and writes O / l and LSE = m + log l at the end. The T×T score matrix never exists.
  */
-import { type KernelSpec, Src, acc, scoreCol, declAcc, declOut, scaleOut, dims, dynLoaders, encoding, header, isPipelined, isSw, rowReduce, slopeLine, storeRows, tensorDecl, zeroAcc } from './common.js';
+import { acc, declAcc, declOut, scaleOut, storeRows, zeroAcc } from './accumulators.js';
+import { header } from './header.js';
+import { rowReduce } from './row-reduce.js';
+import { slopeLine } from './scores.js';
+import { type KernelSpec, dims, encoding, isPipelined, isSw, scoreCol } from './spec.js';
+import { Src } from './src-builder.js';
+import { dynLoaders, tensorDecl } from './storage.js';
 import { pmul, productVars, rowdot, spStore, spStoreQuad } from './products.js';
 
 // Roles (bindings) of the forward kernel.

@@ -1,7 +1,7 @@
 /**
  * The two tile products every kernel is built from, in one of two workgroup-memory layouts:
  *
- *   linear     (common.ts: rowdotLinear, pmulLinear) — any tile, the generic kernels too.
+ *   linear     (linear-products.ts: rowdotLinear, pmulLinear) — any tile, the generic kernels too.
  *   swizzled   (here; tile.sw = 1, with the vec4 layout, D % 4 == 0) — for real GPUs.
  *
  * Why the swizzled layout (NVIDIA: 32 banks of 4 bytes, one "wavefront" per 128 bytes):
@@ -19,16 +19,20 @@
  * The arithmetic is the same as the linear layout's: each accumulator sums the same f32
  * products in the same order (d ascending in rowdot, c ascending in pmul).
  */
-import { type KernelSpec, type Src, type TileRef, acc, dims, encoding, isPipelined, isSw, isVec, pmulLinear, rowdotLinear, stageElems, stageLoad4, stageType } from './common.js';
+import { acc } from './accumulators.js';
+import { type TileRef, pmulLinear, rowdotLinear } from './linear-products.js';
+import { type KernelSpec, dims, encoding, isPipelined, isSw, isVec } from './spec.js';
+import type { Src } from './src-builder.js';
+import { stageElems, stageLoad4, stageType } from './workgroup.js';
 
-/** rowdot: acc[r][c] += Σ_d A[r][d]·B[c][d] (see common.ts), in the kernel's layout. */
+/** rowdot: acc[r][c] += Σ_d A[r][d]·B[c][d] (see linear-products.ts), in the kernel's layout. */
 export function rowdot(src: Src, s: KernelSpec, a: TileRef, b: TileRef, out: string): void {
   if (isSw(s)) rowdotSw(src, s, a, b, out);
   else rowdotLinear(src, s, a, b, out);
 }
 
 /**
- * pmul: acc[r][d] += Σ_c P[r][c]·Y[c][d] (see common.ts), in the kernel's layout. The linear
+ * pmul: acc[r][d] += Σ_c P[r][c]·Y[c][d] (see linear-products.ts), in the kernel's layout. The linear
  * layout always ends with a barrier; the prefetching one only when `trailingBarrier` (the caller
  * must then put a barrier before it next writes sp).
  */

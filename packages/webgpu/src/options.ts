@@ -1,0 +1,29 @@
+/** Options of the WebGPU engine: device acquisition, tile overrides, code generation, f16 path. */
+import type { AcquireOptions } from './gpu.js';
+import type { KernelKind } from './tiles.js';
+import type { Tile } from './wgsl/spec.js';
+
+export interface WebGPUBackendOptions extends AcquireOptions {
+  /** Force a tile shape (tests, tuning); fields left out come from the chosen candidate. */
+  readonly tile?: Partial<Tile>;
+  /** Per-kernel tile overrides (benchmark tuning); win over `tile`. */
+  readonly tiles?: Partial<Record<KernelKind, Partial<Tile>>>;
+  /**
+   * Per-kernel candidates tried first, in place of the built-in preferred tiles; unlike `tiles`,
+   * a problem they do not fit (e.g. D = 256 in 48 KiB) falls back to the built-in list — exactly
+   * how a default behaves, so benchmarks and the kit can try a would-be default.
+   */
+  readonly preferredTiles?: Partial<Record<KernelKind, readonly Tile[]>>;
+  /**
+   * 'specialised': one pipeline per (dtype, D, softcap, ALiBi) — fastest kernels.
+   * 'generic': those read at run time — few pipelines, for CPU adapters whose compiler is slow.
+   * 'auto' (default): generic on CPU adapters (llvmpipe, SwiftShader), specialised elsewhere.
+   */
+  readonly codegen?: 'auto' | 'specialised' | 'generic';
+  /**
+   * f16 tensors on an adapter with `shader-f16`: true (default) reads and writes them as WGSL
+   * f16 (`enable f16;`, f16 staging in workgroup memory); false keeps the packed path (two per
+   * u32, `unpack2x16float`) that adapters without `shader-f16` use. Arithmetic is f32 either way.
+   */
+  readonly nativeF16?: boolean;
+}
