@@ -1,3 +1,2 @@
 // Types of vulkan-driver.mjs (which says what each function is for).
-export function softwareIcdCandidates(env?: NodeJS.ProcessEnv): string[];
 export function prepareDawnForTests(env?: NodeJS.ProcessEnv): void;

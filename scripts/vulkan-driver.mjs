@@ -14,7 +14,7 @@ import { join } from 'node:path';
  * The software drivers (ICD files) scripts/setup-webgpu.sh provides, best first: its lavapipe
  * under $FA_VULKAN_DIR (default /opt/fa-vulkan), then SwiftShader from Debian's chromium.
  */
-export function softwareIcdCandidates(env = process.env) {
+function softwareIcdCandidates(env = process.env) {
   const dir = env.FA_VULKAN_DIR ?? '/opt/fa-vulkan';
   return [join(dir, 'lvp_icd.json'), '/usr/lib/chromium/vk_swiftshader_icd.json'];
 }

@@ -24,14 +24,26 @@ size_t fwd_workspace_bytes_splits(FaArgs* a, int splits) {
   return align256(rows * a->d * sizeof(float)) + align256(rows * sizeof(float));
 }
 
+// The forward's tile (query rows x keys per CTA) for head-dim bucket D, as launch_fwd picks it.
+template <int D>
+static void fwd_tile(int arch, int* BM, int* BN) {
+  if constexpr (has_wgmma_fwd(D)) {
+    if (runs_wgmma_fwd(arch, D)) {
+      *BM = WgTraits<D>::BM;
+      *BN = WgTraits<D>::BN;
+      return;
+    }
+  }
+  *BM = FwdTraits<D>::BM;
+  *BN = FwdTraits<D>::BN;
+}
+
 size_t fwd_workspace_bytes(FaArgs* a) {
   const int D = head_dim_bucket(a->d);
   int BM, BN;
-  if (a->arch == 90 && D == 64) { BM = WgTraits<64>::BM; BN = WgTraits<64>::BN; }
-  else if (a->arch == 90 && D == 128) { BM = WgTraits<128>::BM; BN = WgTraits<128>::BN; }
-  else if (D == 64) { BM = FwdTraits<64>::BM; BN = FwdTraits<64>::BN; }
-  else if (D == 128) { BM = FwdTraits<128>::BM; BN = FwdTraits<128>::BN; }
-  else { BM = FwdTraits<256>::BM; BN = FwdTraits<256>::BN; }
+  if (D == 64) fwd_tile<64>(a->arch, &BM, &BN);
+  else if (D == 128) fwd_tile<128>(a->arch, &BM, &BN);
+  else fwd_tile<256>(a->arch, &BM, &BN);
   const int64_t mblocks = (a->max_tq + BM - 1) / BM;
   const int64_t ctas = mblocks * a->H * a->B;
   const int64_t nblocks = (a->max_tk + BN - 1) / BN;
@@ -77,18 +89,17 @@ void bwd_setup(FaArgs* a, void* ws) {
   a->dq_accum = a->deterministic ? nullptr : reinterpret_cast<float*>(p);
 }
 
-// Mirrors the choices of launch_fwd / launch_bwd (fa_launch.cuh).
+// The kernels launch_fwd / launch_bwd (fa_launch.cuh) pick, by the same predicates.
 template <int D>
 static SmemNeeds smem_needs_for(int arch, int no_wgmma_bwd) {
   SmemNeeds n{};
-  constexpr bool hopper_kernels = D == 64 || D == 128;
   n.fwd = fwd_smem_bytes<FwdTraits<D>>();
   n.bwd = bwd_smem_bytes<BwdTraits<D>>();
-  if constexpr (hopper_kernels) {
-    if (arch == 90) n.fwd = fwd_wg_smem_bytes<WgTraits<D>>();
-#ifndef FA_NO_WGMMA_BWD
-    if (arch == 90 && !no_wgmma_bwd) n.bwd = bwd_wg_smem_bytes<BwdWgCfg<D>>();
-#endif
+  if constexpr (has_wgmma_fwd(D)) {
+    if (runs_wgmma_fwd(arch, D)) n.fwd = fwd_wg_smem_bytes<WgTraits<D>>();
+  }
+  if constexpr (has_wgmma_bwd(D)) {
+    if (runs_wgmma_bwd(arch, D, no_wgmma_bwd)) n.bwd = bwd_wg_smem_bytes<BwdWgCfg<D>>();
   }
   n.bwd_deterministic = std::max(n.bwd, dq_smem_bytes<D>());
   return n;

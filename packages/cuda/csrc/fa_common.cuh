@@ -117,6 +117,20 @@ __device__ __forceinline__ void load_tile(T* s, const T* g, int64_t ld, int nrow
 // ---------------------------------------------------------------------------------------------
 // Tile traits, one place per head-dim bucket.
 // ---------------------------------------------------------------------------------------------
+// Which kernel family a call runs: the Hopper wgmma kernels on sm_90 for the 64 and 128 head-dim
+// buckets, mma.sync elsewhere. One definition for the launchers (fa_launch.cuh), the split-KV
+// heuristic and smem_needs() (fa_api.cu). FA_NO_WGMMA_BWD builds without the wgmma backward.
+constexpr bool has_wgmma_fwd(int D) { return D == 64 || D == 128; }
+constexpr bool has_wgmma_bwd(int D) {
+#ifdef FA_NO_WGMMA_BWD
+  return false;
+#else
+  return D == 64 || D == 128;
+#endif
+}
+constexpr bool runs_wgmma_fwd(int arch, int D) { return arch == 90 && has_wgmma_fwd(D); }
+constexpr bool runs_wgmma_bwd(int arch, int D, int no_wgmma_bwd) { return arch == 90 && has_wgmma_bwd(D) && !no_wgmma_bwd; }
+
 // Forward: BM = 16 * NW * MT query rows per CTA (each warp owns MT row tiles of 16), BN keys per
 // step; QREG keeps Q's fragments in registers (only with MT == 1).
 template <int D_, int BM_, int BN_, int NW_, int MT_, bool QREG_>

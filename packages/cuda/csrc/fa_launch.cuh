@@ -55,8 +55,8 @@ cudaError_t launch_fwd_wg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
 }
 template <typename T, int D>
 cudaError_t launch_fwd(FaArgs* a, const FaTensors& t, cudaStream_t st) {
-  if constexpr (D == 64 || D == 128) {
-    if (a->arch == 90) return launch_fwd_wg<T, WgTraits<D>>(a, t, st);
+  if constexpr (has_wgmma_fwd(D)) {
+    if (runs_wgmma_fwd(a->arch, D)) return launch_fwd_wg<T, WgTraits<D>>(a, t, st);
   }
   return launch_fwd_cfg<T, FwdTraits<D>>(a, t, st);
 }
@@ -124,11 +124,9 @@ cudaError_t launch_bwd_wg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
 
 template <typename T, int D>
 cudaError_t launch_bwd(FaArgs* a, const FaTensors& t, cudaStream_t st) {
-#ifndef FA_NO_WGMMA_BWD
-  if constexpr (D == 64 || D == 128) {
-    if (a->arch == 90 && !a->no_wgmma_bwd) return launch_bwd_wg<T, BwdWgCfg<D>>(a, t, st);
+  if constexpr (has_wgmma_bwd(D)) {
+    if (runs_wgmma_bwd(a->arch, D, a->no_wgmma_bwd)) return launch_bwd_wg<T, BwdWgCfg<D>>(a, t, st);
   }
-#endif
   return launch_bwd_cfg<T, BwdTraits<D>>(a, t, st);
 }
 
