@@ -1,0 +1,345 @@
+/**
+ * Engine choice by problem, with fake engines that decline: resolveBackendFor() picks the
+ * highest-priority engine whose supports() accepts the problem and says why the ones above it
+ * were passed over; resolveBackend() returns the auto backend, which does the same per call, so
+ * a program written for "the best engine" runs wherever one engine declines its problem.
+ */
+import { readFileSync } from 'node:fs';
+import ts from 'typescript';
+import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import {
+  AutoBackend,
+  FAError,
+  describeProblem,
+  fallbackNote,
+  registerBackend,
+  registeredBackendNames,
+  resetBackends,
+  resolveBackend,
+  resolveBackendFor,
+  tensor,
+  unregisterBackend,
+  type AttentionBackend,
+  type AttentionOptions,
+  type AttentionProblem,
+  type DeviceTensor,
+  type DType,
+  type HostTensor,
+  type Tensor,
+} from '../dist/index.js';
+import { createRng, randomTensor, referenceBackend } from '../dist/testing/index.js';
+
+const F32_REASON = 'f32 is not computed natively on this GPU; use f16 or bf16';
+
+/** A device tensor of a fake engine: the host tensor inside, owned by `backend`. */
+class FakeDeviceTensor implements DeviceTensor {
+  readonly kind = 'device' as const;
+  disposed = false;
+  constructor(readonly backend: string, readonly handle: HostTensor) {}
+  get dtype(): DType {
+    return this.handle.dtype;
+  }
+  get shape(): readonly number[] {
+    return this.handle.shape;
+  }
+}
+
+/**
+ * A GPU-like engine over the float64 reference: device tensors of its own, and a forward and
+ * backward that refuse (E_UNSUPPORTED) what supports() declines, as real engines do. `calls`
+ * counts the passes it ran.
+ */
+function fakeGpu(name: string, o: { dtypes?: readonly DType[]; declines?: (p: AttentionProblem) => string | undefined } = {}) {
+  const dtypes = o.dtypes ?? ['f16', 'bf16'];
+  const ref = referenceBackend({ name, dtypes });
+  const calls = { forward: 0, backward: 0 };
+  const unwrap = (t: Tensor): Tensor => (t instanceof FakeDeviceTensor ? t.handle : t);
+  const refuse = (p: AttentionProblem) => {
+    const s = be.supports(p);
+    if (!s.ok) throw new FAError('E_UNSUPPORTED', `${name}: ${s.reason}`);
+  };
+  const be = {
+    name,
+    device: `${name} device`,
+    dtypes,
+    calls,
+    supports: (p: AttentionProblem) => {
+      if (p.dtype === 'f32' && !dtypes.includes('f32')) return { ok: false as const, reason: F32_REASON };
+      const r = o.declines?.(p);
+      return r === undefined ? { ok: true as const } : { ok: false as const, reason: r };
+    },
+    async forward(q: Tensor, k: Tensor, v: Tensor, opts?: AttentionOptions) {
+      refuse(describeProblem(q, k, v, opts));
+      calls.forward++;
+      const r = await ref.forward(unwrap(q), unwrap(k), unwrap(v), opts);
+      return q instanceof FakeDeviceTensor ? { out: new FakeDeviceTensor(name, r.out as HostTensor), lse: new FakeDeviceTensor(name, r.lse as HostTensor) } : r;
+    },
+    async backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dOut: Tensor, lse: Tensor, opts?: AttentionOptions) {
+      refuse(describeProblem(q, k, v, opts));
+      calls.backward++;
+      return ref.backward(unwrap(q), unwrap(k), unwrap(v), unwrap(out), unwrap(dOut), unwrap(lse), opts);
+    },
+    async upload(t: HostTensor): Promise<Tensor> {
+      return new FakeDeviceTensor(name, t);
+    },
+    async read(t: Tensor) {
+      return unwrap(t) as HostTensor;
+    },
+    disposeTensor(t: Tensor) {
+      if (t instanceof FakeDeviceTensor) t.disposed = true;
+    },
+    disposed: false,
+    async dispose() {
+      be.disposed = true;
+    },
+  } satisfies AttentionBackend & Record<string, unknown>;
+  return be;
+}
+
+type Fake = ReturnType<typeof fakeGpu>;
+const starts: Record<string, number> = {};
+const fakes: Record<string, Fake> = {};
+
+/** Registers a fake engine (a fresh instance per start); remembers the latest instance. */
+function register(name: string, priority: number, make: () => Fake): void {
+  starts[name] = 0;
+  registerBackend(
+    name,
+    async () => {
+      starts[name]++;
+      return (fakes[name] = make());
+    },
+    priority,
+  );
+}
+
+const FAKES = ['gpu', 'dead', 'mid'];
+beforeEach(async () => {
+  await resetBackends();
+  register('gpu', 100, () => fakeGpu('gpu'));
+  registerBackend('dead', () => Promise.reject(new FAError('E_DEVICE', 'unavailable: no driver')), 90);
+  starts.dead = 0;
+});
+afterEach(async () => {
+  await resetBackends();
+  for (const n of FAKES) unregisterBackend(n);
+});
+afterAll(() => expect(registeredBackendNames()).toEqual(['cpu']));
+
+const rng = createRng(11);
+const qkv = (dtype: DType, shape = [1, 6, 2, 8]) => ({ q: randomTensor(rng, shape, dtype), k: randomTensor(rng, shape, dtype), v: randomTensor(rng, shape, dtype) });
+const code = async (p: Promise<unknown>) => (await p.then(() => undefined, (e: unknown) => e)) as FAError | undefined;
+
+describe('resolveBackendFor(problem)', () => {
+  it('passes over an engine that declines the problem and one that did not start, saying why', async () => {
+    const r = await resolveBackendFor(qkv('f32'));
+    expect(r.backend.name).toBe('cpu');
+    expect(r.passedOver).toEqual([
+      { name: 'gpu', why: 'declined', reason: F32_REASON },
+      { name: 'dead', why: 'unavailable', reason: 'no driver' },
+    ]);
+    expect(fallbackNote(r)).toBe(`gpu declines this problem (${F32_REASON}); running it on cpu`);
+  });
+
+  it('takes the highest-priority engine that accepts, and starts none below it', async () => {
+    register('mid', 50, () => fakeGpu('mid', { dtypes: ['f32', 'f16', 'bf16'] }));
+    const { q, k, v } = qkv('bf16');
+    const r = await resolveBackendFor(describeProblem(q, k, v, { causal: true }));
+    expect(r.backend.name).toBe('gpu');
+    expect(r.passedOver).toEqual([]);
+    expect(fallbackNote(r)).toBeUndefined();
+    expect(starts.mid).toBe(0);
+    const r32 = await resolveBackendFor({ q: qkv('f32').q, k: qkv('f32').k, v: qkv('f32').v, opts: { causal: true } });
+    expect(r32.backend.name).toBe('mid');
+    expect(r32.passedOver.map((x) => x.name)).toEqual(['gpu', 'dead']);
+    expect(starts.mid).toBe(1);
+  });
+
+  it('asks about both passes in one problem: options decide as much as dtypes', async () => {
+    register('mid', 50, () => fakeGpu('mid', { dtypes: ['f32'], declines: (p) => (p.softcap > 0 ? 'no softcap' : undefined) }));
+    expect((await resolveBackendFor(qkv('f32'))).backend.name).toBe('mid');
+    const r = await resolveBackendFor({ ...qkv('f32'), opts: { softcap: 5 } });
+    expect(r.backend.name).toBe('cpu');
+    expect(r.passedOver.find((x) => x.name === 'mid')).toEqual({ name: 'mid', why: 'declined', reason: 'no softcap' });
+  });
+
+  it('honours a list of candidates, in its order', async () => {
+    const r = await resolveBackendFor(qkv('bf16'), { backends: ['cpu', 'gpu'] });
+    expect(r.backend.name).toBe('cpu');
+    expect((await resolveBackendFor(qkv('bf16'), { backends: 'gpu' })).backend.name).toBe('gpu');
+  });
+
+  it('E_UNSUPPORTED names every reason when each engine that started declines; E_DEVICE when none started', async () => {
+    const e = await code(resolveBackendFor(qkv('f32'), { backends: ['gpu', 'dead'] }));
+    expect(e).toBeInstanceOf(FAError);
+    expect(e!.code).toBe('E_UNSUPPORTED');
+    expect(e!.message).toBe(`no available engine computes this problem (gpu: ${F32_REASON}; dead: unavailable: no driver)`);
+    const d = await code(resolveBackendFor(qkv('f32'), { backends: ['dead'] }));
+    expect(d!.code).toBe('E_DEVICE');
+    expect(d!.message).toBe('no backend is available (dead: unavailable: no driver)');
+  });
+
+  it('validates first (the same FAError on every machine), and rejects unknown names', async () => {
+    const { q, k } = qkv('f32');
+    expect((await code(resolveBackendFor({ q, k, v: qkv('f32', [1, 5, 2, 8]).v })))!.code).toBe('E_SHAPE');
+    expect((await code(resolveBackendFor({ q, k, v: k, opts: { softcap: -1 } })))!.code).toBe('E_ARG');
+    expect((await code(resolveBackendFor(qkv('f32'), { backends: ['gpu', 'nope'] })))!.code).toBe('E_ARG');
+  });
+
+  it('an engine whose supports() throws counts as declining; the registry stays usable', async () => {
+    register('mid', 150, () => ({ ...fakeGpu('mid'), supports: () => { throw new Error('boom'); } }));
+    const r = await resolveBackendFor(qkv('bf16'));
+    expect(r.backend.name).toBe('gpu');
+    expect(r.passedOver[0]).toEqual({ name: 'mid', why: 'declined', reason: 'supports() failed: boom' });
+  });
+});
+
+describe('resolveBackend() — the auto backend', () => {
+  it('runs each call on the best engine that accepts it, forward and backward, and notes a fallback once', async () => {
+    const notes: string[] = [];
+    const fa = await resolveBackend(undefined, { onFallback: (n) => notes.push(n) });
+    expect(fa).toBeInstanceOf(AutoBackend);
+    expect(fa.name).toBe('auto');
+    expect(fa.device).toMatch(/^gpu: gpu device, then cpu: CPU/);
+    expect((fa as AutoBackend).engines.map((c) => [c.name, c.reason])).toEqual([['gpu', undefined], ['dead', 'no driver'], ['cpu', undefined]]);
+    expect(fa.dtypes).toEqual(['f32', 'f16', 'bf16']);
+    const gpu = fakes.gpu;
+
+    const h = qkv('bf16');
+    const r16 = await fa.forward(h.q, h.k, h.v, { causal: true });
+    await fa.backward(h.q, h.k, h.v, r16.out, h.q, r16.lse, { causal: true });
+    expect(gpu.calls).toEqual({ forward: 1, backward: 1 });
+    expect(notes).toEqual([]);
+
+    const x = qkv('f32');
+    const cpu = await resolveBackend('cpu');
+    const want = await cpu.forward(x.q, x.k, x.v, { causal: true });
+    for (let i = 0; i < 2; i++) {
+      const got = await fa.forward(x.q, x.k, x.v, { causal: true });
+      expect((got.out as HostTensor).data).toEqual((want.out as HostTensor).data);
+      const g = await fa.backward(x.q, x.k, x.v, got.out, x.q, got.lse, { causal: true });
+      const gw = await cpu.backward(x.q, x.k, x.v, want.out, x.q, want.lse, { causal: true });
+      expect((g.dq as HostTensor).data).toEqual((gw.dq as HostTensor).data);
+    }
+    expect(gpu.calls).toEqual({ forward: 1, backward: 1 });
+    expect(notes).toEqual([`gpu declines this problem (${F32_REASON}); running it on cpu`]);
+  });
+
+  it('says "@fa: ..." on console.warn by default, once per process; null says nothing', async () => {
+    const warn = vi.spyOn(console, 'warn').mockImplementation(() => undefined);
+    try {
+      const x = qkv('f32');
+      for (let i = 0; i < 2; i++) {
+        const fa = await resolveBackend();
+        await fa.forward(x.q, x.k, x.v);
+      }
+      expect(warn.mock.calls).toEqual([[`@fa: gpu declines this problem (${F32_REASON}); running it on cpu`]]);
+      warn.mockClear();
+      const quiet = await resolveBackend('auto', { onFallback: null });
+      await quiet.forward(x.q, x.k, x.v, { window: [2, 2] });
+      expect(warn).not.toHaveBeenCalled();
+    } finally {
+      warn.mockRestore();
+    }
+  });
+
+  it('supports() is true when some engine accepts, and names every reason when none does', async () => {
+    const fa = await resolveBackend(['gpu', 'dead']);
+    const { q, k, v } = qkv('f32');
+    expect(fa.supports(describeProblem(q, k, v))).toEqual({ ok: false, reason: `no available engine computes this problem (gpu: ${F32_REASON}; dead: unavailable: no driver)` });
+    const e = await code(fa.forward(q, k, v));
+    expect(e!.code).toBe('E_UNSUPPORTED');
+    const b = qkv('f16');
+    expect(fa.supports(describeProblem(b.q, b.k, b.v))).toEqual({ ok: true });
+    expect((await resolveBackend()).supports(describeProblem(q, k, v))).toEqual({ ok: true });
+  });
+
+  it('device tensors stay with their engine: upload goes to the first engine that takes the dtype', async () => {
+    const fa = await resolveBackend();
+    const gpu = fakes.gpu;
+    const h = qkv('f16');
+    const [q, k, v] = await Promise.all([fa.upload(h.q), fa.upload(h.k), fa.upload(h.v)]);
+    expect(q.kind).toBe('device');
+    expect((q as DeviceTensor).backend).toBe('gpu');
+    const r = await fa.forward(q, k, v);
+    expect(r.out.kind).toBe('device');
+    expect(gpu.calls.forward).toBe(1);
+    const back = await fa.read(r.out);
+    expect(back.dtype).toBe('f16');
+    fa.disposeTensor(r.out);
+    expect((r.out as DeviceTensor).disposed).toBe(true);
+
+    const f = qkv('f32');
+    const q32 = await fa.upload(f.q); // the fake declines f32, so the cpu engine takes it
+    expect(q32.kind).toBe('host');
+
+    // f32 data put on the fake engine directly: the call cannot move, and says so
+    const onGpu = await Promise.all([gpu.upload(f.q), gpu.upload(f.k), gpu.upload(f.v)]);
+    const e = await code(fa.forward(onGpu[0], onGpu[1], onGpu[2]));
+    expect(e!.code).toBe('E_UNSUPPORTED');
+    expect(e!.message).toBe(`the inputs are device tensors of gpu, which declines this problem (${F32_REASON}); pass host tensors so that another engine can compute it`);
+    const mixed = await code(fa.forward(q, h.k, new FakeDeviceTensor('elsewhere', h.v)));
+    expect(mixed!.code).toBe('E_ARG');
+    expect(mixed!.message).toMatch(/different engines \(q: gpu, v: elsewhere\)/);
+    const foreign = await code(fa.forward(new FakeDeviceTensor('elsewhere', h.q), h.k, h.v));
+    expect(foreign!.message).toMatch(/q is a device tensor of backend elsewhere, which this auto backend does not use/);
+  });
+
+  it('dispose() frees the engines it started; the next resolve starts them afresh', async () => {
+    const fa = await resolveBackend();
+    const first = fakes.gpu;
+    expect(starts.gpu).toBe(1);
+    await fa.dispose();
+    expect(first.disposed).toBe(true);
+    expect((await code(fa.forward(qkv('f16').q, qkv('f16').k, qkv('f16').v)))!.code).toBe('E_ARG');
+    const again = await resolveBackend();
+    expect(starts.gpu).toBe(2);
+    const h = qkv('f16');
+    await again.forward(h.q, h.k, h.v);
+    expect(fakes.gpu.calls.forward).toBe(1);
+  });
+
+  it('keeps the string forms: a name is that engine; unknown names are E_ARG; a dead one is E_DEVICE', async () => {
+    const cpu = await resolveBackend('cpu');
+    expect(cpu.name).toBe('cpu');
+    expect(cpu).not.toBeInstanceOf(AutoBackend);
+    expect((await resolveBackend('gpu')).name).toBe('gpu');
+    expect((await code(resolveBackend('nope')))!.code).toBe('E_ARG');
+    expect((await code(resolveBackend(['cpu', 'nope'])))!.code).toBe('E_ARG');
+    const dead = await code(resolveBackend('dead'));
+    expect(dead!.code).toBe('E_DEVICE');
+    expect(dead!.message).toBe('no backend is available (dead: no driver)');
+    expect((await code(resolveBackend(['dead'])))!.code).toBe('E_DEVICE');
+  });
+});
+
+describe("the README's \"Use it\" example", () => {
+  it('runs unchanged when the best engine declines f32: the auto backend hands it to the next', async () => {
+    const readme = readFileSync(new URL('../../../README.md', import.meta.url), 'utf8');
+    const block = /## Use it\s+```ts\n([\s\S]*?)```/.exec(readme)?.[1];
+    expect(block).toBeDefined();
+    const imports = block!.split('\n').filter((l) => l.startsWith('import '));
+    expect(imports[0]).toBe("import { resolveBackend, tensor } from '@fa/core';");
+    // smaller than the README's sizes, to keep the test quick on the CPU engine
+    const body = block!
+      .split('\n')
+      .filter((l) => !l.startsWith('import '))
+      .join('\n')
+      .replace(/const B = 1, T = 1024, H = 8, D = 64;/, 'const B = 1, T = 96, H = 2, D = 64;');
+    expect(body).toContain('const B = 1, T = 96');
+    const AsyncFunction = Object.getPrototypeOf(async () => undefined).constructor as new (...a: string[]) => (...x: unknown[]) => Promise<Record<string, unknown>>;
+    const js = ts.transpileModule(body, { compilerOptions: { target: ts.ScriptTarget.ES2022 } }).outputText;
+    const run = new AsyncFunction('resolveBackend', 'tensor', `${js}\nreturn { fa, q, k, v, out, lse, dq };`);
+    const warn = vi.spyOn(console, 'warn').mockImplementation(() => undefined);
+    try {
+      const r = await run(resolveBackend, tensor);
+      const cpu = await resolveBackend('cpu');
+      const want = await cpu.forward(r.q as Tensor, r.k as Tensor, r.v as Tensor, { causal: true });
+      expect((r.out as HostTensor).data).toEqual((want.out as HostTensor).data);
+      expect((r.dq as HostTensor).shape).toEqual((r.q as HostTensor).shape);
+      expect(fakes.gpu.calls).toEqual({ forward: 0, backward: 0 });
+    } finally {
+      warn.mockRestore();
+    }
+  });
+});
