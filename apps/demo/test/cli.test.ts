@@ -23,10 +23,10 @@ interface Result {
   stderr: string;
 }
 
-/** Runs `node dist/cli.js ...args` in the fixtures folder. */
-function fa(args: string[], cwd = FIX): Promise<Result> {
+/** Runs `node [...nodeArgs] dist/cli.js ...args` in the fixtures folder. */
+function fa(args: string[], cwd = FIX, nodeArgs: string[] = []): Promise<Result> {
   return new Promise((resolve, reject) => {
-    const p = spawn(process.execPath, [CLI, ...args], { cwd, env: { ...process.env, NODE_OPTIONS: '' } });
+    const p = spawn(process.execPath, [...nodeArgs, CLI, ...args], { cwd, env: { ...process.env, NODE_OPTIONS: '' } });
     let stdout = '';
     let stderr = '';
     p.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -267,5 +267,57 @@ describe('help, demo and bench', () => {
       expect(r.code).toBe(1);
       expect(r.stderr).toMatch(/^fa: E_[A-Z_]+: [^\n]+\n$/);
     }
+  });
+});
+
+describe('an engine that declines the problem (a fake cuda without f32, preloaded with --import)', () => {
+  const REASON = 'f32 is not computed natively on this GPU; use f16 or bf16';
+  const faDeclining = (args: string[]) => fa(args, FIX, ['--import', './declining-cuda.mjs']);
+
+  it('is listed as available', async () => {
+    const r = await faDeclining(['backends']);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout.split('\n').find((l) => l.startsWith('cuda '))).toMatch(/fake GPU \(declines f32\)\s+available$/);
+  });
+
+  it('run --backend auto passes it over for f32 with one note on stderr, and the result is exact', async () => {
+    const out = freshOut();
+    const r = await faDeclining(['run', '--backend', 'auto', '--q', 'q.npy', '--k', 'k.npy', '--v', 'v.npy', '--dout', 'dout.npy', '--out', out]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toBe(`fa: note: cuda declines this problem (${REASON}); running it on cpu\n`);
+    expect(r.stdout).toMatch(/^fa run: cpu \(/);
+    expect(r.stdout.trim().split('\n')).toHaveLength(1);
+    for (const o of ['out', 'lse', 'dq', 'dk', 'dv']) {
+      const e = relErr(readNpy(join(out, `${o}.npy`)).data as Float32Array, readNpy(join(FIX, 'expected/basic', `${o}.npy`)).data as Float32Array);
+      expect(e, o).toBeLessThanOrEqual(1e-5);
+    }
+  });
+
+  it('run --backend auto uses it for a problem it accepts, without a note', async () => {
+    const r = await faDeclining(['run', '--q', 'q.npy', '--k', 'k.npy', '--v', 'v.npy', '--dtype', 'bf16', '--out', freshOut()]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toMatch(/^fa run: cuda \(fake GPU \(declines f32\)\) .* bf16/);
+  });
+
+  it('run --backend cuda on a problem it declines: one line, exit 1, no outputs', async () => {
+    const out = freshOut();
+    const r = await faDeclining(['run', '--backend', 'cuda', '--q', 'q.npy', '--k', 'k.npy', '--v', 'v.npy', '--out', out]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(`fa: E_UNSUPPORTED: backend cuda cannot compute this problem: ${REASON} (--backend auto picks an engine that can)\n`);
+    expect(existsSync(out)).toBe(false);
+  });
+
+  it('demo and bench pass it over too, and name it when asked for it', async () => {
+    const d = await faDeclining(['demo', '--dtype', 'f32', '--seq', '40', '--dim', '16', '--rows', '4']);
+    expect(d.code, d.stderr).toBe(0);
+    expect(d.stdout).toMatch(/^\s+cuda\s+skipped: declines this problem \(f32 is not computed natively/m);
+    expect(d.stdout).toMatch(/Engine: cpu/);
+    const b = await faDeclining(['bench', '--dtype', 'f32', '--seq', '16', '--heads', '1', '--dim', '8', '--repeat', '1']);
+    expect(b.code, b.stderr).toBe(0);
+    expect(b.stdout).toMatch(/^fa bench: cpu /m);
+    const n = await faDeclining(['bench', '--backend', 'cuda', '--dtype', 'f32', '--seq', '16', '--dim', '8']);
+    expect(n.code).toBe(1);
+    expect(n.stderr).toBe(`fa: E_UNSUPPORTED: backend cuda cannot compute this problem: ${REASON} (--backend auto picks an engine that can)\n`);
   });
 });

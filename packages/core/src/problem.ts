@@ -222,6 +222,15 @@ export function describeProblem(qIn: unknown, kIn: unknown, vIn: unknown, opts: 
 }
 
 /**
+ * The problem of q/k/v of these shapes and dtype (v has k's shape), without their data: to ask
+ * engines (supports(), resolveBackendFor()) about a call before allocating its inputs.
+ */
+export function describeProblemShapes(qShape: readonly number[], kShape: readonly number[], dtype: DType, opts: AttentionOptions = {}): AttentionProblem {
+  const shell = (shape: readonly number[]) => ({ kind: 'device' as const, backend: 'none (shape only)', dtype, shape, handle: null, disposed: false });
+  return describeProblem(shell(qShape), shell(kShape), shell(kShape), opts);
+}
+
+/**
  * Validates the extra inputs of a backward call (out, dOut, lse) against the problem.
  */
 export function describeBackward(q: unknown, k: unknown, v: unknown, out: unknown, dOut: unknown, lse: unknown, opts: AttentionOptions = {}): AttentionProblem {

@@ -11,6 +11,7 @@ import {
   AutoBackend,
   FAError,
   describeProblem,
+  describeProblemShapes,
   fallbackNote,
   registerBackend,
   registeredBackendNames,
@@ -27,7 +28,7 @@ import {
   type HostTensor,
   type Tensor,
 } from '../dist/index.js';
-import { createRng, randomTensor, referenceBackend } from '../dist/testing/index.js';
+import { createRng, decliningBackend, randomTensor, referenceBackend } from '../dist/testing/index.js';
 
 const F32_REASON = 'f32 is not computed natively on this GPU; use f16 or bf16';
 
@@ -310,6 +311,29 @@ describe('resolveBackend() — the auto backend', () => {
     expect(dead!.code).toBe('E_DEVICE');
     expect(dead!.message).toBe('no backend is available (dead: no driver)');
     expect((await code(resolveBackend(['dead'])))!.code).toBe('E_DEVICE');
+  });
+});
+
+describe('helpers for asking before computing', () => {
+  it('describeProblemShapes is describeProblem without the data', () => {
+    const { q, k } = qkv('bf16', [2, 6, 4, 8]);
+    const k2 = { ...k, shape: [2, 9, 2, 8], data: new Uint16Array(2 * 9 * 2 * 8) };
+    const opts = { causal: true, softcap: 3, alibiSlopes: [0.1, 0.2, 0.3, 0.4] };
+    expect(describeProblemShapes([2, 6, 4, 8], [2, 9, 2, 8], 'bf16', opts)).toEqual(describeProblem(q, k2, { ...k2 }, opts));
+    expect(() => describeProblemShapes([2, 6, 3, 8], [2, 9, 2, 8], 'f32')).toThrow(/multiple of Hkv/);
+  });
+
+  it('decliningBackend declines, refuses what it declines, and computes the rest with its inner engine', async () => {
+    const d = decliningBackend({ name: 'picky', dtypes: ['f16'], declines: (p) => (p.dtype === 'f16' ? undefined : 'only f16') });
+    const a = qkv('f32');
+    expect(d.supports(describeProblem(a.q, a.k, a.v))).toEqual({ ok: false, reason: 'only f16' });
+    const e = await code(d.forward(a.q, a.k, a.v));
+    expect(e!.code).toBe('E_UNSUPPORTED');
+    expect(e!.message).toBe('picky: only f16');
+    const h = qkv('f16');
+    const r = await d.forward(h.q, h.k, h.v);
+    expect(r.out.dtype).toBe('f16');
+    expect((await code(d.backward(a.q, a.k, a.v, a.q, a.q, r.lse)))!.code).toBe('E_UNSUPPORTED');
   });
 });
 

@@ -10,7 +10,7 @@
  */
 import { cpus, freemem, totalmem } from 'node:os';
 import { writeFile } from 'node:fs/promises';
-import { FAError, forwardFlops, parseDType, workingSetBytes, type AttentionBackend, type DType, type TileSizes } from '@fa/core';
+import { askSupports, describeProblemShapes, FAError, forwardFlops, parseDType, workingSetBytes, type AttentionBackend, type AttentionProblem, type DType, type TileSizes } from '@fa/core';
 import { parseCount, parseFlags, parseNumber, type FlagSpec } from '../args.js';
 import { flagHelp80 } from '../helptext.js';
 import { argError } from '../errors.js';
@@ -146,6 +146,21 @@ function machineInfo(b: AttentionBackend): DemoResult['machine'] {
   return { runtime: `Node ${process.versions.node}`, cpus: cpus().length, ramTotal: totalmem(), ramFree: freemem(), gpuTotal, gpuFree, maxBufferBytes: maxBuf, maxBindingBytes: maxBind };
 }
 
+/** The story's dtype and head dim on an engine: f32 unless the engine declines it (then bf16). */
+function storyShape(b: AttentionBackend, o: Opts): { dtype: DType; D: number } {
+  const D = o.dim ?? (isGpu(b) ? 128 : 64);
+  if (o.dtype) return { dtype: o.dtype, D };
+  const T = o.tokens ?? FULL_T;
+  return { dtype: askSupports(b, describeProblemShapes([1, T, 1, D], [1, T, 1, D], 'f32', { causal: o.causal })).ok ? 'f32' : 'bf16', D };
+}
+
+/** The largest problem the story runs on an engine (100K tokens unless --tokens), for choosing one. */
+function storyProblem(b: AttentionBackend, o: Opts): AttentionProblem {
+  const { dtype, D } = storyShape(b, o);
+  const T = o.tokens ?? FULL_T;
+  return describeProblemShapes([1, T, 1, D], [1, T, 1, D], dtype, { causal: o.causal });
+}
+
 function say(io: Io, json: boolean, lines: readonly string[]): void {
   if (!json) for (const l of lines) io.out(l);
 }
@@ -156,11 +171,9 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
     io.out(demoHelp);
     return 0;
   }
-  const { backend, candidates } = await pickStoryBackend(o.backend);
+  const { backend, candidates } = await pickStoryBackend(o.backend, (b) => storyProblem(b, o));
   const gpu = isGpu(backend);
-  const dtype: DType = o.dtype ?? (backend.dtypes.includes('f32') ? 'f32' : 'bf16');
-  if (!backend.dtypes.includes(dtype)) throw new FAError('E_UNSUPPORTED', `backend ${backend.name} does not compute ${dtype} (it computes ${backend.dtypes.join(', ')})`);
-  const D = o.dim ?? (gpu ? 128 : 64);
+  const { dtype, D } = storyShape(backend, o);
   const causal = o.causal;
   const machine = machineInfo(backend);
   const engine = { name: backend.name, device: backend.device, dtype, onDevice: backend.name !== 'cpu' };
@@ -268,8 +281,10 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
   for (const c of candidates) {
     const b = c.backend;
     if (!b || b === backend || isSoftwareAdapter(b)) continue; // software adapters: minutes of shader compilation
-    const dt: DType = b.dtypes.includes(dtype) ? dtype : b.dtypes.includes('f32') ? 'f32' : 'bf16';
     const t = isGpu(b) ? 8192 : isSoftwareAdapter(b) ? 512 : 1024;
+    const shapeOf = (d: DType) => describeProblemShapes([1, t, 1, D], [1, t, 1, D], d, { causal });
+    const dt = ([dtype, 'f32', 'bf16'] as const).find((d) => askSupports(b, shapeOf(d)).ok);
+    if (dt === undefined) continue; // an engine that computes none of them is left out of the table
     try {
       const m = await measure(b, t, D, dt, causal, o.seed + 400);
       throughput.push({ backend: b.name, device: b.device, D, dtype: dt, causal, ...m.rates });

@@ -18,12 +18,12 @@ import {
 } from '@fa/core';
 import { argError } from '../errors.js';
 import { flagHelp, parseFlags, parseNumber, parseWindow, requireFlag, type FlagSpec } from '../args.js';
-import { BACKEND_CHOICES, pickBackend } from '../engines.js';
+import { BACKEND_CHOICES, pickBackendFor } from '../engines.js';
 import { fmtMs, fmtShape, type Io } from '../io.js';
 import { makeDir, readNpyFile, writeNpyFile } from '../npyio.js';
 
 const SPEC: FlagSpec = {
-  backend: { type: 'string', value: 'NAME', help: `engine: ${BACKEND_CHOICES.join(', ')} (default auto)` },
+  backend: { type: 'string', value: 'NAME', help: `engine: ${BACKEND_CHOICES.join(', ')} (default auto: the first engine, by priority, that computes the problem)` },
   q: { type: 'string', value: 'Q.npy', help: 'queries, float32 [B, Tq, H, D] (varlen: [totalQ, H, D])' },
   k: { type: 'string', value: 'K.npy', help: 'keys, float32 [B, Tk, Hkv, D] (varlen: [totalK, Hkv, D])' },
   v: { type: 'string', value: 'V.npy', help: "values, float32, k's shape" },
@@ -47,7 +47,8 @@ export const runHelp = `usage: fa run --backend cpu|webgpu|cuda|auto --q Q.npy -
 Reads float32 .npy inputs (float16 files are accepted too; int32 for cu_seqlens), rounds them to
 --dtype, computes attention with the engine, and writes float32 out.npy and lse.npy (and with
 --dout also dq.npy, dk.npy, dv.npy) into DIR. Bad input: one line "fa: E_CODE: message" on
-stderr and exit status 1.
+stderr and exit status 1. With --backend auto, an engine that declines the problem (a dtype or
+head dim it lacks) is passed over for the next one, and one line "fa: note: ..." on stderr says so.
 
 ${flagHelp(SPEC)}`;
 
@@ -134,12 +135,8 @@ export async function runCommand(args: readonly string[], io: Io): Promise<numbe
   if (dOut && fmtShape(dOut.shape) !== fmtShape(q.shape)) {
     throw new FAError('E_SHAPE', `--dout must have q's shape ${fmtShape(q.shape)}, got ${fmtShape(dOut.shape)}`);
   }
-  const backend = await pickBackend(backendName);
-  if (!backend.dtypes.includes(dtype)) {
-    throw new FAError('E_UNSUPPORTED', `backend ${backend.name} does not compute ${dtype} (it computes ${backend.dtypes.join(', ')})`);
-  }
-  const sup = backend.supports(problem);
-  if (!sup.ok) throw new FAError('E_UNSUPPORTED', `backend ${backend.name} cannot compute this problem: ${sup.reason}`);
+  const { backend, note } = await pickBackendFor(backendName, problem);
+  if (note !== undefined) io.note?.(note);
   await makeDir(outDir);
 
   const t0 = performance.now();
