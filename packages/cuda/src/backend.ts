@@ -284,12 +284,28 @@ export class CudaBackend implements AttentionBackend {
   }
 }
 
+const cudaVersion = (v: number) => `${Math.floor(v / 1000)}.${Math.floor((v % 1000) / 10)}`;
+
+/**
+ * Why the probe failed, in terms a person can act on: cudaGetDeviceCount says "driver version is
+ * insufficient" both when no driver is installed (cudaDriverGetVersion gives 0) and when it is
+ * older than the runtime the addon links statically.
+ */
+export function probeReason(p: NativeProbe): string {
+  const why = p.reason ?? 'unknown reason';
+  if (p.driver === 0) return `no NVIDIA driver found (${why})`;
+  if (p.runtime > 0 && p.driver < p.runtime) {
+    return `the NVIDIA driver supports CUDA ${cudaVersion(p.driver)}; this addon was built with CUDA ${cudaVersion(p.runtime)} and needs a driver for it (or build it with your CUDA toolkit: npm rebuild @fa/cuda --build-from-source) (${why})`;
+  }
+  return why;
+}
+
 /** Whether a CUDA backend can start here, and if not, why ("unavailable: ..."). */
 export function cudaStatus(): { available: true; device: string; probe: NativeProbe } | { available: false; reason: string } {
   const n = loadNative();
   if (!n.ok) return { available: false, reason: n.reason };
   const probe = n.binding.probe();
-  if (!probe.ok) return { available: false, reason: `unavailable: ${probe.reason ?? 'unknown reason'}` };
+  if (!probe.ok) return { available: false, reason: `unavailable: ${probeReason(probe)}` };
   return { available: true, device: probe.device ?? 'CUDA device', probe };
 }
 
@@ -298,7 +314,7 @@ export async function createCudaBackend(options: CudaBackendOptions = {}): Promi
   const n = loadNative();
   if (!n.ok) throw new FAError('E_DEVICE', n.reason);
   const probe = n.binding.probe();
-  if (!probe.ok) throw new FAError('E_DEVICE', `unavailable: ${probe.reason ?? 'unknown reason'}`);
+  if (!probe.ok) throw new FAError('E_DEVICE', `unavailable: ${probeReason(probe)}`);
   let ctx: NativeContext;
   try {
     ctx = new n.binding.Context({ device: options.device ?? 0 });

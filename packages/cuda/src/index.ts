@@ -8,5 +8,6 @@ import { createCudaBackend } from './backend.js';
 
 registerBackend('cuda', () => createCudaBackend(), 100);
 
-export { CudaBackend, CudaTensor, createCudaBackend, cudaStatus, toFAError, type CudaBackendOptions } from './backend.js';
+export { CudaBackend, CudaTensor, createCudaBackend, cudaStatus, probeReason, toFAError, type CudaBackendOptions } from './backend.js';
+export { currentTarget, findPrebuilts, prebuiltName, PREBUILDS_DIR, type Target } from './prebuilt.js';
 export { loadNative, NATIVE_PATH, type NativeBinding, type NativeBuffer, type NativeContext, type NativeLoad, type NativeProbe, type NativeAttnSpec } from './native.js';

@@ -1,11 +1,18 @@
 /**
- * Loading the native addon (build/Release/fa_cuda.node) and its TypeScript shape. Loading never
- * throws: without the addon, or when it fails to load, the result says why.
+ * Loading the native addon and its TypeScript shape. Loading never throws: without the addon,
+ * or when it fails to load, the result says why.
+ *
+ * Order, as node-gyp-build's: a local build (build/Release/fa_cuda.node, made by
+ * `npm run build:native`, or by the install script where no prebuilt addon fits), then the
+ * prebuilt addon shipped in prebuilds/<platform>-<arch>/ (prebuilt.ts). An installed package
+ * has no local build unless the prebuilt one did not fit, so it loads the prebuilt one; in a
+ * development checkout the addon built from the current sources wins. PREBUILDS_ONLY=1
+ * (node-gyp-build's switch) skips the local build.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join, relative } from 'node:path';
+import { findPrebuilts, PACKAGE_ROOT, PREBUILDS_DIR } from './prebuilt.js';
 
 export interface NativeProbe {
   readonly ok: boolean;
@@ -78,26 +85,39 @@ export interface NativeBinding {
   Context: new (opts?: { device?: number; dryRun?: boolean }) => NativeContext;
 }
 
-export type NativeLoad = { readonly ok: true; readonly binding: NativeBinding; readonly path: string } | { readonly ok: false; readonly reason: string };
+export type NativeLoad =
+  | { readonly ok: true; readonly binding: NativeBinding; readonly path: string; readonly source: 'build' | 'prebuilt' }
+  | { readonly ok: false; readonly reason: string };
 
-const pkgRoot = join(dirname(fileURLToPath(import.meta.url)), '..');
-/** Where the build puts the addon. */
+const pkgRoot = PACKAGE_ROOT;
+/** Where a local build puts the addon. */
 export const NATIVE_PATH = join(pkgRoot, 'build', 'Release', 'fa_cuda.node');
 
 let cached: NativeLoad | undefined;
 
+const message = (e: unknown) => (e instanceof Error ? e.message : String(e)).split('\n')[0];
+
 /** Loads the addon once. `reason` starts with "unavailable:" when it cannot be used. */
 export function loadNative(): NativeLoad {
   if (cached) return cached;
-  if (!existsSync(NATIVE_PATH)) {
-    const skipFile = join(pkgRoot, 'build', 'skip-reason.txt');
-    const why = existsSync(skipFile) ? readFileSync(skipFile, 'utf8').trim() : 'nvcc not found at build time';
-    return (cached = { ok: false, reason: `unavailable: built without CUDA (${why})` });
+  const req = createRequire(import.meta.url);
+  const tried: string[] = [];
+  const candidates: [string, 'build' | 'prebuilt'][] = [
+    ...(process.env.PREBUILDS_ONLY && process.env.PREBUILDS_ONLY !== '0' ? [] : [[NATIVE_PATH, 'build'] as [string, 'build']]),
+    ...findPrebuilts().map((p): [string, 'prebuilt'] => [p, 'prebuilt']),
+  ];
+  for (const [path, source] of candidates) {
+    if (!existsSync(path)) continue;
+    try {
+      return (cached = { ok: true, binding: req(path) as NativeBinding, path, source });
+    } catch (e) {
+      tried.push(`${relative(pkgRoot, path)}: ${message(e)}`);
+    }
   }
-  try {
-    const req = createRequire(import.meta.url);
-    return (cached = { ok: true, binding: req(NATIVE_PATH) as NativeBinding, path: NATIVE_PATH });
-  } catch (e) {
-    return (cached = { ok: false, reason: `unavailable: the CUDA addon failed to load: ${e instanceof Error ? e.message : String(e)}` });
-  }
+  if (tried.length > 0) return (cached = { ok: false, reason: `unavailable: the CUDA addon failed to load (${tried.join('; ')})` });
+  const skipFile = join(pkgRoot, 'build', 'skip-reason.txt');
+  const why = existsSync(skipFile) ? readFileSync(skipFile, 'utf8').trim() : 'nvcc not found at build time';
+  const target = `${process.platform}-${process.arch}`;
+  const prebuilt = existsSync(PREBUILDS_DIR) ? `no prebuilt addon for ${target}` : 'no prebuilt addons in this copy';
+  return (cached = { ok: false, reason: `unavailable: built without CUDA (${why}; ${prebuilt})` });
 }

@@ -16,7 +16,7 @@ describe('@fa/cuda on any machine', () => {
     expect(e!.available).toBe(st.available);
     if (!e!.available) {
       // the registry reports the reason without the engine's leading "unavailable:"
-      expect(e!.reason).toMatch(/^(built without CUDA \(.+\)|CUDA driver: cuda\w+|no CUDA device found|.*compute capability)/);
+      expect(e!.reason).toMatch(/^(built without CUDA \(.+\)|no NVIDIA driver found \(CUDA driver: cuda\w+|the NVIDIA driver supports CUDA|CUDA driver: cuda\w+|no CUDA device found|.*compute capability)/);
       console.log(`cuda backend: ${e!.reason}`);
     } else {
       console.log(`cuda backend: available on ${e!.device}`);
