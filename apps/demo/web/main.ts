@@ -7,7 +7,7 @@
  * URL parameters (for links and the browser test): T, D, causal=1, engine=auto|webgpu|cpu,
  * autorun=1.
  */
-import type { AttentionBackend } from '@fa/core';
+import { askSupports, describeProblemShapes, type AttentionBackend } from '@fa/core';
 import { intensityChart, ioChart, memoryChart, throughputChart } from '../src/story/figures.js';
 import { fmtBytes, fmtInt, fmtRate, fmtSeconds } from '../src/story/format.js';
 import { backwardPart, FULL_T, ioSummary, naivePart, walkthroughPart } from '../src/story/parts.js';
@@ -36,6 +36,8 @@ const setStatus = (s: string) => {
 
 let engine: Engine | undefined;
 let webgpuFailure: string | undefined;
+/** Why this run left a started WebGPU engine for the CPU worker (choice by problem). */
+let declined: string | undefined;
 const rates = new Map<string, number>();
 
 async function startWebGPU(): Promise<Engine | string> {
@@ -78,6 +80,28 @@ async function chooseEngine(pref: string): Promise<Engine> {
   return startCpu();
 }
 
+/**
+ * The engine for this run: choice by problem, as `fa` and resolveBackend() do. On "auto", a
+ * WebGPU engine that declines the run's problem (a buffer larger than the adapter allows, say)
+ * hands it to the CPU worker, and the engine line says why; asked for by name, it is an error.
+ */
+async function engineFor(e: Engine, pref: string, req: RunRequest): Promise<Engine> {
+  if (e.kind !== 'webgpu') return e;
+  const s = askSupports(e.backend, describeProblemShapes([1, req.T, 1, req.D], [1, req.T, 1, req.D], 'f32', { causal: req.causal }));
+  if (s.ok) {
+    if (declined !== undefined) {
+      declined = undefined;
+      showEngine(e);
+    }
+    return e;
+  }
+  if (pref === 'webgpu') throw new Error(`webgpu cannot compute this problem: ${s.reason}`);
+  const cpu = await startCpu();
+  declined = `webgpu declines this problem (${s.reason}); running it on cpu`;
+  showEngine(cpu);
+  return cpu;
+}
+
 function engineName(e: Engine): string {
   return e.kind === 'webgpu' ? 'webgpu' : 'cpu';
 }
@@ -88,7 +112,7 @@ function showEngine(e: Engine): void {
   el.textContent =
     e.kind === 'webgpu'
       ? `Engine: webgpu on ${e.device}`
-      : `Engine: cpu, @fa/core's CPU engine in a Web Worker (one thread; the page stays responsive)${webgpuFailure ? ` — WebGPU unavailable: ${webgpuFailure}` : ''}`;
+      : `Engine: cpu, @fa/core's CPU engine in a Web Worker (one thread; the page stays responsive)${declined ? ` — ${declined}` : webgpuFailure ? ` — WebGPU unavailable: ${webgpuFailure}` : ''}`;
 }
 
 let nextId = 1;
@@ -237,7 +261,7 @@ async function runNow(): Promise<void> {
       renderPart1(engine);
     }
     const req = request();
-    const e = engine;
+    const e = await engineFor(engine, pref, req);
     const t0 = performance.now();
     const r = e.kind === 'webgpu' ? await runOnBackend(e.backend, req, onProgress) : await runOnWorker(e.worker, req, onProgress);
     rates.set(engineName(e), (r.forward.flops + (r.backward?.flops ?? 0)) / (r.forward.seconds + (r.backward?.seconds ?? 0)));
