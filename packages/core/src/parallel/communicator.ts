@@ -19,9 +19,11 @@
  * - Tensors are those of the engine the ring runs on (host tensors for the CPU engine, device
  *   tensors of the same backend for GPU engines).
  * - A failure rejects with an FAError (E_DEVICE for a lost peer, E_SHAPE for sizes that do not
- *   match the peer's). A rank that fails leaves its peers waiting on their matching calls;
- *   communicators that can, abort them (the worker-thread ring terminates every rank, NCCL
- *   times out), and a launcher ends the other processes.
+ *   match the peer's). A rank that fails would leave its peers waiting on their matching calls,
+ *   so the ring calls `abort(reason)` on failure: the communicator then fails its pending and
+ *   later exchanges and makes its peers' fail too (message rings pass the abort on, NCCL aborts
+ *   the communicator, whose peers then fail or time out). An aborted communicator stays failed.
+ *   A launcher ends the other processes when one exits with an error.
  */
 import type { Tensor } from '../tensor.js';
 
@@ -29,6 +31,8 @@ export interface Communicator {
   readonly rank: number;
   readonly size: number;
   exchange(send: readonly Tensor[], recv: readonly Tensor[]): Promise<void>;
+  /** Fails this rank's pending and later exchanges, and its peers'. */
+  abort?(reason: unknown): void;
 }
 
 /** The ranks a rank sends to and receives from. */

@@ -303,7 +303,7 @@ export function planRing(p: AttentionProblem, layout: ShardLayout, rank: number)
           const P = livePiece(p, s, qb - qa, kb - ka, qp, kp);
           if (!P) continue;
           if (p.alibi && P.delta !== 0) {
-            throw new FAError('E_UNSUPPORTED', `context parallelism: ALiBi depends on the absolute query–key distance, and the block of query tokens ${qa + qp.g0}… against key tokens ${ka + kp.g0}… (rank ${rank}, step ${step}) is offset by ${P.delta} positions in any single engine call; run ALiBi on one rank (or a window that keeps each rank on its diagonal)`);
+            throw new FAError('E_UNSUPPORTED', 'context parallelism: ALiBi biases depend on the absolute query–key distance, which a block of another shard\'s keys does not keep in an engine call (engines take no position offset); run ALiBi on one rank');
           }
           own.push(P);
         }

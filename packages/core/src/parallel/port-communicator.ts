@@ -18,6 +18,8 @@ export interface PortLike {
 interface Packet {
   readonly seq: number;
   readonly parts: readonly { readonly dtype: string; readonly data: HostData }[];
+  /** Set instead of parts when the previous rank aborted the ring. */
+  readonly abort?: string;
 }
 
 function listen(port: PortLike, fn: (m: Packet) => void): void {
@@ -29,7 +31,8 @@ function listen(port: PortLike, fn: (m: Packet) => void): void {
 export class PortCommunicator implements Communicator {
   private seq = 0;
   private readonly inbox = new Map<number, Packet>();
-  private readonly waiting = new Map<number, (p: Packet) => void>();
+  private readonly waiting = new Map<number, { resolve: (p: Packet) => void; reject: (e: unknown) => void }>();
+  private failure?: FAError;
 
   constructor(
     readonly rank: number,
@@ -39,22 +42,36 @@ export class PortCommunicator implements Communicator {
   ) {
     check(Number.isSafeInteger(size) && size >= 1 && Number.isSafeInteger(rank) && rank >= 0 && rank < size, 'E_ARG', `rank ${rank} of ${size} is not a valid ring position`);
     listen(fromPrev, (m) => {
+      if (m.abort !== undefined) {
+        this.abort(new FAError('E_DEVICE', `ring rank ${(rank - 1 + size) % size} failed: ${m.abort}`));
+        return;
+      }
       const w = this.waiting.get(m.seq);
       if (w) {
         this.waiting.delete(m.seq);
-        w(m);
+        w.resolve(m);
       } else this.inbox.set(m.seq, m);
     });
   }
 
+  abort(reason: unknown): void {
+    if (this.failure) return;
+    const msg = reason instanceof Error ? reason.message : String(reason);
+    this.failure = reason instanceof FAError ? reason : new FAError('E_DEVICE', `the ring was aborted: ${msg}`);
+    for (const w of this.waiting.values()) w.reject(this.failure);
+    this.waiting.clear();
+    if (this.size > 1) this.toNext.postMessage({ seq: -1, parts: [], abort: msg } satisfies Packet);
+  }
+
   async exchange(send: readonly Tensor[], recv: readonly Tensor[]): Promise<void> {
     const k = this.seq++;
+    if (this.failure) throw this.failure;
     const parts = send.map((t, i) => {
       if (!isHostTensor(t)) throw new FAError('E_ARG', `send[${i}] is a device tensor; a port communicator moves host tensors`);
       return { dtype: t.dtype, data: t.data.slice() as HostData };
     });
     this.toNext.postMessage({ seq: k, parts } satisfies Packet, parts.map((p) => p.data.buffer as ArrayBuffer));
-    const got = this.inbox.get(k) ?? (await new Promise<Packet>((resolve) => this.waiting.set(k, resolve)));
+    const got = this.inbox.get(k) ?? (await new Promise<Packet>((resolve, reject) => this.waiting.set(k, { resolve, reject })));
     this.inbox.delete(k);
     check(got.parts.length === recv.length, 'E_SHAPE', `ring exchange ${k}: rank ${(this.rank - 1 + this.size) % this.size} sent ${got.parts.length} tensors, rank ${this.rank} expects ${recv.length}`);
     recv.forEach((t, i) => {

@@ -121,6 +121,20 @@ function emit(ctx: RingContext, what: RingEvent['what'], phase: RingEvent['phase
   if (ctx.onEvent) ctx.onEvent({ what, phase, step, pass, t: typeof performance !== 'undefined' ? performance.now() : Date.now() });
 }
 
+/** A rank that fails aborts its communicator, so that its peers fail instead of waiting for it. */
+async function abortOnFailure<T>(ctx: RingContext, fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (e) {
+    try {
+      ctx?.comm?.abort?.(e);
+    } catch {
+      /* keep the original error */
+    }
+    throw e;
+  }
+}
+
 /** Frees what a failed or finished call made, never the caller's tensors. */
 class Owned {
   private readonly set = new Set<Tensor>();
@@ -165,7 +179,11 @@ async function startKv(ctx: RingContext, s: Setup, step: number, kv: readonly Te
  * Returns this rank's out (q's shape and dtype) and LSE ([B, H, n] or [H, n]), equal to the
  * rows of single-engine attention over the whole sequence.
  */
-export async function ringForward(ctx: RingContext, q: Tensor, k: Tensor, v: Tensor, opts: AttentionOptions = {}): Promise<ForwardResult> {
+export function ringForward(ctx: RingContext, q: Tensor, k: Tensor, v: Tensor, opts: AttentionOptions = {}): Promise<ForwardResult> {
+  return abortOnFailure(ctx, () => forward(ctx, q, k, v, opts));
+}
+
+async function forward(ctx: RingContext, q: Tensor, k: Tensor, v: Tensor, opts: AttentionOptions): Promise<ForwardResult> {
   const s = prepare(ctx, q, k, v, opts);
   const { engine, ops } = ctx;
   const { p, plan } = s;
@@ -215,7 +233,11 @@ export async function ringForward(ctx: RingContext, q: Tensor, k: Tensor, v: Ten
  * Gradients of this rank's shards: dq (q's shape) and dk, dv (k's shape), given the rank's
  * out, dOut and lse from ringForward (the global results for its rows).
  */
-export async function ringBackward(ctx: RingContext, q: Tensor, k: Tensor, v: Tensor, out: Tensor, dOut: Tensor, lse: Tensor, opts: AttentionOptions = {}): Promise<BackwardResult> {
+export function ringBackward(ctx: RingContext, q: Tensor, k: Tensor, v: Tensor, out: Tensor, dOut: Tensor, lse: Tensor, opts: AttentionOptions = {}): Promise<BackwardResult> {
+  return abortOnFailure(ctx, () => backward(ctx, q, k, v, out, dOut, lse, opts));
+}
+
+async function backward(ctx: RingContext, q: Tensor, k: Tensor, v: Tensor, out: Tensor, dOut: Tensor, lse: Tensor, opts: AttentionOptions): Promise<BackwardResult> {
   const s = prepare(ctx, q, k, v, opts);
   const { engine, ops, comm } = ctx;
   const { p, plan } = s;
