@@ -9,4 +9,5 @@ import { createCudaBackend } from './backend.js';
 registerBackend('cuda', () => createCudaBackend(), 100);
 
 export { CudaBackend, CudaTensor, createCudaBackend, cudaStatus, toFAError, type CudaBackendOptions } from './backend.js';
-export { loadNative, NATIVE_PATH, type NativeBinding, type NativeBuffer, type NativeContext, type NativeLoad, type NativeProbe, type NativeAttnSpec } from './native.js';
+export { loadNative, NATIVE_PATH, type NativeBinding, type NativeBuffer, type NativeContext, type NativeLoad, type NativeProbe, type NativeAttnSpec, type NativeShardOps, type NativeNccl, type NativeNcclComm, type NcclLoad } from './native.js';
+export * from './parallel/index.js';

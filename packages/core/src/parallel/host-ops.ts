@@ -41,9 +41,9 @@ export const hostShardOps: ShardOps = {
     return { kind: 'host', dtype: h.dtype, shape: [...shape], data: h.data };
   },
 
-  async alloc(dtype, shape, fill = 0) {
+  async alloc(dtype, shape, fill) {
     const data = allocHost(dtype, numel(shape));
-    if (fill !== 0) {
+    if (fill !== undefined && fill !== 0) {
       if (dtype === 'f32') (data as Float32Array).fill(fill);
       else (data as Uint16Array).fill(dtype === 'bf16' ? toBF16Bits(fill) : toF16Bits(fill));
     }

@@ -13,7 +13,10 @@ import type { Tensor } from '../tensor.js';
 export interface ShardOps {
   /** The same memory under another shape with as many elements; never copies. */
   view(t: Tensor, shape: readonly number[]): Tensor;
-  /** A new tensor of `dtype` with every element `fill` (0 unless given; −Infinity for an empty LSE). */
+  /**
+   * A new tensor of `dtype`. With `fill` (f32 only: 0 for accumulators, −Infinity for an empty
+   * LSE) every element is set; without it the contents are unspecified (receive buffers).
+   */
   alloc(dtype: DType, shape: readonly number[], fill?: number): Promise<Tensor>;
   /** dst ← src (same dtype and element count). */
   copy(dst: Tensor, src: Tensor): Promise<void>;
