@@ -2,7 +2,8 @@
 //   1. NCCL with one rank: found and loaded at run time, a self exchange (the bytes received are
 //      the bytes sent), then ring attention through it: the conformance kit (f16/bf16 cases),
 //      and at T = 16K bit-identical results to the single-GPU call (with one rank every block
-//      result passes through the float32 accumulators unchanged).
+//      result passes through the float32 accumulators unchanged; deterministic: true so that
+//      dq is repeatable; the ring's call is varlen with one sequence, the reference dense).
 //   2. The ring algorithm with N = 2, 3, 4, 8 ranks on this GPU (a local ring: exchanges are
 //      device copies; NCCL refuses two ranks on one GPU): the conformance kit, and at T = 32K
 //      (H 4/2, causal and not) results against the single-GPU call and, on sampled rows, the
@@ -12,8 +13,8 @@
 // Run: pnpm build && bash /work/shared/device/prepare.sh --run packages/cuda/bench/cp
 //      then on the GPU machine: source .fa-device/on-device.sh && node .fa-device/run/cp/single.mjs
 // Writes cp-single.json under $OUT.
-import { createLocalRingBackend, ringBackward, ringForward, zigzagLayout } from '@fa/core';
-import { formatSummary, hostTensor, runConformance } from '@fa/core/testing';
+import { createLocalRingBackend, ringBackward, ringForward, tensor, zigzagLayout } from '@fa/core';
+import { formatSummary, runConformance } from '@fa/core/testing';
 import { createCudaBackend, createNcclCommunicator, cudaShardOps, ncclStatus } from '@fa/cuda';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { checkRows, diff, randomTensor, timeIt, values } from './lib.mjs';
@@ -36,7 +37,7 @@ if (st.available) {
   const n = 1 << 20;
   const bits = new Uint16Array(n);
   for (let i = 0; i < n; i++) bits[i] = (i * 2654435761) >>> 16;
-  const a = await cuda.upload(hostTensor(bits, [n], 'bf16'));
+  const a = await cuda.upload(tensor(bits, [n], 'bf16'));
   const b = await ops.alloc('bf16', [n]);
   await comm.exchange([a], [b]);
   const back = await cuda.read(b);
@@ -51,7 +52,7 @@ if (st.available) {
   for (const causal of [true, false]) {
     const T = 16384;
     const [q, k, v, dO] = [await randomTensor(cuda, [1, T, 4, 128], 'bf16', 1), await randomTensor(cuda, [1, T, 2, 128], 'bf16', 2), await randomTensor(cuda, [1, T, 2, 128], 'bf16', 3), await randomTensor(cuda, [1, T, 4, 128], 'bf16', 4)];
-    const opts = { causal };
+    const opts = { causal, deterministic: true }; // dq without atomics: bitwise repeatable
     const f = await cuda.forward(q, k, v, opts);
     const g = await cuda.backward(q, k, v, f.out, dO, f.lse, opts);
     const ctx = { engine: cuda, ops, comm, layout: zigzagLayout(1, T) };
