@@ -156,6 +156,11 @@ function tryMerge(A: Piece, B: Piece): Piece | undefined {
   const K0 = Math.min(A.k0, B.k0);
   const nq = Math.max(A.q1, B.q1) - Q0;
   const nk = Math.max(A.k1, B.k1) - K0;
+  // two full blocks side by side (same rows, touching keys) or stacked (same keys, touching rows)
+  const full = (P: Piece) => P.left < 0 && P.right < 0;
+  if (full(A) && full(B) && ((A.q0 === B.q0 && A.q1 === B.q1 && (A.k1 === B.k0 || B.k1 === A.k0)) || (A.k0 === B.k0 && A.k1 === B.k1 && (A.q1 === B.q0 || B.q1 === A.q0)))) {
+    return { seq: A.seq, q0: Q0, q1: Q0 + nq, k0: K0, k1: K0 + nk, left: -1, right: -1, delta: NaN };
+  }
   const FAIL: [number, number] = [1, 0];
   const union = (x: number): [number, number] | null => {
     const a = rowOf(A, Q0, K0, x);
@@ -269,12 +274,35 @@ function callsOf(pieces: Piece[], rowsQ: number, rowsK: number, pairsOf: Map<Pie
   return calls;
 }
 
+/** Recent plans, by what they depend on: planning a million-token shard takes tens of ms. */
+const cache = new Map<string, RingPlan>();
+const CACHE_SIZE = 32;
+
+function planKey(p: AttentionProblem, layout: ShardLayout, rank: number): string {
+  const seq = p.varlen ? `${Array.from(p.cuSeqlensQ).join(',')}/${Array.from(p.cuSeqlensK).join(',')}` : `${p.batch}×${p.tq}/${p.tk}`;
+  return `${rank}|${seq}|${p.windowLeft},${p.windowRight}|${p.alibi ? 'alibi' : ''}|${JSON.stringify(layout.q)}|${JSON.stringify(layout.k)}`;
+}
+
 /**
  * Plans every ring step of `rank` for the global problem `p` (the problem of the whole,
  * unsharded tensors; describeProblem validates it). Throws FAError E_UNSUPPORTED for ALiBi
- * blocks whose distances a shard cannot keep.
+ * blocks whose distances a shard cannot keep. Plans are immutable and remembered (the last 32).
  */
 export function planRing(p: AttentionProblem, layout: ShardLayout, rank: number): RingPlan {
+  const key = planKey(p, layout, rank);
+  const hit = cache.get(key);
+  if (hit) {
+    cache.delete(key);
+    cache.set(key, hit);
+    return hit;
+  }
+  const plan = makePlan(p, layout, rank);
+  cache.set(key, plan);
+  if (cache.size > CACHE_SIZE) cache.delete(cache.keys().next().value!);
+  return plan;
+}
+
+function makePlan(p: AttentionProblem, layout: ShardLayout, rank: number): RingPlan {
   const size = layout.ranks;
   check(Number.isSafeInteger(rank) && rank >= 0 && rank < size, 'E_ARG', `rank ${rank} is outside [0, ${size})`);
   const axisQ = p.varlen ? p.totalQ : p.tq;
