@@ -74,7 +74,9 @@ export async function launchLocal(o: LaunchOptions): Promise<LaunchResult> {
         new Promise<void>((resolve) => {
           const child = spawn(o.command, [...(o.args ?? [])], {
             stdio: ['ignore', 'pipe', 'pipe'],
-            env: { ...process.env, ...o.env, FA_RANK: String(r), FA_WORLD_SIZE: String(o.nproc), FA_LOCAL_RANK: String(r), FA_NCCL_ID_FILE: idFile },
+            // a pending NCCL exchange holds a libuv worker thread while it waits; the ring keeps at
+            // most two in flight beside the engine's calls, so leave room above libuv's default 4
+            env: { UV_THREADPOOL_SIZE: '8', ...process.env, ...o.env, FA_RANK: String(r), FA_WORLD_SIZE: String(o.nproc), FA_LOCAL_RANK: String(r), FA_NCCL_ID_FILE: idFile },
           });
           children.push(child);
           lines(child.stdout, `[rank ${r}] `, out);
