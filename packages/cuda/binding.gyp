@@ -8,6 +8,9 @@
       "target_name": "fa_cuda",
       "sources": [
         "csrc/binding.cc",
+        "csrc/cp_binding.cc",
+        "csrc/nccl_comm.cc",
+        "csrc/cp_kernels.cu",
         "csrc/fa_api.cu",
         "csrc/fa_fwd_bf16.cu",
         "csrc/fa_fwd_f16.cu",

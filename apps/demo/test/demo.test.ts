@@ -45,7 +45,7 @@ describe('fa demo', () => {
     json = await fa(['demo', '--backend', 'cpu', '--tokens', '384', '--dim', '32', '--causal', '--json', '--rows', '40']);
   }, 240_000);
 
-  it('tells all six parts, verified exact, in at most 80 columns', () => {
+  it('tells all seven parts, verified exact, in at most 80 columns', () => {
     expect(text.code, text.stderr).toBe(0);
     const out = text.stdout;
     for (const h of [
@@ -55,6 +55,7 @@ describe('fa demo', () => {
       /^4\. Memory, traffic and time/m,
       /^5\. The online softmax, step by step/m,
       /^6\. The backward pass: recompute instead of storing P/m,
+      /^7\. Past one GPU: context parallelism \(ring attention\)/m,
     ])
       expect(out).toMatch(h);
     expect(out).toMatch(/bf16\s+20\.0 GB\s+40\.0 GB/);
@@ -64,6 +65,9 @@ describe('fa demo', () => {
     expect(out).toMatch(/e\^\(3−4\) = 0\.3679/);
     expect(out).toMatch(/forward\s+512 tokens/);
     expect(out).toMatch(/LSE \(f32, one a row\)/);
+    // 7. the zigzag plan: two ranks, half the causal pairs each, one engine call per ring step
+    expect(out).toMatch(/^\s+0\s+0–24,999, 75,000–99,999\s+2,500,025,000 \(50%\)\s+1, 1$/m);
+    expect(out).toMatch(/NCCL here: /);
     const long = out.split('\n').filter((l) => width(l) > 80);
     expect(long).toEqual([]);
   });
@@ -104,6 +108,9 @@ describe('fa demo', () => {
     expect(r.backward.storedPBytes100k).toBe(4e10);
     expect(r.backward.lseBytes100k).toBe(4e5);
     expect(r.throughput[0]).toMatchObject({ backend: 'cpu', T: 384 });
+    // 7. past one GPU
+    expect(r.parallel.ranks).toBe(2);
+    expect(r.parallel.perRank.reduce((a: number, x: { pairs: number }) => a + x.pairs, 0)).toBe(r.parallel.totalPairs);
   });
 
   it('--report writes one self-contained HTML file with SVG charts', () => {

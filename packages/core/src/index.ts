@@ -16,4 +16,5 @@ export * from './naive.js';
 export * from './online-softmax.js';
 export * from './iomodel.js';
 export * from './npy.js';
+export * from './parallel/index.js';
 export * from './cpu/register.js';

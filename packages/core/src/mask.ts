@@ -9,9 +9,14 @@ import type { AttentionProblem } from './problem.js';
  * [lo, hi]; empty when lo > hi. Bottom-right alignment: query i sits at key position i+tk-tq.
  */
 export function keyRange(p: AttentionProblem, i: number, tq: number, tk: number): [number, number] {
+  return windowKeyRange(p.windowLeft, p.windowRight, i, tq, tk);
+}
+
+/** keyRange for an explicit window [left, right] (-1 = unbounded), e.g. one block of a ring step. */
+export function windowKeyRange(left: number, right: number, i: number, tq: number, tk: number): [number, number] {
   const pos = i + tk - tq;
-  const lo = p.windowLeft < 0 ? 0 : Math.max(0, pos - p.windowLeft);
-  const hi = p.windowRight < 0 ? tk - 1 : Math.min(tk - 1, pos + p.windowRight);
+  const lo = left < 0 ? 0 : Math.max(0, pos - left);
+  const hi = right < 0 ? tk - 1 : Math.min(tk - 1, pos + right);
   return [lo, hi];
 }
 

@@ -32,6 +32,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "binding_bridge.h"
 #include "fa_api.h"
 
 namespace {
@@ -725,9 +726,54 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("probe", Napi::Function::New(env, Probe, "probe"));
   exports.Set("Context", Context::Init(env));
   exports.Set("version", Napi::String::New(env, "0.1.0"));
+  fa_bridge::InitShardOps(env, exports);
+  fa_bridge::InitNccl(env, exports);
   return exports;
 }
 
 }  // namespace
+
+// The bridge to the context-parallel files (binding_bridge.h).
+namespace fa_bridge {
+namespace {
+struct Token {
+  Buffer* buffer;
+  Napi::ObjectReference ref;
+};
+}  // namespace
+
+Napi::Error MakeError(Napi::Env env, const std::string& code, const std::string& msg) { return ::MakeError(env, code, msg); }
+
+HeldBuffer Hold(Napi::Env env, Napi::Value v, const std::string& what) {
+  void* raw = nullptr;
+  std::shared_ptr<CtxState> owner;
+  if (v.IsObject() && napi_unwrap(env, v, &raw) == napi_ok && g_live_buffers.count(raw)) owner = static_cast<Buffer*>(raw)->ctx_;
+  Buffer* b = UnwrapBuffer(env, v, owner, what);  // the usual checks and messages
+  b->inflight_++;
+  HeldBuffer h;
+  h.ptr = b->ptr_;
+  h.bytes = b->bytes_;
+  h.device = b->ctx_->device;
+  h.dry = b->ctx_->dry;
+  h.stream = b->ctx_->stream;
+  h.context = b->ctx_.get();
+  h.id = b;
+  h.keep = b->ctx_;
+  h.token = new Token{b, Napi::Persistent(v.As<Napi::Object>())};
+  return h;
+}
+
+void Release(HeldBuffer& h) {
+  auto* t = static_cast<Token*>(h.token);
+  if (t == nullptr) return;
+  h.token = nullptr;
+  if (g_live_buffers.count(t->buffer)) {
+    t->buffer->inflight_--;
+    if (t->buffer->disposed_) t->buffer->Release();
+  }
+  t->ref.Reset();
+  delete t;
+}
+}  // namespace fa_bridge
 
 NODE_API_MODULE(fa_cuda, Init)

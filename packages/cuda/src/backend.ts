@@ -70,7 +70,12 @@ export class CudaBackend implements AttentionBackend {
   #ctx: NativeContext;
   #disposed = false;
 
-  constructor(ctx: NativeContext, probe: NativeProbe) {
+  constructor(
+    ctx: NativeContext,
+    probe: NativeProbe,
+    /** The CUDA device index the context runs on (NCCL communicators need it). */
+    readonly deviceIndex = 0,
+  ) {
     this.#ctx = ctx;
     this.probe = probe;
     this.device = ctx.device;
@@ -321,5 +326,5 @@ export async function createCudaBackend(options: CudaBackendOptions = {}): Promi
   } catch (e) {
     throw toFAError(e);
   }
-  return new CudaBackend(ctx, probe);
+  return new CudaBackend(ctx, probe, options.device ?? 0);
 }

@@ -10,4 +10,5 @@ registerBackend('cuda', () => createCudaBackend(), 100);
 
 export { CudaBackend, CudaTensor, createCudaBackend, cudaStatus, probeReason, toFAError, type CudaBackendOptions } from './backend.js';
 export { currentTarget, findPrebuilts, prebuiltName, PREBUILDS_DIR, type Target } from './prebuilt.js';
-export { loadNative, NATIVE_PATH, type NativeBinding, type NativeBuffer, type NativeContext, type NativeLoad, type NativeProbe, type NativeAttnSpec } from './native.js';
+export { loadNative, NATIVE_PATH, type NativeBinding, type NativeBuffer, type NativeContext, type NativeLoad, type NativeProbe, type NativeAttnSpec, type NativeShardOps, type NativeNccl, type NativeNcclComm, type NcclLoad } from './native.js';
+export * from './parallel/index.js';

@@ -79,10 +79,52 @@ export interface NativeContext {
   dispose(): void;
 }
 
+/** Device kernels of ring attention (csrc/cp_binding.cc); every buffer of one context. */
+export interface NativeShardOps {
+  fill(buf: NativeBuffer, count: number, value: number): Promise<void>;
+  accumulate(acc: NativeBuffer, x: NativeBuffer, xDtype: 'f32' | 'f16' | 'bf16', count: number): Promise<void>;
+  convert(dst: NativeBuffer, dstDtype: 'f32' | 'f16' | 'bf16', src: NativeBuffer, count: number): Promise<void>;
+  merge(out: NativeBuffer, lse: NativeBuffer, partOut: NativeBuffer, partDtype: 'f32' | 'f16' | 'bf16', partLse: NativeBuffer, rows: number, heads: number, d: number): Promise<void>;
+  transposeLse(dst: NativeBuffer, src: NativeBuffer, batch: number, heads: number, t: number, toPacked: boolean): Promise<void>;
+  copy(dst: NativeBuffer, dstOffset: number, src: NativeBuffer, srcOffset: number, bytes: number): Promise<void>;
+  random(dst: NativeBuffer, dtype: 'f32' | 'f16' | 'bf16', count: number, seed: number, scale: number): Promise<void>;
+  /** The device's default memory pool (every Context.alloc and kernel workspace): bytes in use, high-water mark, reserved. */
+  memStats(device: number, resetHigh?: boolean): { used: number; high: number; reserved: number };
+}
+
+export interface NcclLoad {
+  readonly ok: boolean;
+  readonly path?: string;
+  readonly version?: string;
+  readonly code?: number;
+  readonly tried: readonly { readonly path: string; readonly error: string }[];
+}
+
+/** One rank of an NCCL communicator (csrc/nccl_comm.cc). */
+export interface NativeNcclComm {
+  readonly rank: number;
+  readonly size: number;
+  readonly device: number;
+  exchange(send: readonly NativeBuffer[], recv: readonly NativeBuffer[], next: number, prev: number): Promise<void>;
+  abort(reason?: string): void;
+  destroy(): Promise<void>;
+  isAborted(): boolean;
+}
+
+export interface NativeNccl {
+  /** dlopen of each path until one is NCCL >= 2.7; the first success stays loaded. */
+  load(paths: readonly string[]): NcclLoad;
+  uniqueId(): Uint8Array;
+  init(o: { device: number; rank: number; size: number; id: Uint8Array }): Promise<NativeNcclComm>;
+}
+
 export interface NativeBinding {
   readonly version: string;
   probe(): NativeProbe;
   Context: new (opts?: { device?: number; dryRun?: boolean }) => NativeContext;
+  /** Absent in addons built before context parallelism. */
+  readonly shardOps?: NativeShardOps;
+  readonly nccl?: NativeNccl;
 }
 
 export type NativeLoad =

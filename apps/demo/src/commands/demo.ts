@@ -25,10 +25,10 @@ import { fmtBytes } from '../story/format.js';
 import { gpuMemoryProbe } from '../story/gpumem.js';
 import { naiveMemory } from '../story/model.js';
 import { naiveAttention } from '../story/naive.js';
-import { backwardPart, FULL_T, ioSummary, naivePart, walkthroughPart } from '../story/parts.js';
+import { backwardPart, FULL_T, ioSummary, naivePart, parallelPart, walkthroughPart } from '../story/parts.js';
 import { SCHEMA, type DemoResult, type MemoryPoint, type Rates, type ThroughputEntry } from '../story/result.js';
 import { AttentionRun, makeInputs, type MemoryProbe, type PassOptions } from '../story/run.js';
-import { header, part1, part2, part3, part4, part5, part6 } from '../story/text.js';
+import { header, part1, part2, part3, part4, part5, part6, part7 } from '../story/text.js';
 
 const SPEC: FlagSpec = {
   backend: { type: 'string', value: 'NAME', help: `engine: ${BACKEND_CHOICES.join(', ')} (default auto: cuda, then webgpu on a hardware adapter, then cpu)` },
@@ -306,6 +306,8 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
   const walkthrough = walkthroughPart();
   const backwardInfo = backwardPart(T, D, causal, dtype, bwd.peakExtra ?? null);
   say(io, o.json, [...part4({ memory, config, engine, run: runPart, throughput }), ...part5({ walkthrough }), ...part6({ backward: backwardInfo, config, engine, naive })]);
+  const parallel = parallelPart(await ncclLine());
+  say(io, o.json, part7({ parallel }));
 
   const result: DemoResult = {
     schema: SCHEMA,
@@ -318,6 +320,7 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
     walkthrough,
     backward: backwardInfo,
     throughput,
+    parallel,
   };
   if (o.report) {
     try {
@@ -330,6 +333,18 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
   if (o.json) io.out(JSON.stringify(result, jsonReplacer, 2));
   if (!exactness.verified) throw new FAError('E_DEVICE', `the ${backend.name} result is outside the float64 reference's tolerance on sampled rows (see part 3)`);
   return 0;
+}
+
+/** Whether NCCL (for ring attention over GPUs) is usable here, in a few words. */
+async function ncclLine(): Promise<string> {
+  try {
+    const spec: string = '@fa/cuda'; // optional, as in engines.ts
+    const { ncclStatus } = (await import(spec)) as { ncclStatus: () => { available: boolean; version?: string; path?: string; reason?: string } };
+    const s = ncclStatus();
+    return s.available ? `NCCL ${s.version} at ${s.path}` : (s.reason ?? '').replace(/; (install|point).*$/, '');
+  } catch (e) {
+    return `@fa/cuda did not load (${e instanceof Error ? e.message.split('\n')[0] : String(e)})`;
+  }
 }
 
 /** The CPU engine's per-thread tiles (the larger working set, backward), all threads. */

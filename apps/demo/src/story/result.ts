@@ -1,6 +1,6 @@
 /**
  * The demo's results, machine-readable (`fa demo --json`), and what the report and the web page
- * draw from. Six parts, as the story tells them.
+ * draw from. Seven parts, as the story tells them (the seventh in the CLI only).
  */
 import type { DType, OnlineSoftmaxStep } from '@fa/core';
 import type { ErrStat } from './exact.js';
@@ -47,6 +47,16 @@ export interface MemoryPoint {
   readonly flash?: number;
   /** Measured extra bytes of the textbook naive forward, if run at this T. */
   readonly naive?: number;
+}
+
+/** Part 7: ring attention's zigzag plan for a causal sequence over a few GPUs (no run). */
+export interface ParallelSummary {
+  readonly T: number;
+  readonly ranks: number;
+  readonly perRank: readonly { readonly ranges: readonly (readonly [number, number])[]; readonly pairs: number; readonly calls: readonly number[] }[];
+  readonly totalPairs: number;
+  /** "NCCL 2.28.3 at …" or why NCCL cannot be used here. */
+  readonly nccl: string;
 }
 
 export interface DemoResult {
@@ -141,4 +151,6 @@ export interface DemoResult {
   };
   /** Forward/backward throughput of every available engine (the report's bar chart). */
   readonly throughput: readonly ThroughputEntry[];
+  /** Part 7 (the CLI; absent on the web page). */
+  readonly parallel?: ParallelSummary;
 }

@@ -231,7 +231,24 @@ export function part6(r: Pick<DemoResult, 'backward' | 'config' | 'engine' | 'na
   ];
 }
 
-/** All six parts. */
+export function part7(r: Pick<DemoResult, 'parallel'>): string[] {
+  const p = r.parallel;
+  if (!p) return [];
+  const range = ([a, b]: readonly [number, number]) => `${fmtInt(a)}–${fmtInt(b - 1)}`;
+  return [
+    '',
+    '7. Past one GPU: context parallelism (ring attention)',
+    ...para(`At a million tokens one GPU's compute, and at some length its memory, runs out. Ring attention shards the sequence over GPUs: each keeps a slice of Q, K and V; the K/V slices travel around a ring of GPUs (NCCL, one process per GPU) while each GPU attends its queries to the visiting keys and merges the partial (out, lse) with the online-softmax merge of part 5, so the result is exact, as on one GPU. The backward sends dK/dV around the ring with their K/V. Zigzag shards (chunks r and 2N−1−r of 2N) balance causal work; at ${fmtInt(p.T)} causal tokens over ${p.ranks} GPUs (calls/step: engine calls per ring step):`),
+    ...table([
+      ['rank', 'tokens held', 'query–key pairs', 'calls/step'],
+      ...p.perRank.map((x, i) => [String(i), x.ranges.map(range).join(', '), `${fmtInt(x.pairs)} (${Math.round((100 * x.pairs) / p.totalPairs)}%)`, x.calls.join(', ')]),
+    ], '     ', 'llrr'),
+    ...para(`NCCL here: ${p.nccl}.`),
+    ...para(`Launch one process per GPU with node packages/cuda/scripts/cp-launch.mjs --nproc 2 -- node your-script.mjs, where the script calls ringForward/ringBackward with cudaShardOps and createNcclCommunicator (README, "Past one GPU"). On CPUs the same algorithm runs on worker threads (createInProcessRingBackend). Speed on two GPUs is not measured yet: packages/cuda/bench/cp/bench.mjs is ready for a 2-GPU machine.`),
+  ];
+}
+
+/** All parts. */
 export function storyText(r: DemoResult): string[] {
-  return [...header(r), ...part1(r), ...part2(r), ...part3(r), ...part4(r), ...part5(r), ...part6(r)];
+  return [...header(r), ...part1(r), ...part2(r), ...part3(r), ...part4(r), ...part5(r), ...part6(r), ...part7(r)];
 }

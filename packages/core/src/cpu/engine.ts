@@ -133,6 +133,15 @@ export class CpuBackend implements AttentionBackend {
     return { ok: true };
   }
 
+  /**
+   * Whether backward() recomputes each row's out and lse from its keys (exactRowStats) instead
+   * of using the given ones: exact for a whole problem, not for one block of keys, so context
+   * parallelism (ring.ts) refuses an engine that does.
+   */
+  recomputesRowStats(dtype: DType): boolean {
+    return this.opts.exactRowStats ?? dtype !== 'f32';
+  }
+
   /** The tile sizes used for a head dimension and pass. */
   tileSizes(d: number, pass: 'forward' | 'backward'): TileSizes {
     const o = pass === 'forward' ? this.opts.tiles : (this.opts.backwardTiles ?? this.opts.tiles);
