@@ -9,6 +9,11 @@
 import {
   type AttentionBackend,
   type AttentionOptions,
+  type DeviceIndexTensor,
+  type HostIndexTensor,
+  type IndexData,
+  type KVCacheOptions,
+  type KVCacheProblem,
   type AttentionProblem,
   type BackwardResult,
   type DType,
@@ -20,8 +25,12 @@ import {
   bytesPerElement,
   checkHostData,
   describeBackward,
+  describeKVCacheProblem,
   describeProblem,
+  hostIndexTensor,
+  isDeviceIndexTensor,
   isDeviceTensor,
+  writeHostIndex,
   isHostTensor,
   numel,
 } from '@fa/core';
@@ -188,6 +197,23 @@ export class WebGPUBackend implements AttentionBackend {
     throw new FAError('E_ARG', `${what} must be a tensor`);
   }
 
+  supportsKVCache(_p: KVCacheProblem): Support {
+    return { ok: false, reason: 'the webgpu KV-cache kernels are not built yet' };
+  }
+
+  async forwardWithKVCache(q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions): Promise<ForwardResult> {
+    describeKVCacheProblem(q, kCache, vCache, opts, this.name);
+    throw new FAError('E_UNSUPPORTED', 'the webgpu KV-cache kernels are not built yet');
+  }
+
+  async uploadIndex(data: IndexData, shape?: readonly number[]): Promise<DeviceIndexTensor> {
+    return hostIndexTensor(this.name, data, shape);
+  }
+
+  async writeIndex(t: DeviceIndexTensor, data: IndexData, offset = 0): Promise<void> {
+    writeHostIndex(t, data, offset, this.name);
+  }
+
   async upload(t: HostTensor): Promise<Tensor> {
     checkHostData(t.data, t.shape, t.dtype, 'upload');
     await this.ready();
@@ -206,7 +232,11 @@ export class WebGPUBackend implements AttentionBackend {
     return this.guard(scope, () => this.readBuffer(scope, buf, t.dtype, t.shape), false);
   }
 
-  disposeTensor(t: Tensor): void {
+  disposeTensor(t: Tensor | DeviceIndexTensor): void {
+    if (isDeviceIndexTensor(t)) {
+      if (t.backend === this.name) (t as HostIndexTensor).disposed = true;
+      return;
+    }
     if (!isDeviceTensor(t) || !(t instanceof WGTensor) || t.disposed) return;
     t.disposed = true;
     this.live.delete(t);

@@ -22,6 +22,8 @@ import { encode } from '../dtype.js';
 import { FAError, isFAError } from '../errors.js';
 import { describeBackward, describeProblem, problemFlops, type AttentionOptions, type AttentionProblem } from '../problem.js';
 import { allocFloat32, allocHost, isHostTensor, tensor, type HostData, type HostTensor, type Tensor } from '../tensor.js';
+import { describeKVCacheProblem, hostIndexTensor, isDeviceIndexTensor, writeHostIndex, type DeviceIndexTensor, type HostIndexTensor, type IndexData, type KVCacheOptions, type KVCacheProblem } from '../kvcache.js';
+import { appendKVCacheHost, kvCacheAsVarlen, lseToKVCache } from '../kvcache-host.js';
 import { planBackward, reducePrivate } from './backward.js';
 import { planForward } from './forward.js';
 import { BWD_UNIT, FWD_UNIT, Workspace, type BackwardJob, type DvecJob, type ForwardJob, type Job } from './job.js';
@@ -236,6 +238,33 @@ export class CpuBackend implements AttentionBackend {
     return { dq: tensor(dq, p.qShape, p.dtype), dk: tensor(dk, p.kShape, p.dtype), dv: tensor(dv, p.kShape, p.dtype) };
   }
 
+  supportsKVCache(_p: KVCacheProblem): Support {
+    return { ok: true };
+  }
+
+  async forwardWithKVCache(q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions): Promise<ForwardResult> {
+    this.alive();
+    const p = describeKVCacheProblem(q, kCache, vCache, opts, this.name);
+    const [qh, kc, vc] = [host(q, 'q'), host(kCache, 'kCache'), host(vCache, 'vCache')];
+    const kn = opts.kNew === undefined ? undefined : host(opts.kNew, 'kNew');
+    const vn = opts.vNew === undefined ? undefined : host(opts.vNew, 'vNew');
+    appendKVCacheHost(p, kc, vc, kn, vn);
+    const e = kvCacheAsVarlen(p, qh, kc, vc);
+    const r = await this.forward(e.q, e.k, e.v, e.options);
+    const lse = lseToKVCache(p, (r.lse as HostTensor).data as Float32Array);
+    return { out: tensor((r.out as HostTensor).data, p.qShape, p.dtype), lse: tensor(lse, p.lseShape, 'f32') };
+  }
+
+  async uploadIndex(data: IndexData, shape?: readonly number[]): Promise<DeviceIndexTensor> {
+    this.alive();
+    return hostIndexTensor(this.name, data, shape);
+  }
+
+  async writeIndex(t: DeviceIndexTensor, data: IndexData, offset = 0): Promise<void> {
+    this.alive();
+    writeHostIndex(t, data, offset, this.name);
+  }
+
   async upload(t: HostTensor): Promise<Tensor> {
     this.alive();
     return host(t, 'the tensor');
@@ -245,8 +274,9 @@ export class CpuBackend implements AttentionBackend {
     return host(t, 'the tensor');
   }
 
-  disposeTensor(_t: Tensor): void {
-    // host tensors belong to the garbage collector
+  disposeTensor(t: Tensor | DeviceIndexTensor): void {
+    // host tensors belong to the garbage collector; an index tensor is only marked
+    if (isDeviceIndexTensor(t) && t.backend === this.name) (t as HostIndexTensor).disposed = true;
   }
 
   async dispose(): Promise<void> {

@@ -7,5 +7,7 @@ export * from './random.js';
 export * from './cases.js';
 export * from './tolerance.js';
 export * from './check.js';
+export * from './kvcache-cases.js';
+export * from './kvcache-check.js';
 export * from './reference-backend.js';
 export * from './suite.js';
