@@ -24,7 +24,7 @@ import type { Scope } from './memory.js';
 import { grid1d } from './dispatch.js';
 import { writableBytes } from './buffers.js';
 import { WGIndexTensor } from './tensor.js';
-import { KV_APPEND, KV_ATTEND, KV_COMBINE, KV_MAX_D, KV_TILE, type KVEncoding, kvAppendWGSL, kvAttendWGSL, kvCombineWGSL, kvRowsFor, packKVParams, type KVParamValues } from './wgsl/kvcache.js';
+import { KV_APPEND, KV_ATTEND, KV_COMBINE, KV_MAX_D, KV_TILE, type KVEncoding, kvAppendWGSL, kvAttendWGSL, kvCombineWGSL, kvRowsFor, KVP_BYTES, packKVParams, type KVParamValues } from './wgsl/kvcache.js';
 
 /** Workgroups the split aims for: enough to fill a large GPU (an H200 has 132 SMs). */
 export const KV_TARGET_WORKGROUPS = 1024;
@@ -140,11 +140,13 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
     scale: p.scale, softcap: p.softcap, wl: p.windowLeft, wr: p.windowRight, alibi: p.alibi !== undefined,
     rows: plan.rows, chunk: plan.chunk, splits: plan.splits, rowTiles: plan.rowTiles,
   };
-  const params = (n: number, label: string) => {
-    const b = env.createBuffer(scope, 80, BufferUsage.UNIFORM | BufferUsage.COPY_DST, label);
-    dev.queue.writeBuffer(b, 0, packKVParams({ ...base, n }));
+  const params = (n: number, label: string, vec = false) => {
+    const b = env.createBuffer(scope, KVP_BYTES, BufferUsage.UNIFORM | BufferUsage.COPY_DST, label);
+    dev.queue.writeBuffer(b, 0, packKVParams({ ...base, n, vec }));
     return b;
   };
+  // K rows start at multiples of D elements: 16-byte loads need D·bytes a multiple of 16
+  const vec = (p.d * bytesPerElement(p.dtype)) % 16 === 0;
   const maxWG = dev.limits.maxComputeWorkgroupsPerDimension;
   const nOut = p.batch * p.tq * p.h * p.d;
   const bpe = bytesPerElement(p.dtype);
@@ -170,8 +172,9 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
   }
   if (nOut > 0) {
     // 2. split-KV attention
-    const g = new Array<GPUBuffer | undefined>(8);
-    g[KV_ATTEND.params] = params(0, 'kv attend params');
+    const g = new Array<GPUBuffer | undefined>(9);
+    g[KV_ATTEND.params] = params(0, 'kv attend params', vec);
+    g[KV_ATTEND.k4] = kb;
     g[KV_ATTEND.q] = qb; g[KV_ATTEND.k] = kb; g[KV_ATTEND.v] = vb; g[KV_ATTEND.lens] = lens; g[KV_ATTEND.table] = table;
     g[KV_ATTEND.slopes] = slopes; g[KV_ATTEND.part] = part;
     pass.setPipeline(pAttend);

@@ -49,10 +49,11 @@ struct KVP {
   scale: f32, softcap: f32, wl: i32, wr: i32,
   alibi_on: u32, nan: f32, rows: u32, chunk: u32,
   splits: u32, q_tiles: u32, n: u32, neg_inf: f32,
+  vec: u32, pad1: u32, pad2: u32, pad3: u32,
 }
 @group(0) @binding(0) var<uniform> P: KVP;`;
 
-export const KVP_BYTES = 80;
+export const KVP_BYTES = 96;
 
 export interface KVParamValues {
   batch: number; tq: number; h: number; hkv: number; d: number; tnew: number; bs: number; maxBlocks: number;
@@ -61,6 +62,8 @@ export interface KVParamValues {
   rows: number; chunk: number; splits: number; rowTiles: number;
   /** Threads' work items (append: elements; combine: elements or words). */
   n: number;
+  /** attend: read K 16 bytes at a time (rows 16-byte aligned). */
+  vec?: boolean;
 }
 
 export function packKVParams(p: KVParamValues): ArrayBuffer {
@@ -74,11 +77,12 @@ export function packKVParams(p: KVParamValues): ArrayBuffer {
   // NaN and −∞ come from the host: WGSL constants cannot hold them
   u[12] = +p.alibi; f[13] = NaN; u[14] = p.rows; u[15] = p.chunk;
   u[16] = p.splits; u[17] = p.rowTiles; u[18] = p.n; f[19] = -Infinity;
+  u[20] = p.vec ? 1 : 0;
   return buf;
 }
 
 /** Binding slots. */
-export const KV_ATTEND = { params: 0, q: 1, k: 2, v: 3, lens: 4, table: 5, slopes: 6, part: 7 } as const;
+export const KV_ATTEND = { params: 0, q: 1, k: 2, v: 3, lens: 4, table: 5, slopes: 6, part: 7, k4: 8 } as const;
 export const KV_COMBINE = { params: 0, part: 1, out: 2, lse: 3 } as const;
 export const KV_APPEND = { params: 0, kn: 1, vn: 2, k: 3, v: 4, lens: 5, table: 6 } as const;
 
@@ -136,6 +140,8 @@ ${KVP_WGSL}
 @group(0) @binding(6) var<storage, read> slopes: array<f32>;
 // per (group, split, row): m, l, acc[d]
 @group(0) @binding(7) var<storage, read_write> part: array<f32>;
+// the K cache again, 16 bytes at a time (bound when rows are 16-byte aligned: P.vec != 0)
+@group(0) @binding(8) var<storage, read> kc4: array<vec4<${elemType(enc)}>>;
 var<workgroup> qs: array<f32, ${KV_Q_FLOATS}>;
 var<workgroup> ss: array<f32, ${rmax * KV_TILE}>;
 var<workgroup> roff: array<u32, ${KV_TILE}>;
@@ -193,9 +199,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
       roff[lid] = ro;
       var dots: array<f32, ${rmax}>;
       for (var r = 0u; r < R; r = r + 1u) { dots[r] = 0.0; }
-      for (var c = 0u; c < d; c = c + 1u) {
-        let kv = ${load('kc', enc, 'ro + c')};
-        for (var r = 0u; r < R; r = r + 1u) { dots[r] = dots[r] + qs[r * d + c] * kv; }
+      if (P.vec != 0u) {
+        // 16-byte loads: ${enc === 'f32' ? '4 elements' : '8 elements (4 packed words)'} per load
+        let per = ${enc === 'f32' ? 4 : 8}u;
+        for (var c4 = 0u; c4 < d / per; c4 = c4 + 1u) {
+          let raw = kc4[ro / per + c4];
+          ${enc === 'f32' ? `let a = raw;
+          for (var r = 0u; r < R; r = r + 1u) {
+            let o = r * d + c4 * 4u;
+            dots[r] = dots[r] + qs[o] * a.x + qs[o + 1u] * a.y + qs[o + 2u] * a.z + qs[o + 3u] * a.w;
+          }` : `let a = unpack2(raw.x);
+          let bq = unpack2(raw.y);
+          let cq = unpack2(raw.z);
+          let dq = unpack2(raw.w);
+          for (var r = 0u; r < R; r = r + 1u) {
+            let o = r * d + c4 * 8u;
+            dots[r] = dots[r] + qs[o] * a.x + qs[o + 1u] * a.y + qs[o + 2u] * bq.x + qs[o + 3u] * bq.y
+              + qs[o + 4u] * cq.x + qs[o + 5u] * cq.y + qs[o + 6u] * dq.x + qs[o + 7u] * dq.y;
+          }`}
+        }
+      } else {
+        for (var c = 0u; c < d; c = c + 1u) {
+          let kv = ${load('kc', enc, 'ro + c')};
+          for (var r = 0u; r < R; r = r + 1u) { dots[r] = dots[r] + qs[r * d + c] * kv; }
+        }
       }
       for (var r = 0u; r < R; r = r + 1u) {
         let i = i32((r0 + r) % P.tq);
