@@ -1,9 +1,10 @@
 /**
  * The demo's results, machine-readable (`fa demo --json`), and what the report and the web page
- * draw from. Six parts, as the story tells them.
+ * draw from. Seven parts, as the story tells them.
  */
 import type { DType, OnlineSoftmaxStep } from '@fa/core';
 import type { ErrStat } from './exact.js';
+import type { GenerationResult } from './generate.js';
 
 export const SCHEMA = 'fa-demo/1';
 
@@ -141,4 +142,6 @@ export interface DemoResult {
   };
   /** Forward/backward throughput of every available engine (the report's bar chart). */
   readonly throughput: readonly ThroughputEntry[];
+  /** 7. Generation with a KV cache (absent where the story was told without it, e.g. the web page). */
+  readonly generation?: GenerationResult | { readonly skipped: string };
 }

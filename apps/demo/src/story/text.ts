@@ -231,7 +231,36 @@ export function part6(r: Pick<DemoResult, 'backward' | 'config' | 'engine' | 'na
   ];
 }
 
-/** All six parts. */
+export function part7(r: Pick<DemoResult, 'generation' | 'engine'>): string[] {
+  const g = r.generation;
+  if (!g) return [];
+  const title = ['', '7. Generating with a KV cache'];
+  if ('skipped' in g) return [...title, ...para(`Skipped: the ${r.engine.name} engine declines the KV-cache call (${g.skipped}).`)];
+  const T = g.context + g.steps;
+  const copy = g.copy ? `${fmtBytes(g.copy.bytesPerSecond)}/s (${g.copy.method})` : 'not measured on this engine';
+  return [
+    ...title,
+    ...para(`A model generating text attends, for each new token, to the keys and values of every token before it. Computed once and kept, they are the KV cache: each step appends one token's key and value in place and reads the cache once — ${fmtTokens(g.context)} tokens of context here, ${g.h} query heads over ${g.hkv} kv heads (GQA), D = ${g.d}, ${g.dtype}, in blocks of ${g.blockSize} tokens.`),
+    ...table(
+      [
+        ['per token (median of ' + g.steps + ')', fmtSeconds(g.medianSeconds)],
+        ['read per token (K and V)', fmtBytes(g.bytesPerToken)],
+        ['effective bandwidth', `${fmtBytes(g.bandwidth)}/s`],
+        ['copy bandwidth, same run', copy],
+      ],
+      '     ',
+      'll',
+    ),
+    ...para(`Memory: the cache holds ${fmtBytes(g.cacheBytes)} for ${fmtTokens(T)} tokens; attention without it recomputes the whole sequence for every new token, ${fmtRatio(g.recomputeFlops / g.cachedFlops)} the FLOPs of a cached step, and the naive way holds a T×T score matrix of ${fmtBytes(g.scoresBytesPerHead)} per head.`),
+    ...para(
+      g.pass
+        ? `Checked: every step equals attention recomputed over the whole sequence with the engine's ordinary forward (largest difference ${fmtErr(g.maxRelDiff)} relative, LSE within ${fmtErr(g.maxLseDiff)}); the last step is within ${fmtErr(g.referenceRel)} of the float64 reference (tolerance ${fmtErr(g.tolerance)}).`
+        : `NOT equal: cached and recomputed differ by ${fmtErr(g.maxRelDiff)} relative (LSE ${fmtErr(g.maxLseDiff)}), the float64 reference by ${fmtErr(g.referenceRel)}; tolerance ${fmtErr(g.tolerance)}.`,
+    ),
+  ];
+}
+
+/** Every part. */
 export function storyText(r: DemoResult): string[] {
-  return [...header(r), ...part1(r), ...part2(r), ...part3(r), ...part4(r), ...part5(r), ...part6(r)];
+  return [...header(r), ...part1(r), ...part2(r), ...part3(r), ...part4(r), ...part5(r), ...part6(r), ...part7(r)];
 }
