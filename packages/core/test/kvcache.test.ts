@@ -242,3 +242,27 @@ describe('the kit rejects KV-cache engines with a mistake', () => {
     expect(r.reason).toBe('no paged caches');
   });
 });
+
+describe('cpu engine: split-KV decode', () => {
+  it('gives bit-identical results inline, on the worker pool and run to run (the plan depends on the problem only)', async () => {
+    const { createCpuBackend } = await import('../dist/index.js');
+    const inline = await createCpuBackend({ threads: 0, kvChunk: 64 });
+    const pooled = await createCpuBackend({ inlineBelowFlops: 0, kvChunk: 64 });
+    try {
+      const c = makeKVCacheCase({ dtype: 'f32', seqlens: [700, 333, 0], tnew: 1, blockSize: 32, d: 32, h: 8, hkv: 2, causal: true, softcap: 9, seed: 8 });
+      const x = kvCacheCaseInputs(c);
+      const call = async (be: AttentionBackend) => {
+        const r = await be.forwardWithKVCache(x.q, cloneHost(x.kCache), cloneHost(x.vCache), { ...x.options, cacheSeqlens: x.cacheSeqlens, blockTable: x.blockTable, kNew: x.kNew, vNew: x.vNew });
+        return [...(r.out as HostTensor).data, ...(r.lse as HostTensor).data];
+      };
+      const a = await call(inline);
+      expect(await call(pooled)).toEqual(a);
+      expect(await call(pooled)).toEqual(a);
+      // and within the kit's tolerance of the reference
+      expect((await checkKVCacheCase(pooled, c)).pass).toBe(true);
+    } finally {
+      await inline.dispose();
+      await pooled.dispose();
+    }
+  });
+});
