@@ -5,7 +5,7 @@
  */
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { FAError, fallbackNote, registerBackend, registeredBackendNames, resolveBackend, resolveBackendFor, type AttentionBackend, type AttentionProblem } from '@fa/core';
+import { askSupports, FAError, fallbackNote, isKVCacheProblem, registerBackend, registeredBackendNames, resolveBackend, resolveBackendFor, type AttentionBackend, type ChoiceProblem } from '@fa/core';
 
 export interface OptionalEngine {
   readonly name: string;
@@ -112,11 +112,12 @@ export async function pickBackend(name: string): Promise<AttentionBackend> {
 }
 
 /**
- * The backend for --backend NAME that computes `problem`. auto: the highest-priority engine whose
- * supports() accepts it, with a one-line note when an engine above it declined (engines that
- * did not start are `fa backends`' news); a named engine that declines is E_UNSUPPORTED.
+ * The backend for --backend NAME that computes `problem` (a dense call's, or a KV-cache call's:
+ * then supportsKVCache() decides). auto: the highest-priority engine that accepts it, with a
+ * one-line note when an engine above it declined (engines that did not start are `fa backends`'
+ * news); a named engine that declines is E_UNSUPPORTED.
  */
-export async function pickBackendFor(name: string, problem: AttentionProblem): Promise<{ backend: AttentionBackend; note?: string }> {
+export async function pickBackendFor(name: string, problem: ChoiceProblem): Promise<{ backend: AttentionBackend; note?: string }> {
   if (name === 'auto') {
     await loadOptionalEngines(name);
     const r = await resolveBackendFor(problem);
@@ -124,7 +125,8 @@ export async function pickBackendFor(name: string, problem: AttentionProblem): P
     return note === undefined ? { backend: r.backend } : { backend: r.backend, note };
   }
   const backend = await pickBackend(name);
-  const s = backend.supports(problem);
-  if (!s.ok) throw new FAError('E_UNSUPPORTED', `backend ${name} cannot compute this problem: ${s.reason} (--backend auto picks an engine that can)`);
+  const s = askSupports(backend, problem);
+  const what = isKVCacheProblem(problem) ? 'this KV-cache call' : 'this problem';
+  if (!s.ok) throw new FAError('E_UNSUPPORTED', `backend ${name} cannot compute ${what}: ${s.reason} (--backend auto picks an engine that can)`);
   return { backend };
 }

@@ -90,6 +90,7 @@ describe('fa run on NumPy fixtures', () => {
   it('covers every option flag', () => {
     const flags = new Set(cases.flatMap((c) => c.args.filter((a) => a.startsWith('--'))));
     for (const f of ['--causal', '--window', '--softcap', '--scale', '--alibi', '--cu-seqlens-q', '--cu-seqlens-k', '--dtype', '--dout']) expect(flags).toContain(f);
+    for (const f of ['--k-cache', '--v-cache', '--block-table', '--cache-seqlens', '--k-new', '--v-new']) expect(flags).toContain(f);
     expect(cases.some((c) => c.dtype === 'bf16')).toBe(true);
   });
 
@@ -132,6 +133,19 @@ describe('fa run on NumPy fixtures', () => {
     expect(e).toBeLessThanOrEqual(1e-5);
   });
 
+  it('a KV-cache run leaves the input files alone and writes the appended rows into k_cache.npy', async () => {
+    const before = readFileSync(join(FIX, 'kc_paged.npy'));
+    const out = freshOut();
+    const r = await fa(['run', '--q', 'q1.npy', '--k-cache', 'kc_paged.npy', '--v-cache', 'vc_paged.npy', '--block-table', 'bt.npy', '--cache-seqlens', 'lens_decode.npy', '--k-new', 'kn1.npy', '--v-new', 'vn1.npy', '--out', out]);
+    expect(r.code).toBe(0);
+    expect(readFileSync(join(FIX, 'kc_paged.npy')).equals(before)).toBe(true);
+    // sequence 0 appended at position 6: block bt[0][1] = 1, row 2
+    const kc = readNpy(join(out, 'k_cache.npy')).data as Float32Array;
+    const kn = readNpy(join(FIX, 'kn1.npy')).data as Float32Array;
+    const w = 2 * 16;
+    expect([...kc.subarray((1 * 4 + 2) * w, (1 * 4 + 2) * w + w)]).toEqual([...kn.subarray(0, w)]);
+  });
+
   it('bf16 is really computed in bf16: the result differs from f32 by bf16-sized amounts', async () => {
     const o32 = readNpy(join(FIX, 'expected/basic/out.npy')).data as Float32Array;
     const out = freshOut();
@@ -149,6 +163,7 @@ describe('fa run on NumPy fixtures', () => {
 
 describe('fa: bad invocations print one line "fa: E_CODE: message" and exit non-zero', () => {
   const run = (...a: string[]) => ['run', '--q', 'q.npy', '--k', 'k.npy', '--v', 'v.npy', '--out', join(tmp, 'bad-out'), ...a];
+  const kv = (...a: string[]) => ['run', '--q', 'q1.npy', '--k-cache', 'kc_paged.npy', '--v-cache', 'vc_paged.npy', '--out', join(tmp, 'bad-out'), ...a];
   const table: [string, string[], string][] = [
     ['no command', [], 'E_ARG'],
     ['unknown command', ['frobnicate'], 'E_ARG'],
@@ -193,6 +208,16 @@ describe('fa: bad invocations print one line "fa: E_CODE: message" and exit non-
     ['alibi as int32', run('--alibi', 'cu_q.npy'), 'E_DTYPE'],
     ['alibi of rank 4', run('--alibi', 'q.npy'), 'E_SHAPE'],
     ['output directory under a file', ['run', '--q', 'q.npy', '--k', 'k.npy', '--v', 'v.npy', '--out', join(FIX, 'cases.json', 'sub')], 'E_IO'],
+    // KV cache
+    ['KV cache without --cache-seqlens', kv(), 'E_ARG'],
+    ['KV cache with --k as well', kv('--cache-seqlens', 'lens_decode.npy', '--k', 'k.npy'), 'E_ARG'],
+    ['KV cache with --dout', kv('--cache-seqlens', 'lens_decode.npy', '--dout', 'q1.npy'), 'E_ARG'],
+    ['--k-new without --v-new', kv('--cache-seqlens', 'lens_decode.npy', '--k-new', 'kn1.npy'), 'E_ARG'],
+    ['lengths as float32', kv('--cache-seqlens', 'bad/lens_f32.npy'), 'E_DTYPE'],
+    ['a 1-d block table', kv('--cache-seqlens', 'lens_decode.npy', '--block-table', 'bad/bt_1d.npy'), 'E_SHAPE'],
+    ['a block index outside the cache', kv('--cache-seqlens', 'lens_decode.npy', '--block-table', 'bad/bt_out_of_range.npy'), 'E_ARG'],
+    ['a length past the contiguous cache', ['run', '--q', 'q1.npy', '--k-cache', 'kc_contig.npy', '--v-cache', 'vc_contig.npy', '--cache-seqlens', 'bad/lens_past_capacity.npy', '--k-new', 'kn1.npy', '--v-new', 'vn1.npy', '--out', join(tmp, 'x')], 'E_ARG'],
+    ['new keys of the wrong shape', kv('--cache-seqlens', 'lens_decode.npy', '--block-table', 'bt.npy', '--k-new', 'q1.npy', '--v-new', 'q1.npy'), 'E_SHAPE'],
   ];
 
   it('has at least 10 cases', () => expect(table.length).toBeGreaterThanOrEqual(10));
@@ -306,6 +331,25 @@ describe('an engine that declines the problem (a fake cuda without f32, preloade
     expect(r.code).toBe(1);
     expect(r.stderr).toBe(`fa: E_UNSUPPORTED: backend cuda cannot compute this problem: ${REASON} (--backend auto picks an engine that can)\n`);
     expect(existsSync(out)).toBe(false);
+  });
+
+  it('a KV-cache run with --backend auto passes it over (it has no KV-cache kernels) with one note; the result is exact', async () => {
+    const KV_REASON = 'this fake GPU has no KV-cache kernels';
+    const c = cases.find((x) => x.name === 'kv_paged_decode_bf16')!;
+    const out = freshOut();
+    const r = await faDeclining(['run', ...c.args, '--out', out]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toBe(`fa: note: cuda declines this problem (${KV_REASON}); running it on cpu\n`);
+    expect(r.stdout).toMatch(/^fa run: cpu \(.*KV cache/);
+    for (const o of c.outputs) {
+      const e = relErr(readNpy(join(out, `${o}.npy`)).data as Float32Array, readNpy(join(FIX, `expected/${c.name}`, `${o}.npy`)).data as Float32Array);
+      expect(e, o).toBeLessThanOrEqual(TOL.bf16);
+    }
+    const named = freshOut();
+    const n = await faDeclining(['run', '--backend', 'cuda', ...c.args, '--out', named]);
+    expect(n.code).toBe(1);
+    expect(n.stderr).toBe(`fa: E_UNSUPPORTED: backend cuda cannot compute this KV-cache call: ${KV_REASON} (--backend auto picks an engine that can)\n`);
+    expect(existsSync(named)).toBe(false);
   });
 
   it('demo and bench pass it over too, and name it when asked for it', async () => {

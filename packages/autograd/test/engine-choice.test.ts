@@ -2,14 +2,15 @@
  * Engine choice by problem through the tape: with an engine above cpu that declines f32 (as a
  * GPU engine without f32 does), attention() without a backend (core's auto backend) or with a
  * list runs on the next engine, forward and backward; a single name fails with one FAError; and
- * examples/reverse.mjs ends such a run with one line instead of a stack trace.
+ * examples/reverse.mjs ends such a run with one line instead of a stack trace. A KVCache on the
+ * auto backend lives on the first engine that takes its KV-cache call.
  */
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { FAError, registerBackend, resetBackends, unregisterBackend } from '@fa/core';
 import { decliningBackend } from '@fa/core/testing';
-import { Rng, attention, randn, sum, type AttentionCallOptions } from '@fa/autograd';
+import { KVCache, Rng, attention, noGrad, randn, sum, type AttentionCallOptions } from '@fa/autograd';
 
 const REASON = 'f32 is not computed natively on this GPU; use f16 or bf16';
 const calls = { forward: 0 };
@@ -94,5 +95,36 @@ describe('examples/reverse.mjs with an engine that declines f32 (preloaded with 
     expect(bad.status).toBe(1);
     expect(bad.stderr).toBe('reverse: E_DEVICE: backend nosuch is not installed (npm install @fa/nosuch)\n');
     expect(reverse('--bogus', '1').stderr).toMatch(/^reverse: E_ARG: unknown option --bogus; options: [^\n]+\n$/);
+  });
+});
+
+describe('KVCache on the auto backend when the best engine has no KV-cache kernels (as @fa/cuda today)', () => {
+  const NO_KV = 'no KV-cache kernels on this fake GPU';
+  beforeAll(() => {
+    registerBackend('nokv', async () => decliningBackend({ name: 'nokv', dtypes: ['f16', 'bf16'], declines: () => undefined, declinesKVCache: () => NO_KV }), 2000);
+  });
+  afterAll(async () => {
+    await resetBackends();
+    unregisterBackend('nokv');
+  });
+
+  it('puts caches and lengths on the first engine that takes the call (not where upload() would put bf16), with one note', async () => {
+    const warn = vi.spyOn(console, 'warn').mockImplementation(() => undefined);
+    try {
+      const cfg = { layers: 1, batch: 2, capacity: 8, kvHeads: 1, headDim: 8 };
+      const auto = await KVCache.create({ ...cfg, backend: ['nokv', 'cpu'], dtype: 'bf16' });
+      expect(auto.backend.name).toBe('cpu');
+      expect(warn.mock.calls).toEqual([[`@fa: nokv declines this problem (${NO_KV}); running it on cpu`]]);
+      const cpu = await KVCache.create({ ...cfg, backend: 'cpu', dtype: 'bf16' });
+      const rng = new Rng(7);
+      const [q, k, v] = [randn([2, 3, 2, 8], { rng }), randn([2, 3, 1, 8], { rng }), randn([2, 3, 1, 8], { rng })];
+      const a = await noGrad(() => auto.attend(0, q, k, v, { causal: true }));
+      const b = await noGrad(() => cpu.attend(0, q, k, v, { causal: true }));
+      expect(a.data).toEqual(b.data);
+      auto.dispose();
+      cpu.dispose();
+    } finally {
+      warn.mockRestore();
+    }
   });
 });

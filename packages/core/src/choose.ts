@@ -1,11 +1,16 @@
 /**
- * Engine choice by problem: the highest-priority engine whose supports() accepts the problem,
- * with the reason each engine above it was passed over. Pure (no registry, no I/O), so the
- * registry's resolveBackendFor(), the auto backend and the `fa` command share one rule.
+ * Engine choice by problem: the highest-priority engine whose supports() accepts the problem
+ * (supportsKVCache() for a KV-cache call), with the reason each engine above it was passed
+ * over. Pure (no registry, no I/O), so the registry's resolveBackendFor(), the auto backend and
+ * the `fa` command share one rule.
  */
 import { FAError } from './errors.js';
-import type { AttentionBackend } from './backend.js';
+import type { AttentionBackend, Support } from './backend.js';
+import { isKVCacheProblem, type KVCacheProblem } from './kvcache.js';
 import type { AttentionProblem } from './problem.js';
+
+/** What an engine is chosen for: a dense call (describeProblem) or a KV-cache call (describeKVCacheProblem). */
+export type ChoiceProblem = AttentionProblem | KVCacheProblem;
 
 /** A registered engine after an attempt to start it: its backend, or why it did not start. */
 export interface EngineCandidate {
@@ -30,13 +35,21 @@ export interface Resolution {
   readonly passedOver: readonly PassedOver[];
 }
 
-/** supports(), with a throwing engine counted as declining (the registry must stay usable). */
-export function askSupports(b: AttentionBackend, p: AttentionProblem): { ok: true } | { ok: false; reason: string } {
+/**
+ * supports(), or supportsKVCache() for a KV-cache problem (which must also be in the engine's
+ * dtypes), with a throwing engine counted as declining (the registry must stay usable).
+ */
+export function askSupports(b: AttentionBackend, p: ChoiceProblem): { ok: true } | { ok: false; reason: string } {
   try {
-    const s = b.supports(p);
+    let s: Support;
+    if (isKVCacheProblem(p)) {
+      s = b.dtypes.includes(p.dtype) ? b.supportsKVCache(p) : { ok: false, reason: `dtype ${p.dtype} is not one of ${b.dtypes.join(', ')}` };
+    } else {
+      s = b.supports(p);
+    }
     return s.ok ? { ok: true } : { ok: false, reason: s.reason };
   } catch (e) {
-    return { ok: false, reason: `supports() failed: ${e instanceof Error ? e.message : String(e)}` };
+    return { ok: false, reason: `${isKVCacheProblem(p) ? 'supportsKVCache' : 'supports'}() failed: ${e instanceof Error ? e.message : String(e)}` };
   }
 }
 
@@ -45,7 +58,7 @@ export function askSupports(b: AttentionBackend, p: AttentionProblem): { ok: tru
  * Throws FAError E_UNSUPPORTED when every engine that started declines (naming each reason), or
  * E_DEVICE when none started.
  */
-export function chooseEngine(p: AttentionProblem, candidates: readonly EngineCandidate[]): Resolution {
+export function chooseEngine(p: ChoiceProblem, candidates: readonly EngineCandidate[]): Resolution {
   const passedOver: PassedOver[] = [];
   for (const c of candidates) {
     if (!c.backend) {

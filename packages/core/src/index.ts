@@ -6,6 +6,8 @@ export * from './errors.js';
 export * from './dtype.js';
 export * from './tensor.js';
 export * from './problem.js';
+export * from './kvcache.js';
+export * from './kvcache-host.js';
 export * from './mask.js';
 export * from './backend.js';
 export * from './registry.js';

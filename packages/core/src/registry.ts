@@ -5,14 +5,14 @@
  *   resolveBackend('cuda')            that engine (E_DEVICE says why it cannot start)
  *   resolveBackend()                  every engine, behind one backend that runs each call on the
  *                                     highest-priority engine whose supports() accepts it
- *   resolveBackendFor(problem)        that engine for one problem, and why the ones above it
- *                                     were passed over
+ *   resolveBackendFor(problem)        that engine for one problem (a dense call's or a KV-cache
+ *                                     call's), and why the ones above it were passed over
  */
 import { FAError, isFAError } from './errors.js';
 import type { AttentionBackend } from './backend.js';
 import { AutoBackend, type AutoBackendOptions } from './auto-backend.js';
-import { askSupports, chooseEngine, type EngineCandidate, type Resolution } from './choose.js';
-import { describeProblem, type AttentionOptions, type AttentionProblem } from './problem.js';
+import { askSupports, chooseEngine, type ChoiceProblem, type EngineCandidate, type Resolution } from './choose.js';
+import { describeProblem, type AttentionOptions } from './problem.js';
 import type { Tensor } from './tensor.js';
 
 export type BackendFactory = () => Promise<AttentionBackend>;
@@ -115,13 +115,17 @@ export async function resolveBackend(preferred?: string | readonly string[], opt
   return new AutoBackend(candidates, options, release);
 }
 
-/** What to choose an engine for: a problem from describeProblem(), or the call's tensors and options. */
-export type ProblemSource = AttentionProblem | { readonly q: Tensor; readonly k: Tensor; readonly v: Tensor; readonly opts?: AttentionOptions };
+/**
+ * What to choose an engine for: a problem from describeProblem() or describeKVCacheProblem()
+ * (then supportsKVCache() decides), or a dense call's tensors and options.
+ */
+export type ProblemSource = ChoiceProblem | { readonly q: Tensor; readonly k: Tensor; readonly v: Tensor; readonly opts?: AttentionOptions };
 
 /**
  * The highest-priority engine (of every registered one, or of `options.backends` in that order)
- * whose supports() accepts the problem, with the reason each engine above it was passed over
- * (unavailable, or declined). Engines are started in order and only until one accepts.
+ * whose supports() (supportsKVCache() for a KV-cache problem) accepts the problem, with the
+ * reason each engine above it was passed over (unavailable, or declined). Engines are started
+ * in order and only until one accepts.
  * Throws FAError: the validation error of describeProblem() for bad tensors or options;
  * E_UNSUPPORTED when every engine that starts declines; E_DEVICE when none starts.
  */

@@ -152,6 +152,10 @@ describe('the ring algorithm', async () => {
         return cpu.forward(q, k, v, o);
       },
       backward: (...a) => cpu.backward(...a),
+      supportsKVCache: (p) => cpu.supportsKVCache(p),
+      forwardWithKVCache: (...a) => cpu.forwardWithKVCache(...a),
+      uploadIndex: (...a) => cpu.uploadIndex(...a),
+      writeIndex: (...a) => cpu.writeIndex(...a),
       upload: (t) => cpu.upload(t),
       read: (t) => cpu.read(t),
       disposeTensor: (t) => cpu.disposeTensor(t),

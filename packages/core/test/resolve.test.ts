@@ -2,7 +2,8 @@
  * Engine choice by problem, with fake engines that decline: resolveBackendFor() picks the
  * highest-priority engine whose supports() accepts the problem and says why the ones above it
  * were passed over; resolveBackend() returns the auto backend, which does the same per call, so
- * a program written for "the best engine" runs wherever one engine declines its problem.
+ * a program written for "the best engine" runs wherever one engine declines its problem. KV-cache
+ * calls are chosen the same way by supportsKVCache(), and index tensors stay with their engine.
  */
 import { readFileSync } from 'node:fs';
 import ts from 'typescript';
@@ -10,6 +11,8 @@ import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from 'vites
 import {
   AutoBackend,
   FAError,
+  describeKVCacheProblem,
+  describeKVCacheProblemShapes,
   describeProblem,
   describeProblemShapes,
   fallbackNote,
@@ -23,12 +26,15 @@ import {
   type AttentionBackend,
   type AttentionOptions,
   type AttentionProblem,
+  type DeviceIndexTensor,
   type DeviceTensor,
   type DType,
   type HostTensor,
+  type KVCacheOptions,
+  type KVCacheProblem,
   type Tensor,
 } from '../dist/index.js';
-import { createRng, decliningBackend, randomTensor, referenceBackend } from '../dist/testing/index.js';
+import { cloneHost, createRng, decliningBackend, randomTensor, referenceBackend, referenceKVCacheMethods } from '../dist/testing/index.js';
 
 const F32_REASON = 'f32 is not computed natively on this GPU; use f16 or bf16';
 
@@ -46,14 +52,15 @@ class FakeDeviceTensor implements DeviceTensor {
 }
 
 /**
- * A GPU-like engine over the float64 reference: device tensors of its own, and a forward and
- * backward that refuse (E_UNSUPPORTED) what supports() declines, as real engines do. `calls`
- * counts the passes it ran.
+ * A GPU-like engine over the float64 reference: device tensors and index tensors of its own,
+ * and a forward, backward and forwardWithKVCache that refuse (E_UNSUPPORTED) what supports() /
+ * supportsKVCache() decline, as real engines do. `calls` counts the passes it ran.
  */
-function fakeGpu(name: string, o: { dtypes?: readonly DType[]; declines?: (p: AttentionProblem) => string | undefined } = {}) {
+function fakeGpu(name: string, o: { dtypes?: readonly DType[]; declines?: (p: AttentionProblem) => string | undefined; declinesKVCache?: (p: KVCacheProblem) => string | undefined } = {}) {
   const dtypes = o.dtypes ?? ['f16', 'bf16'];
   const ref = referenceBackend({ name, dtypes });
-  const calls = { forward: 0, backward: 0 };
+  const kvRef = referenceKVCacheMethods(name, { dtypes });
+  const calls = { forward: 0, backward: 0, kv: 0 };
   const unwrap = (t: Tensor): Tensor => (t instanceof FakeDeviceTensor ? t.handle : t);
   const refuse = (p: AttentionProblem) => {
     const s = be.supports(p);
@@ -80,14 +87,29 @@ function fakeGpu(name: string, o: { dtypes?: readonly DType[]; declines?: (p: At
       calls.backward++;
       return ref.backward(unwrap(q), unwrap(k), unwrap(v), unwrap(out), unwrap(dOut), unwrap(lse), opts);
     },
+    supportsKVCache: (p: KVCacheProblem) => {
+      const r = o.declinesKVCache?.(p);
+      return r === undefined ? kvRef.supportsKVCache(p) : { ok: false as const, reason: r };
+    },
+    async forwardWithKVCache(q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions) {
+      const s = be.supportsKVCache(describeKVCacheProblem(q, kCache, vCache, opts, name));
+      if (!s.ok) throw new FAError('E_UNSUPPORTED', `${name}: ${s.reason}`);
+      calls.kv++;
+      const news = opts.kNew && opts.vNew ? { kNew: unwrap(opts.kNew), vNew: unwrap(opts.vNew) } : {};
+      const r = await kvRef.forwardWithKVCache(unwrap(q), unwrap(kCache), unwrap(vCache), { ...opts, ...news });
+      return q instanceof FakeDeviceTensor ? { out: new FakeDeviceTensor(name, r.out as HostTensor), lse: new FakeDeviceTensor(name, r.lse as HostTensor) } : r;
+    },
+    uploadIndex: kvRef.uploadIndex,
+    writeIndex: kvRef.writeIndex,
     async upload(t: HostTensor): Promise<Tensor> {
       return new FakeDeviceTensor(name, t);
     },
     async read(t: Tensor) {
       return unwrap(t) as HostTensor;
     },
-    disposeTensor(t: Tensor) {
+    disposeTensor(t: Tensor | DeviceIndexTensor) {
       if (t instanceof FakeDeviceTensor) t.disposed = true;
+      kvRef.disposeIndex(t);
     },
     disposed: false,
     async dispose() {
@@ -209,7 +231,7 @@ describe('resolveBackend() — the auto backend', () => {
     const h = qkv('bf16');
     const r16 = await fa.forward(h.q, h.k, h.v, { causal: true });
     await fa.backward(h.q, h.k, h.v, r16.out, h.q, r16.lse, { causal: true });
-    expect(gpu.calls).toEqual({ forward: 1, backward: 1 });
+    expect(gpu.calls).toEqual({ forward: 1, backward: 1, kv: 0 });
     expect(notes).toEqual([]);
 
     const x = qkv('f32');
@@ -222,7 +244,7 @@ describe('resolveBackend() — the auto backend', () => {
       const gw = await cpu.backward(x.q, x.k, x.v, want.out, x.q, want.lse, { causal: true });
       expect((g.dq as HostTensor).data).toEqual((gw.dq as HostTensor).data);
     }
-    expect(gpu.calls).toEqual({ forward: 1, backward: 1 });
+    expect(gpu.calls).toEqual({ forward: 1, backward: 1, kv: 0 });
     expect(notes).toEqual([`gpu declines this problem (${F32_REASON}); running it on cpu`]);
   });
 
@@ -314,6 +336,175 @@ describe('resolveBackend() — the auto backend', () => {
   });
 });
 
+const NO_KV = 'no KV-cache kernels on this GPU';
+const declineKV = () => register('gpu', 100, () => fakeGpu('gpu', { declinesKVCache: () => NO_KV }));
+
+/** A decode step: 2 sequences with 3 and 5 tokens in a contiguous cache of 8, one new token each, GQA 2/1. */
+function kvCall(dtype: DType) {
+  return {
+    q: randomTensor(rng, [2, 1, 2, 8], dtype),
+    kCache: randomTensor(rng, [2, 8, 1, 8], dtype),
+    vCache: randomTensor(rng, [2, 8, 1, 8], dtype),
+    kNew: randomTensor(rng, [2, 1, 1, 8], dtype),
+    vNew: randomTensor(rng, [2, 1, 1, 8], dtype),
+  };
+}
+type KVCall = ReturnType<typeof kvCall>;
+const kvOpts = (x: KVCall, cacheSeqlens: KVCacheOptions['cacheSeqlens'] = [3, 5]): KVCacheOptions => ({ cacheSeqlens, kNew: x.kNew, vNew: x.vNew, causal: true });
+const kvProblem = (x: KVCall) => describeKVCacheProblem(x.q, x.kCache, x.vCache, kvOpts(x));
+
+describe('KV-cache calls: the engine chosen by supportsKVCache()', () => {
+  it('resolveBackendFor(kvProblem) passes over an engine that declines the KV call, though it takes the dense one', async () => {
+    declineKV();
+    const x = kvCall('bf16');
+    const r = await resolveBackendFor(kvProblem(x));
+    expect(r.backend.name).toBe('cpu');
+    expect(r.passedOver).toEqual([
+      { name: 'gpu', why: 'declined', reason: NO_KV },
+      { name: 'dead', why: 'unavailable', reason: 'no driver' },
+    ]);
+    expect(fallbackNote(r)).toBe(`gpu declines this problem (${NO_KV}); running it on cpu`);
+    expect((await resolveBackendFor(qkv('bf16'))).backend.name).toBe('gpu');
+  });
+
+  it("an engine's dtypes bound its KV calls, even when its supportsKVCache() says yes", async () => {
+    register('gpu', 100, () => ({ ...fakeGpu('gpu'), supportsKVCache: () => ({ ok: true as const }) }));
+    const f = kvCall('f32');
+    const r = await resolveBackendFor(kvProblem(f));
+    expect(r.backend.name).toBe('cpu');
+    expect(r.passedOver[0]).toEqual({ name: 'gpu', why: 'declined', reason: 'dtype f32 is not one of f16, bf16' });
+    expect((await resolveBackendFor(kvProblem(kvCall('bf16')))).backend.name).toBe('gpu');
+  });
+
+  it('the auto backend runs a KV call on the first engine that accepts it and notes the fallback once: the result is that engine\'s', async () => {
+    declineKV();
+    const notes: string[] = [];
+    const fa = await resolveBackend(undefined, { onFallback: (n) => notes.push(n) });
+    const x = kvCall('bf16');
+    const mine = { k: cloneHost(x.kCache), v: cloneHost(x.vCache) };
+    const want = await (await resolveBackend('cpu')).forwardWithKVCache(x.q, x.kCache, x.vCache, kvOpts(x));
+    for (let i = 0; i < 2; i++) {
+      const got = await fa.forwardWithKVCache(x.q, mine.k, mine.v, kvOpts(x));
+      expect((got.out as HostTensor).data).toEqual((want.out as HostTensor).data);
+      expect((got.lse as HostTensor).data).toEqual((want.lse as HostTensor).data);
+    }
+    expect(mine.k.data).toEqual(x.kCache.data); // appended in place, as the cpu engine did
+    expect(mine.v.data).toEqual(x.vCache.data);
+    expect(fakes.gpu.calls.kv).toBe(0);
+    expect(notes).toEqual([`gpu declines this problem (${NO_KV}); running it on cpu`]);
+    expect(fa.supportsKVCache(kvProblem(x))).toEqual({ ok: true });
+
+    const only = await resolveBackend(['gpu', 'dead']);
+    expect(only.supportsKVCache(kvProblem(x))).toEqual({ ok: false, reason: `no available engine computes this problem (gpu: ${NO_KV}; dead: unavailable: no driver)` });
+    expect((await code(only.forwardWithKVCache(x.q, mine.k, mine.v, kvOpts(x))))!.code).toBe('E_UNSUPPORTED');
+  });
+
+  it('an engine that accepts computes it, without a note; bad arguments get their validation code first', async () => {
+    const notes: string[] = [];
+    const fa = await resolveBackend(undefined, { onFallback: (n) => notes.push(n) });
+    const x = kvCall('bf16');
+    const r = await fa.forwardWithKVCache(x.q, x.kCache, x.vCache, kvOpts(x));
+    expect(r.out.shape).toEqual([2, 1, 2, 8]);
+    expect(fakes.gpu.calls.kv).toBe(1);
+    expect(notes).toEqual([]);
+    expect((await code(fa.forwardWithKVCache(x.q, x.kCache, x.vCache, kvOpts(x, [3]))))!.code).toBe('E_SHAPE');
+    expect((await code(fa.forwardWithKVCache(x.q, x.kCache, x.vCache, kvOpts(x, [3, 8]))))!.code).toBe('E_ARG');
+    expect((await code(fa.forwardWithKVCache(x.q, x.kCache, x.vCache, undefined as unknown as KVCacheOptions)))!.code).toBe('E_ARG');
+    expect(fakes.gpu.calls.kv).toBe(1);
+  });
+
+  it('uploadIndex goes to the first engine that takes KV calls; writeIndex and disposeTensor go to its owner', async () => {
+    declineKV();
+    const fa = await resolveBackend(undefined, { onFallback: null });
+    const lens = await fa.uploadIndex([3, 5]);
+    expect(lens.backend).toBe('cpu');
+    await fa.writeIndex(lens, [4], 0);
+    expect([...lens.mirror]).toEqual([4, 5]);
+    const x = kvCall('bf16');
+    const r = await fa.forwardWithKVCache(x.q, x.kCache, x.vCache, kvOpts(x, lens));
+    expect(r.out.kind).toBe('host');
+    fa.disposeTensor(lens);
+    expect(lens.disposed).toBe(true);
+    expect((await code(fa.forwardWithKVCache(x.q, x.kCache, x.vCache, kvOpts(x, lens))))!.code).toBe('E_ARG');
+
+    register('gpu', 100, () => fakeGpu('gpu')); // now the best engine takes KV calls: index tensors go there
+    const fa2 = await resolveBackend(undefined, { onFallback: null });
+    const table = await fa2.uploadIndex(Int32Array.from([1, 0]), [2, 1]);
+    expect(table.backend).toBe('gpu');
+    expect(table.shape).toEqual([2, 1]);
+    await fa2.writeIndex(table, [0, 1]);
+    expect([...table.mirror]).toEqual([0, 1]);
+  });
+
+  it('index and device tensors keep a KV call on their engine, or say why it cannot run there', async () => {
+    declineKV();
+    const fa = await resolveBackend(undefined, { onFallback: null });
+    const gpu = fakes.gpu;
+    const x = kvCall('bf16');
+    const lensGpu = await gpu.uploadIndex([3, 5]);
+    const e = await code(fa.forwardWithKVCache(x.q, x.kCache, x.vCache, kvOpts(x, lensGpu)));
+    expect(e!.code).toBe('E_UNSUPPORTED');
+    expect(e!.message).toBe(`the inputs are index tensors of gpu, which declines this problem (${NO_KV}); pass host tensors and arrays so that another engine can compute it`);
+    const [kc, vc] = [await gpu.upload(x.kCache), await gpu.upload(x.vCache)];
+    const d = await code(fa.forwardWithKVCache(x.q, kc, vc, kvOpts(x)));
+    expect(d!.message).toBe(`the inputs are device tensors of gpu, which declines this problem (${NO_KV}); pass host tensors so that another engine can compute it`);
+    const lensCpu = await fa.uploadIndex([3, 5]);
+    const mixed = await code(fa.forwardWithKVCache(x.q, kc, vc, kvOpts(x, lensCpu)));
+    expect(mixed!.code).toBe('E_ARG');
+    expect(mixed!.message).toMatch(/different engines \(kCache: gpu, vCache: gpu, cacheSeqlens: cpu\)/);
+    const foreign: DeviceIndexTensor = { kind: 'index', backend: 'elsewhere', shape: [2], handle: null, disposed: false, mirror: Int32Array.from([3, 5]) };
+    const f = await code(fa.forwardWithKVCache(x.q, x.kCache, x.vCache, kvOpts(x, foreign)));
+    expect(f!.message).toMatch(/^cacheSeqlens is an index tensor of backend elsewhere, which this auto backend does not use/);
+    expect((await code(fa.writeIndex(foreign, [1])))!.code).toBe('E_ARG');
+    expect(gpu.calls.kv).toBe(0);
+  });
+
+  it('device caches on an engine that accepts the call: it runs there, outputs on that engine', async () => {
+    const fa = await resolveBackend(undefined, { onFallback: null });
+    const gpu = fakes.gpu;
+    const x = kvCall('f16');
+    const [q, kc, vc] = [await fa.upload(x.q), await fa.upload(x.kCache), await fa.upload(x.vCache)];
+    expect((kc as DeviceTensor).backend).toBe('gpu');
+    const lens = await fa.uploadIndex([3, 5]);
+    expect(lens.backend).toBe('gpu');
+    const before = cloneHost(await fa.read(kc));
+    const r = await fa.forwardWithKVCache(q, kc, vc, kvOpts(x, lens));
+    expect(r.out.kind).toBe('device');
+    expect(gpu.calls.kv).toBe(1);
+    const after = await fa.read(kc);
+    expect(after.data).not.toEqual(before.data); // the new keys were written into the device cache
+    fa.disposeTensor(r.out);
+    fa.disposeTensor(lens);
+    expect((r.out as DeviceTensor).disposed).toBe(true);
+    expect(lens.disposed).toBe(true);
+  });
+
+  it('engineFor(problem) is the engine to put a call\'s data on, with the note a call would give', async () => {
+    declineKV();
+    const notes: string[] = [];
+    const fa = (await resolveBackend(undefined, { onFallback: (n) => notes.push(n) })) as AutoBackend;
+    const p = describeKVCacheProblemShapes([2, 1, 2, 8], [2, 8, 1, 8], 'bf16', { cacheSeqlens: [3, 5], newShape: [2, 1, 1, 8], causal: true });
+    expect(p).toEqual(kvProblem(kvCall('bf16')));
+    expect(fa.engineFor(p).name).toBe('cpu');
+    expect(notes).toEqual([`gpu declines this problem (${NO_KV}); running it on cpu`]);
+    expect(fa.engineFor(describeProblemShapes([1, 6, 2, 8], [1, 6, 2, 8], 'bf16')).name).toBe('gpu');
+    expect(fa.resolve(p).passedOver.map((x) => x.name)).toEqual(['gpu', 'dead']);
+  });
+
+  it('decliningBackend declines the KV calls it names, refuses them, and computes the rest with its inner engine', async () => {
+    const d = decliningBackend({ name: 'picky', declines: () => undefined, declinesKVCache: (p) => (p.paged ? undefined : 'only paged caches') });
+    const x = kvCall('f32');
+    expect(d.supportsKVCache(kvProblem(x))).toEqual({ ok: false, reason: 'only paged caches' });
+    const e = await code(d.forwardWithKVCache(x.q, x.kCache, x.vCache, kvOpts(x)));
+    expect(e!.code).toBe('E_UNSUPPORTED');
+    expect(e!.message).toBe('picky: only paged caches');
+    const kc = randomTensor(rng, [4, 4, 1, 8], 'f32');
+    const opts = { cacheSeqlens: await d.uploadIndex([3, 2]), blockTable: [[0, 1], [2, 3]], kNew: x.kNew, vNew: x.vNew };
+    const r = await d.forwardWithKVCache(x.q, kc, randomTensor(rng, [4, 4, 1, 8], 'f32'), opts);
+    expect(r.out.shape).toEqual([2, 1, 2, 8]);
+  });
+});
+
 describe('helpers for asking before computing', () => {
   it('describeProblemShapes is describeProblem without the data', () => {
     const { q, k } = qkv('bf16', [2, 6, 4, 8]);
@@ -361,7 +552,7 @@ describe("the README's \"Use it\" example", () => {
       const want = await cpu.forward(r.q as Tensor, r.k as Tensor, r.v as Tensor, { causal: true });
       expect((r.out as HostTensor).data).toEqual((want.out as HostTensor).data);
       expect((r.dq as HostTensor).shape).toEqual((r.q as HostTensor).shape);
-      expect(fakes.gpu.calls).toEqual({ forward: 0, backward: 0 });
+      expect(fakes.gpu.calls).toEqual({ forward: 0, backward: 0, kv: 0 });
     } finally {
       warn.mockRestore();
     }

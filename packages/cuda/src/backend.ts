@@ -6,6 +6,15 @@
  */
 import {
   allocHost,
+  describeKVCacheProblem,
+  hostIndexTensor,
+  isDeviceIndexTensor,
+  writeHostIndex,
+  type DeviceIndexTensor,
+  type HostIndexTensor,
+  type IndexData,
+  type KVCacheOptions,
+  type KVCacheProblem,
   checkHostData,
   describeBackward,
   describeProblem,
@@ -61,6 +70,8 @@ export interface CudaBackendOptions {
   /** CUDA device index (default 0). */
   device?: number;
 }
+
+const KV_PENDING = 'the cuda engine has no KV-cache kernels yet (forwardWithKVCache; issue 12): use the cpu or webgpu engine for KV-cache calls';
 
 export class CudaBackend implements AttentionBackend {
   readonly name = 'cuda';
@@ -143,6 +154,31 @@ export class CudaBackend implements AttentionBackend {
     return b;
   }
 
+  /**
+   * Transitional: the CUDA KV-cache kernels are being built separately (issue 12). Until they
+   * land, the call is validated like on every engine and then declined with this reason; index
+   * tensors are host mirrors so that code written against the interface runs unchanged.
+   */
+  supportsKVCache(_p: KVCacheProblem): Support {
+    return { ok: false, reason: KV_PENDING };
+  }
+
+  async forwardWithKVCache(q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions): Promise<ForwardResult> {
+    this.#live();
+    describeKVCacheProblem(q, kCache, vCache, opts, this.name);
+    throw new FAError('E_UNSUPPORTED', KV_PENDING);
+  }
+
+  async uploadIndex(data: IndexData, shape?: readonly number[]): Promise<DeviceIndexTensor> {
+    this.#live();
+    return hostIndexTensor(this.name, data, shape);
+  }
+
+  async writeIndex(t: DeviceIndexTensor, data: IndexData, offset = 0): Promise<void> {
+    this.#live();
+    writeHostIndex(t, data, offset, this.name);
+  }
+
   async upload(t: HostTensor): Promise<Tensor> {
     this.#live();
     if (!isHostTensor(t)) throw new FAError('E_ARG', 'upload() takes a host tensor');
@@ -171,8 +207,12 @@ export class CudaBackend implements AttentionBackend {
     return { kind: 'host', dtype: c.dtype, shape: [...c.shape], data };
   }
 
-  disposeTensor(t: Tensor): void {
+  disposeTensor(t: Tensor | DeviceIndexTensor): void {
     if (isHostTensor(t)) return;
+    if (isDeviceIndexTensor(t)) {
+      if (t.backend === this.name) (t as HostIndexTensor).disposed = true;
+      return;
+    }
     if (!(t instanceof CudaTensor) || t.owner !== this) throw new FAError('E_ARG', 'disposeTensor: the tensor belongs to another backend');
     t.handle.dispose();
   }

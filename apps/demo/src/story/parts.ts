@@ -40,7 +40,7 @@ export function backwardPart(T: number, D: number, causal: boolean, dtype: DType
 }
 
 /**
- * Part 7: how ring attention shards a causal sequence of T tokens over `ranks` GPUs (zigzag):
+ * Part 8: how ring attention shards a causal sequence of T tokens over `ranks` GPUs (zigzag):
  * the tokens each rank holds, the query–key pairs it computes, the engine calls per ring step
  * (from core's planRing; nothing runs). `nccl` says whether NCCL is usable here.
  */

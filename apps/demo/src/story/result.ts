@@ -1,9 +1,10 @@
 /**
  * The demo's results, machine-readable (`fa demo --json`), and what the report and the web page
- * draw from. Seven parts, as the story tells them (the seventh in the CLI only).
+ * draw from. Eight parts, as the story tells them (the eighth in the CLI only).
  */
 import type { DType, OnlineSoftmaxStep } from '@fa/core';
 import type { ErrStat } from './exact.js';
+import type { GenerationResult } from './generate.js';
 
 export const SCHEMA = 'fa-demo/1';
 
@@ -49,7 +50,7 @@ export interface MemoryPoint {
   readonly naive?: number;
 }
 
-/** Part 7: ring attention's zigzag plan for a causal sequence over a few GPUs (no run). */
+/** Part 8: ring attention's zigzag plan for a causal sequence over a few GPUs (no run). */
 export interface ParallelSummary {
   readonly T: number;
   readonly ranks: number;
@@ -151,6 +152,8 @@ export interface DemoResult {
   };
   /** Forward/backward throughput of every available engine (the report's bar chart). */
   readonly throughput: readonly ThroughputEntry[];
-  /** Part 7 (the CLI; absent on the web page). */
+  /** 7. Generation with a KV cache (absent where the story was told without it, e.g. the web page). */
+  readonly generation?: GenerationResult | { readonly skipped: string };
+  /** 8. Past one GPU (the CLI; absent on the web page). */
   readonly parallel?: ParallelSummary;
 }

@@ -12,6 +12,7 @@ import type { AttentionBackend, BackwardResult, ForwardResult, Support } from '.
 import type { DType } from '../dtype.js';
 import { FAError, isFAError } from '../errors.js';
 import { describeBackward, describeProblem, type AttentionOptions, type AttentionProblem } from '../problem.js';
+import { describeKVCacheProblem, hostIndexTensor, isDeviceIndexTensor, writeHostIndex, type HostIndexTensor } from '../kvcache.js';
 import { isHostTensor, type HostTensor, type Tensor } from '../tensor.js';
 import type { Communicator } from './communicator.js';
 import { contiguousLayout, zigzagLayout, zigzagVarlenLayout, type ShardLayout } from './layout.js';
@@ -56,6 +57,9 @@ export interface RingBackendOptions {
   readonly supportsBlock: (p: AttentionProblem) => Support;
   readonly runner: RingRunner;
 }
+
+/** Why a ring backend declines KV-cache calls. */
+const KV_REASON = 'ring attention shards dense calls over ranks, not KV-cache calls (a decode step reads its cache once: run it on one engine)';
 
 function host(t: Tensor, what: string): HostTensor {
   if (isHostTensor(t)) return t;
@@ -124,6 +128,20 @@ export function createRingBackend(o: RingBackendOptions): AttentionBackend {
         dv: joinShards(res.map((x) => x.dv), layout, 'k'),
       };
     },
+    supportsKVCache: () => ({ ok: false, reason: KV_REASON }),
+    async forwardWithKVCache(q, kCache, vCache, opts) {
+      alive();
+      describeKVCacheProblem(q, kCache, vCache, opts, o.name); // bad arguments get their own codes
+      throw new FAError('E_UNSUPPORTED', `${o.name}: ${KV_REASON}`);
+    },
+    async uploadIndex(data, shape) {
+      alive();
+      return hostIndexTensor(o.name, data, shape);
+    },
+    async writeIndex(t, data, offset = 0) {
+      alive();
+      writeHostIndex(t, data, offset, o.name);
+    },
     async upload(t: HostTensor) {
       alive();
       return host(t, 'upload');
@@ -131,8 +149,9 @@ export function createRingBackend(o: RingBackendOptions): AttentionBackend {
     async read(t: Tensor) {
       return host(t, 'the tensor');
     },
-    disposeTensor() {
-      // host tensors belong to the garbage collector
+    disposeTensor(t) {
+      // host tensors belong to the garbage collector; index tensors are host mirrors
+      if (isDeviceIndexTensor(t) && t.backend === o.name) (t as HostIndexTensor).disposed = true;
     },
     async dispose() {
       if (disposed) return;

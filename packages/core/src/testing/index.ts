@@ -8,6 +8,8 @@ export * from './random.js';
 export * from './cases.js';
 export * from './tolerance.js';
 export * from './check.js';
+export * from './kvcache-cases.js';
+export * from './kvcache-check.js';
 export * from './reference-backend.js';
 export * from './suite.js';
 export * from './declining-backend.js';
