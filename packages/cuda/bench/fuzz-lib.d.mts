@@ -7,5 +7,6 @@ export interface FuzzStats {
   resolved: number;
   samples: Map<string, number>;
 }
-export function validSpec(ctx: NativeContext, backward?: boolean): Record<string, unknown>;
+export const FUZZ_BASES: readonly { readonly dtype: 'f32' | 'f16' | 'bf16'; readonly d: number }[];
+export function validSpec(ctx: NativeContext, backward?: boolean, base?: { dtype?: 'f32' | 'f16' | 'bf16'; d?: number }): Record<string, unknown>;
 export function fuzzBinding(binding: NativeBinding, ctx: NativeContext, other: NativeContext, count?: number, seed?: number): Promise<FuzzStats>;

@@ -17,7 +17,7 @@
 //                                   1..256, f32Path 'auto' | 'tensor-cores' | 'ffma' (f32 only)
 //     ctx.backward(spec)            -> Promise<void>
 //     ctx.memInfo()                 -> { free, total }
-//     ctx.smemNeeds(d, dtype?, f32Path?) -> { fwd, bwd, bwdDeterministic, limit }
+//     ctx.smemNeeds(d, dtype?, f32Path?, limit?) -> { fwd, bwd, bwdDeterministic, limit }
 //     ctx.synchronize()             -> Promise<void>
 //     ctx.dispose()
 //   Buffer: .bytes, .disposed, .dispose()   (a finalizer frees it too)
@@ -635,7 +635,7 @@ class Context : public Napi::ObjectWrap<Context> {
   // { fwd, bwd, bwdDeterministic, limit } in bytes of the kernels a call with head dim d, dtype
   // (default 'bf16') and f32Path (default 'auto') runs on this context's GPU (limit 0 in a dry run:
   // then f32 counts as fitting the split kernels). Honours FA_CUDA_NO_WGMMA / FA_CUDA_NO_WGMMA_BWD
-  // like the launches do.
+  // like the launches do. `limit` (tests) plans as if the GPU allowed that many bytes per block.
   Napi::Value SmemNeeds(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     CheckLive(env);
@@ -649,6 +649,12 @@ class Context : public Napi::ObjectWrap<Context> {
     a.arch = EnvFlag("FA_CUDA_NO_WGMMA") ? 0 : state_->arch;
     a.no_wgmma_bwd = EnvFlag("FA_CUDA_NO_WGMMA_BWD") ? 1 : 0;
     a.smem_limit = state_->smem_optin;
+    if (info.Length() > 3 && !info[3].IsUndefined()) {  // plan as if the GPU allowed this many bytes (tests)
+      if (!info[3].IsNumber()) Throw(env, "E_ARG", "smemNeeds: limit must be a number");
+      const double lim = info[3].As<Napi::Number>().DoubleValue();
+      if (!(lim >= 0 && lim <= 1e9) || lim != std::floor(lim)) Throw(env, "E_ARG", "smemNeeds: limit must be an integer number of bytes");
+      a.smem_limit = static_cast<size_t>(lim);
+    }
     const fa::SmemNeeds n = fa::smem_needs(a);
     Napi::Object r = Napi::Object::New(env);
     r.Set("fwd", Napi::Number::New(env, static_cast<double>(n.fwd)));

@@ -38,14 +38,18 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t& r0, uint32_t& r1, uint32_t& 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Row layout: a tile of R rows x C columns (C a multiple of 64 elements = 128 bytes) is stored
-// row-major with each 16-byte chunk c of row r placed at chunk (c ^ (r & 7)). Eight consecutive
-// rows read at the same logical chunk then hit eight different bank groups, so both ldmatrix and
-// the cp.async writes are conflict-free.
+// Row layout: a tile of R rows x C columns (C a multiple of 8 elements) is stored row-major with
+// each 16-byte chunk c of row r placed at chunk (c ^ (r & 7)). Eight consecutive rows read at the
+// same logical chunk then hit eight different bank groups, so both ldmatrix and the cp.async
+// writes are conflict-free. Rows of fewer than 8 chunks (C = 32: the split backward's P and dS
+// tiles) XOR with r modulo their chunk count instead, which keeps every chunk inside its row (at
+// the price of 2-way conflicts there).
 // ---------------------------------------------------------------------------------------------
 template <int C>
 __device__ __forceinline__ int swz(int r, int c) {  // c: column in elements, multiple of 8 for chunk starts
-  return r * C + ((((c >> 3) ^ (r & 7))) << 3) + (c & 7);
+  constexpr int M = (C / 8 < 8 ? C / 8 : 8) - 1;
+  static_assert(C % 8 == 0 && (M & (M + 1)) == 0, "rows of a power-of-two number of 16-byte chunks");
+  return r * C + ((((c >> 3) ^ (r & M))) << 3) + (c & 7);
 }
 
 // Loads a tile of R rows x C (bucket) columns from global memory (row stride `ld` elements) into

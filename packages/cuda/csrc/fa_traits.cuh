@@ -93,7 +93,7 @@ template <> struct BwdTraits<64, false> : BwdCfg<64, 64, 128, 8, 8> {};
 template <> struct BwdTraits<128, false> : BwdCfg<128, 64, 128, 8, 8> {};
 template <> struct BwdTraits<256, false> : BwdCfg<256, 64, 64, 8, 4> {};
 template <> struct BwdTraits<64, true> : BwdCfg<64, 64, 64, 4, 4> {};
-template <> struct BwdTraits<128, true> : BwdCfg<128, 32, 64, 4, 4> {};
+template <> struct BwdTraits<128, true> : BwdCfg<128, 32, 64, 8, 4> {};
 template <> struct BwdTraits<256, true> : BwdCfg<256, 32, 32, 4, 2> {};
 
 // ---------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 /**
- * @fa/cuda — FlashAttention forward and backward on NVIDIA GPUs (f16/bf16 tensor cores), as an
+ * @fa/cuda — FlashAttention forward and backward on NVIDIA GPUs (tensor cores; f32, f16, bf16), as an
  * @fa/core backend. Importing this module registers backend "cuda" (priority 100); it starts
  * lazily, and on a machine without the addon or a driver it reports why it is unavailable.
  */
@@ -9,4 +9,4 @@ import { createCudaBackend } from './backend.js';
 registerBackend('cuda', () => createCudaBackend(), 100);
 
 export { CudaBackend, CudaTensor, createCudaBackend, cudaStatus, toFAError, type CudaBackendOptions } from './backend.js';
-export { loadNative, NATIVE_PATH, type NativeBinding, type NativeBuffer, type NativeContext, type NativeLoad, type NativeProbe, type NativeAttnSpec } from './native.js';
+export { loadNative, NATIVE_PATH, type NativeBinding, type NativeBuffer, type NativeContext, type NativeLoad, type NativeProbe, type NativeAttnSpec, type NativeF32Path } from './native.js';

@@ -1,12 +1,23 @@
 // ≥ 10,000 malformed calls straight into the binding: each must be a JS error, none may crash.
 // Validation happens in C++ before any CUDA call, so a dry-run context exercises all of it here.
 import { describe, expect, it } from 'vitest';
-import { fuzzBinding } from '../bench/fuzz-lib.mjs';
+import { FUZZ_BASES, fuzzBinding, validSpec } from '../bench/fuzz-lib.mjs';
 import { loadNative } from '../src/native.js';
 
 const native = loadNative();
 
 describe.skipIf(!native.ok)(`binding fuzz${native.ok ? '' : ` (skipped: ${native.reason})`}`, () => {
+  it('the specs the fuzz mutates are valid (f32 and 16-bit, head dims 1, 13, 64, 200)', async () => {
+    if (!native.ok) return;
+    const ctx = new native.binding.Context({ dryRun: true });
+    for (const base of FUZZ_BASES) {
+      for (const backward of [false, true]) {
+        const spec = validSpec(ctx, backward, base) as never;
+        await expect(backward ? ctx.backward(spec) : ctx.forward(spec)).resolves.toBeDefined();
+      }
+    }
+  });
+
   it('12,000 malformed calls into the binding each throw a JS error with a code', async () => {
     if (!native.ok) return;
     const ctx = new native.binding.Context({ dryRun: true });
