@@ -29,7 +29,8 @@ const ctx = new n.binding.Context();
 const other = new n.binding.Context();
 const f = await fuzzBinding(n.binding, ctx, other, 10000, 3);
 console.log(`binding fuzz on the GPU: ${f.calls} calls, ${f.threw} JS errors, ${f.resolved} resolved, ${f.notErrors} non-Errors`);
-out.fuzz = { calls: f.calls, threw: f.threw, resolved: f.resolved };
+if (f.resolved) console.log(`FAIL fuzz: calls that resolved: ${f.resolvedCalls.join('; ')}`);
+out.fuzz = { calls: f.calls, threw: f.threw, resolved: f.resolved, resolvedCalls: f.resolvedCalls };
 // still usable after the fuzz
 const r = await b.forward(
   { kind: 'host', dtype: 'bf16', shape: [1, 3, 1, 64], data: new Uint16Array(192).fill(0x3f80) },

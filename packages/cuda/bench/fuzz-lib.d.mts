@@ -6,6 +6,8 @@ export interface FuzzStats {
   badCodes: number;
   resolved: number;
   samples: Map<string, number>;
+  /** What was mutated in the first calls that resolved (a healthy run has none). */
+  resolvedCalls: string[];
 }
 export const FUZZ_BASES: readonly { readonly dtype: 'f32' | 'f16' | 'bf16'; readonly d: number }[];
 export function validSpec(ctx: NativeContext, backward?: boolean, base?: { dtype?: 'f32' | 'f16' | 'bf16'; d?: number }): Record<string, unknown>;

@@ -40,6 +40,13 @@ export function validSpec(ctx, backward = false, { dtype = 'bf16', d = 64 } = {}
   return s;
 }
 
+function describe(v) {
+  if (v === null || v === undefined || typeof v === 'number' || typeof v === 'boolean') return String(v);
+  if (typeof v === 'string') return JSON.stringify(v);
+  if (ArrayBuffer.isView(v)) return `${v.constructor.name}(${v.length})`;
+  return typeof v;
+}
+
 /**
  * Runs `count` malformed calls against `ctx` (a native Context) and returns
  * { calls, threw, notErrors, badCodes, resolved } — a healthy binding has threw === calls.
@@ -81,7 +88,8 @@ export async function fuzzBinding(binding, ctx, other, count = 10000, seed = 1) 
   };
   const bwdOnly = { dout: badBuffers, dq: badBuffers, dk: badBuffers, dv: badBuffers };
   const fields = Object.keys(badFields);
-  const stats = { calls: 0, threw: 0, notErrors: 0, badCodes: 0, resolved: 0, samples: new Map() };
+  const stats = { calls: 0, threw: 0, notErrors: 0, badCodes: 0, resolved: 0, samples: new Map(), resolvedCalls: [] };
+  let what = '';
   const record = (e) => {
     stats.threw++;
     if (!(e instanceof Error)) stats.notErrors++;
@@ -102,14 +110,21 @@ export async function fuzzBinding(binding, ctx, other, count = 10000, seed = 1) 
     try {
       await p;
       stats.resolved++;
+      if (stats.resolvedCalls.length < 10) stats.resolvedCalls.push(what);
     } catch (e) {
       record(e);
     }
   };
-  // per base: the other dtypes of another element size, and other head dims (byte sizes then disagree)
+  // per base: the other dtypes of another element size, and other head dims (byte sizes then
+  // disagree), but never a head dim whose bytes per row equal the base's in some dtype (f32 d = 1
+  // and bf16 d = 2 describe the same buffers: mutating both fields would make a valid call)
   const badFor = (b, f) => {
     if (f === 'dtype') return [...badFields.dtype, ...(b.dtype === 'f32' ? ['f16', 'bf16'] : ['f32'])];
-    if (f === 'd') return [...badFields.d, b.d + 1, b.d === 1 ? 8 : b.d - 1, Math.min(256, b.d * 2 + 8)];
+    if (f === 'd') {
+      const rowBytes = b.d * (b.dtype === 'f32' ? 4 : 2);
+      const other = [b.d + 1, b.d === 1 ? 8 : b.d - 1, Math.min(256, b.d * 2 + 8), 3, 100].filter((x) => x !== b.d && 2 * x !== rowBytes && 4 * x !== rowBytes);
+      return [...badFields.d, ...other];
+    }
     return badFields[f] ?? bwdOnly[f];
   };
   for (let i = 0; i < count; i++) {
@@ -119,11 +134,18 @@ export async function fuzzBinding(binding, ctx, other, count = 10000, seed = 1) 
       const b = pick(bases);
       const s = { ...(backward ? b.bwd : b.fwd) };
       const nmut = 1 + Math.floor(r() * 3);
+      what = `${backward ? 'backward' : 'forward'} ${b.dtype} d=${b.d}:`;
       for (let m = 0; m < nmut; m++) {
         const f = backward && r() < 0.25 ? pick(Object.keys(bwdOnly)) : pick(fields);
         s[f] = pick(badFor(b, f));
+        what += ` ${f}=${describe(s[f])}`;
       }
-      if (r() < 0.05) s.out = s.q; // aliasing output and input
+      // aliasing an output with an input (in a backward, out is an input: alias dq instead)
+      if (r() < 0.05) {
+        if (backward) s.dq = s.q;
+        else s.out = s.q;
+        what += backward ? ' dq=q' : ' out=q';
+      }
       await call(() => (backward ? ctx.backward(s) : ctx.forward(s)));
     } else if (kind < 0.8) {
       const bad = pick([null, 42, 'spec', [], () => 0, thrower, undefined, Symbol('s')]);

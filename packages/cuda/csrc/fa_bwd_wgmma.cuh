@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) bwd_wgmma_kernel(FaArgs a, F
       float dcap = 1.f;
       const float v = plain ? st[i] : score_log2(a, st[i] * ss.qk, slope, q, j, s.off, &dcap);
       float p = ex2(fmaf(v, plain ? scale_log2 : 1.f, -lse[il]));
-      float ds = p * (fmaf(dp[i], ss.dp, -dsm[il])) * dcap;
+      float ds = p * (E::SPLIT ? fmaf(dp[i], ss.dp, -dsm[il]) : dp[i] - dsm[il]) * dcap;
       if (masked && !visible(a, s, q, j)) p = ds = 0.f;
       st[i] = p;
       dp[i] = ds;

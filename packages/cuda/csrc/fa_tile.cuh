@@ -63,7 +63,7 @@ __device__ __forceinline__ void load_tile(T* s, const T* g, int64_t ld, int nrow
     if ((R * CPR) % NT == 0 || i < R * CPR) {
       const int r = i / CPR, c = (i % CPR) * 8;
       const bool ok = r < nrows && c < ncols;
-      cp_async16(s + swz<C>(r, c), ok ? (const void*)(g + r * ld + c) : (const void*)g, ok);
+      cp_async16(s + swz<C>(r, c), g + (ok ? r * ld + c : 0), ok);  // (selecting the offset keeps it loop-invariant)
     }
   }
 }
@@ -86,7 +86,7 @@ __device__ __forceinline__ void load_tile128(T* s, const T* g, int64_t ld, int n
     if ((R * CPR) % NT == 0 || i < R * CPR) {
       const int r = i / CPR, c = (i % CPR) * 8;
       const bool ok = r < nrows && c < ncols;
-      cp_async16(s + swz128<R>(r, c), ok ? (const void*)(g + r * ld + c) : (const void*)g, ok);
+      cp_async16(s + swz128<R>(r, c), g + (ok ? r * ld + c : 0), ok);
     }
   }
 }
