@@ -16,6 +16,8 @@
 // on two-plane tiles and splits P^T and dS^T in registers.
 // Tiles use the 128B-swizzled column-block layout (swz128, fa_tile.cuh).
 #pragma once
+#include <type_traits>
+
 #include "fa_common.cuh"
 #include "fa_wgmma.cuh"
 
@@ -146,20 +148,26 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) bwd_wgmma_kernel(FaArgs a, F
     wg::fence_operands<NS>(st);
     wg::fence_operands<NS>(dp);
 
-    // ---- P^T, dS^T ------------------------------------------------------------------------------
+    // ---- P^T, dS^T (two copies of the loop: plain scores need no soft-cap or ALiBi work) -------
     const bool masked = tile_needs_mask(a, s, m0, BM, n0, BN);
+    auto p_ds = [&](auto plain_tag) {
+      constexpr bool PLAIN = decltype(plain_tag)::value;
 #pragma unroll
-    for (int i = 0; i < NS; ++i) {
-      const int il = wgq * QW + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
-      const int q = m0 + il, j = n0 + kr + ((i >> 1) & 1) * 8;
-      float dcap = 1.f;
-      const float v = plain ? st[i] : score_log2(a, st[i] * ss.qk, slope, q, j, s.off, &dcap);
-      float p = ex2(fmaf(v, plain ? scale_log2 : 1.f, -lse[il]));
-      float ds = p * (E::SPLIT ? fmaf(dp[i], ss.dp, -dsm[il]) : dp[i] - dsm[il]) * dcap;
-      if (masked && !visible(a, s, q, j)) p = ds = 0.f;
-      st[i] = p;
-      dp[i] = ds;
-    }
+      for (int i = 0; i < NS; ++i) {
+        const int il = wgq * QW + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
+        const int q = m0 + il, j = n0 + kr + ((i >> 1) & 1) * 8;
+        float dcap = 1.f;
+        const bool pl = PLAIN || (!Tr::UNSWITCH && plain);
+        const float v = pl ? st[i] : score_log2(a, st[i] * ss.qk, slope, q, j, s.off, &dcap);
+        float p = ex2(fmaf(v, pl ? scale_log2 : 1.f, -lse[il]));
+        float ds = p * (E::SPLIT ? fmaf(dp[i], ss.dp, -dsm[il]) : dp[i] - dsm[il]) * dcap;
+        if (masked && !visible(a, s, q, j)) p = ds = 0.f;
+        st[i] = p;
+        dp[i] = ds;
+      }
+    };
+    if (Tr::UNSWITCH && plain) p_ds(std::true_type{});
+    else p_ds(std::false_type{});  // (UNSWITCH false: one loop, nvcc splits it; see BwdWgCfg)
     uint32_t pf[NP][QW / 16][4], sf[NP][QW / 16][4];
 #pragma unroll
     for (int ks = 0; ks < QW / 16; ++ks) {

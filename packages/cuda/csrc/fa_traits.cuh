@@ -101,16 +101,22 @@ template <> struct BwdTraits<256, true> : BwdCfg<256, 32, 32, 4, 2> {};
 // wgmma M), BM queries per step; the NWG warpgroups split into KG key groups x QG query groups
 // of QW = BM / QG queries. QG > 1 adds the warpgroups' partial dK, dV at the end.
 // ---------------------------------------------------------------------------------------------
-template <int D_, int BN_, int BM_, int NWG_>
+// UNSWITCH writes the P/dS loop twice in the source (plain scores, and soft-cap/ALiBi ones). nvcc
+// unswitches it by itself for bf16 at D = 128 (and the explicit form there makes it unswitch on
+// `deterministic` too: twice the code and spills); at D = 64 it did not, and the branchy loop cost
+// 40% of the bf16 backward (H200 run 12: 142 against 233 TFLOP/s). Checked in the SASS: one copy
+// of the loop with one exp2 per element, one with two.
+template <int D_, int BN_, int BM_, int NWG_, bool UNSWITCH_ = true>
 struct BwdWgCfg {
   static constexpr int D = D_, BN = BN_, BM = BM_, NWG = NWG_;
   static constexpr int KG = BN / 64, QG = NWG / KG, QW = BM / QG;
+  static constexpr bool UNSWITCH = UNSWITCH_;
   static_assert(BN % 64 == 0 && NWG % KG == 0 && BM % QG == 0 && QW % 16 == 0, "warpgroup split");
 };
 template <int D, bool SPLIT>
 struct BwdWgTraits;
 template <> struct BwdWgTraits<64, false> : BwdWgCfg<64, 128, 64, 2> {};
-template <> struct BwdWgTraits<128, false> : BwdWgCfg<128, 128, 64, 2> {};
+template <> struct BwdWgTraits<128, false> : BwdWgCfg<128, 128, 64, 2, false> {};
 // split: 64 keys shared by both warpgroups, 32 queries each (D = 128: 209 KiB)
 template <> struct BwdWgTraits<64, true> : BwdWgCfg<64, 64, 64, 2> {};
 template <> struct BwdWgTraits<128, true> : BwdWgCfg<128, 64, 64, 2> {};
