@@ -443,8 +443,7 @@ __global__ void __launch_bounds__(DqTraits<D, E::SPLIT>::NW * 32, 1) bwd_dq_kern
     const int i = r_lo + rr * 8;
     if (i >= s.tq) continue;
     TO* dQ = static_cast<TO*>(t.dq) + (static_cast<int64_t>(s.q0 + i) * a.H + h) * a.d_out;
-#pragma unroll
-    for (int n = 0; n < NTD; ++n) store_cols<TO>(dQ, n * 8 + 2 * (lane & 3), a.d_out, dq[n][2 * rr] * mul, dq[n][2 * rr + 1] * mul);
+    store_row<NTD>(dQ, 0, lane, a.d_out, [&](int n, int j) { return dq[n][2 * rr + j] * mul; });
   }
 }
 
