@@ -15,7 +15,11 @@
         "csrc/fa_fwd_bf16.cu",
         "csrc/fa_fwd_f16.cu",
         "csrc/fa_bwd_bf16.cu",
-        "csrc/fa_bwd_f16.cu"
+        "csrc/fa_bwd_f16.cu",
+        "csrc/fa_fwd_f32.cu",
+        "csrc/fa_bwd_f32.cu",
+        "csrc/fa_prep.cu",
+        "csrc/fa_ffma.cu"
       ],
       "include_dirs": [
         "<!(node -p \"require('node-addon-api').include_dir\")",

@@ -34,9 +34,12 @@ export interface NativeBuffer {
   dispose(): void;
 }
 
+/** Which kernels compute f32: the split tensor-core ones where they fit the GPU ('auto'), always them, or FFMA. */
+export type NativeF32Path = 'auto' | 'tensor-cores' | 'ffma';
+
 /** What forward/backward take; the binding validates every field again in C++. */
 export interface NativeAttnSpec {
-  dtype: 'f16' | 'bf16';
+  dtype: 'f32' | 'f16' | 'bf16';
   B: number;
   H: number;
   Hkv: number;
@@ -52,6 +55,8 @@ export interface NativeAttnSpec {
   windowLeft: number;
   windowRight: number;
   deterministic?: boolean;
+  /** f32 only; default 'auto'. */
+  f32Path?: NativeF32Path;
   q: NativeBuffer;
   k: NativeBuffer;
   v: NativeBuffer;
@@ -73,8 +78,12 @@ export interface NativeContext {
   forward(spec: NativeAttnSpec): Promise<{ splits: number }>;
   backward(spec: NativeAttnSpec): Promise<void>;
   memInfo(): { free: number; total: number };
-  /** Shared memory per block (bytes) the kernels of head dim d need here, and the GPU's limit (0 in a dry run). */
-  smemNeeds(d: number): { fwd: number; bwd: number; bwdDeterministic: number; limit: number };
+  /**
+   * Shared memory per block (bytes) the kernels of a call with head dim d (1..256), dtype (default
+   * 'bf16') and f32 path (default 'auto') need here, and the GPU's limit (0 in a dry run).
+   * `limit` (tests) plans the f32 path as if the GPU allowed that many bytes per block.
+   */
+  smemNeeds(d: number, dtype?: 'f32' | 'f16' | 'bf16', f32Path?: NativeF32Path, limit?: number): { fwd: number; bwd: number; bwdDeterministic: number; limit: number };
   synchronize(): Promise<void>;
   dispose(): void;
 }
