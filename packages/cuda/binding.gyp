@@ -12,7 +12,10 @@
         "csrc/fa_fwd_bf16.cu",
         "csrc/fa_fwd_f16.cu",
         "csrc/fa_bwd_bf16.cu",
-        "csrc/fa_bwd_f16.cu"
+        "csrc/fa_bwd_f16.cu",
+        "csrc/fa_kvcache.cu",
+        "csrc/fa_kvcache_bf16.cu",
+        "csrc/fa_kvcache_f16.cu"
       ],
       "include_dirs": [
         "<!(node -p \"require('node-addon-api').include_dir\")",
