@@ -75,7 +75,7 @@ describe.skipIf(!native.ok)('TypeScript wrapper over a dry-run context (no CUDA 
     // A dry context runs no kernels (limit 0); its needs are those of the mma.sync kernels (no
     // sm_90), i.e. what an sm_8x card runs. Hand-computed from the tile traits (fa_common.cuh):
     // backward BwdCfg<256, BM 64, BN 64>: (2·64·256 + 4·64·256 + 2·64·64)·2 B + 4·64·4 B.
-    expect(ctx.smemNeeds(256)).toEqual({ fwd: (64 * 256 + 4 * 32 * 256) * 2, bwd: (2 * 64 * 256 + 4 * 64 * 256 + 2 * 64 * 64) * 2 + 1024, bwdDeterministic: (2 * 64 * 256 + 4 * 64 * 256 + 2 * 64 * 64) * 2 + 1024, limit: 0 });
+    expect(ctx.smemNeeds(256)).toEqual({ fwd: (64 * 256 + 4 * 32 * 256) * 2, bwd: (2 * 64 * 256 + 4 * 64 * 256 + 2 * 64 * 64) * 2 + 1024, bwdDeterministic: (2 * 64 * 256 + 4 * 64 * 256 + 2 * 64 * 64) * 2 + 1024, kv: 4 * 2 * 2 * 16 * 256 * 2, limit: 0 });
     expect(ctx.smemNeeds(128).bwd).toBe((2 * 128 * 128 + 4 * 64 * 128 + 2 * 128 * 64) * 2 + 1024);
     expect(() => ctx.smemNeeds(12)).toThrow(/multiple of 8/);
     const withLimit = (limit: number) =>
