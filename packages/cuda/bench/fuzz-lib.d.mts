@@ -5,7 +5,10 @@ export interface FuzzStats {
   notErrors: number;
   badCodes: number;
   resolved: number;
+  /** 1 when a refused KV-cache call changed the caches (checked on a GPU only). */
+  kvCacheChanged: number;
   samples: Map<string, number>;
 }
 export function validSpec(ctx: NativeContext, backward?: boolean): Record<string, unknown>;
+export function validKvSpec(ctx: NativeContext): Record<string, unknown>;
 export function fuzzBinding(binding: NativeBinding, ctx: NativeContext, other: NativeContext, count?: number, seed?: number): Promise<FuzzStats>;
