@@ -444,9 +444,10 @@ class KvOp : public Op {
       if (e == cudaSuccess) allocs.push_back(*p);
       return e;
     };
-    if (fa::kv_smem_bytes(args.d) > ctx_->smem_optin) {
+    args.smem_optin = ctx_->smem_optin;
+    if (fa::kv_smem_bytes(args.d, ctx_->smem_optin) > ctx_->smem_optin) {
       code_ = "E_UNSUPPORTED";
-      msg_ = "head dim " + std::to_string(args.d) + ": the KV-cache kernel needs " + std::to_string(fa::kv_smem_bytes(args.d)) +
+      msg_ = "head dim " + std::to_string(args.d) + ": the KV-cache kernel needs " + std::to_string(fa::kv_smem_bytes(args.d, ctx_->smem_optin)) +
              " bytes of shared memory per block; this GPU allows " + std::to_string(ctx_->smem_optin);
       return false;
     }
@@ -495,8 +496,8 @@ class KvOp : public Op {
     if (e != cudaSuccess) { cleanup(); return Fail(e, "KV-cache attention"); }
     e = cudaStreamSynchronize(ctx_->stream);
     if (e == cudaSuccess) e = cudaGetLastError();
-    cleanup();
-    if (e != cudaSuccess) return Fail(e, "KV-cache attention");
+    if (e != cudaSuccess) { cleanup(); return Fail(e, "KV-cache attention"); }
+    for (void* p : allocs) cudaFreeAsync(p, ctx_->stream);  // stream-ordered: no second synchronize
     if (*reinterpret_cast<volatile int*>(ctx_->kv_flag_host) != 0) {
       code_ = "E_ARG";
       msg_ = "a device index tensor (cacheSeqlens or blockTable) holds a value out of range that its host copy does not; the kernels skipped those entries (nothing out of bounds was read or written)";
@@ -886,7 +887,7 @@ class Context : public Napi::ObjectWrap<Context> {
     r.Set("fwd", Napi::Number::New(env, static_cast<double>(n.fwd)));
     r.Set("bwd", Napi::Number::New(env, static_cast<double>(n.bwd)));
     r.Set("bwdDeterministic", Napi::Number::New(env, static_cast<double>(n.bwd_deterministic)));
-    r.Set("kv", Napi::Number::New(env, static_cast<double>(fa::kv_smem_bytes(static_cast<int>(d)))));
+    r.Set("kv", Napi::Number::New(env, static_cast<double>(fa::kv_smem_bytes(static_cast<int>(d), state_->smem_optin))));
     r.Set("limit", Napi::Number::New(env, static_cast<double>(state_->smem_optin)));
     return r;
   }

@@ -9,11 +9,16 @@ cudaError_t kv_forward_f16(KvArgs* a, const KvTensors& t, cudaStream_t st);
 
 static size_t align256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
 
-size_t kv_smem_bytes(int d) {
+template <int D>
+static size_t smem_for(size_t optin) {
+  return kv_runs_small<D>(optin) ? kv_attn_smem_bytes<KvTraitsSmall<D>>() : kv_attn_smem_bytes<KvTraits<D>>();
+}
+
+size_t kv_smem_bytes(int d, size_t smem_optin) {
   switch (head_dim_bucket(d)) {
-    case 64: return kv_attn_smem_bytes<KvTraits<64>>();
-    case 128: return kv_attn_smem_bytes<KvTraits<128>>();
-    case 256: return kv_attn_smem_bytes<KvTraits<256>>();
+    case 64: return smem_for<64>(smem_optin);
+    case 128: return smem_for<128>(smem_optin);
+    case 256: return smem_for<256>(smem_optin);
     default: return 0;
   }
 }
@@ -25,17 +30,18 @@ size_t kv_workspace_bytes_splits(KvArgs* a, int splits) {
   return align256(rows * a->d * sizeof(float)) + align256(rows * sizeof(float));
 }
 
-template <typename Tr>
+template <int D>
 static int splits_for(const KvArgs& a) {
-  return kv_choose_splits<Tr>(a, kv_ctas_per_sm<Tr>());
+  if (kv_runs_small<D>(a.smem_optin)) return kv_choose_splits<KvTraitsSmall<D>>(a, kv_ctas_per_sm<KvTraitsSmall<D>>());
+  return kv_choose_splits<KvTraits<D>>(a, kv_ctas_per_sm<KvTraits<D>>());
 }
 
 size_t kv_workspace_bytes(KvArgs* a) {
   int s = 1;
   switch (head_dim_bucket(a->d)) {
-    case 64: s = splits_for<KvTraits<64>>(*a); break;
-    case 128: s = splits_for<KvTraits<128>>(*a); break;
-    case 256: s = splits_for<KvTraits<256>>(*a); break;
+    case 64: s = splits_for<64>(*a); break;
+    case 128: s = splits_for<128>(*a); break;
+    case 256: s = splits_for<256>(*a); break;
     default: break;
   }
   return kv_workspace_bytes_splits(a, s);

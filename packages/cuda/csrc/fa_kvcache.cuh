@@ -34,14 +34,25 @@ struct KvCfg {
   static_assert(BNW % 16 == 0 && BNW <= 32, "a warp tile is 16 or 32 keys: lane k resolves key k");
   static_assert(D % 64 == 0, "rows are swizzled in 128-byte groups");
 };
+// The configuration per head dim: KvTraits where a block may use 128 KiB of shared memory (sm_80,
+// sm_90), KvTraitsSmall elsewhere (sm_86/89: 99 KiB). On the H200 (KERNEL_NOTES.md, "KV cache"),
+// 8 warps x 2 stages beat 4 warps x 3 stages (2 CTAs per SM) by up to 25% at B = 1.
 template <int D>
 struct KvTraits;
 template <>
-struct KvTraits<64> : KvCfg<64, 4, 32, 3, 2> {};    // 8 KB per stage, 96 KB per CTA
+struct KvTraits<64> : KvCfg<64, 8, 32, 2, 1> {};    // 8 KB per warp stage, 128 KB per CTA
 template <>
-struct KvTraits<128> : KvCfg<128, 4, 16, 3, 2> {};  // 8 KB per stage, 96 KB per CTA
+struct KvTraits<128> : KvCfg<128, 8, 16, 2, 1> {};  // 8 KB per warp stage, 128 KB per CTA
 template <>
-struct KvTraits<256> : KvCfg<256, 4, 16, 2, 1> {};  // 16 KB per stage, 128 KB per CTA
+struct KvTraits<256> : KvCfg<256, 4, 16, 2, 1> {};  // 16 KB per warp stage, 128 KB per CTA
+template <int D>
+struct KvTraitsSmall;
+template <>
+struct KvTraitsSmall<64> : KvCfg<64, 4, 32, 3, 2> {};    // 96 KB per CTA
+template <>
+struct KvTraitsSmall<128> : KvCfg<128, 4, 16, 3, 2> {};  // 96 KB per CTA
+template <>
+struct KvTraitsSmall<256> : KvCfg<256, 2, 16, 2, 2> {};  // 64 KB per CTA
 
 // Epilogue scratch (floats), laid over the pipeline's shared memory: per-warp partial rows
 // [NW][16][D + 8] (padded against bank conflicts), then per-warp max, sum and weight [NW][16],
@@ -54,6 +65,13 @@ constexpr size_t kv_attn_smem_bytes() {
   const size_t pipe = static_cast<size_t>(Tr::NW) * Tr::ST * 2 * Tr::BNW * Tr::D * 2;
   const size_t epi = static_cast<size_t>(kv_epilogue_floats<Tr>()) * sizeof(float);
   return pipe > epi ? pipe : epi;
+}
+
+// Whether a GPU whose blocks may use `smem_optin` bytes of shared memory (0: unknown, assume
+// enough) runs KvTraitsSmall<D>: the one rule for the launcher, the split choice and smem_needs.
+template <int D>
+constexpr bool kv_runs_small(size_t smem_optin) {
+  return smem_optin != 0 && smem_optin < kv_attn_smem_bytes<KvTraits<D>>();
 }
 
 __device__ __forceinline__ void kv_report_bad(const KvArgs& a) {

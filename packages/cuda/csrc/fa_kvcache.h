@@ -23,6 +23,7 @@ struct KvArgs {
   float scale, softcap;    // softcap 0 = none
   int win_left, win_right; // -1 = unbounded; causal is win_right = 0
   int num_sms;
+  size_t smem_optin;       // shared memory a block may use (cudaDeviceProp::sharedMemPerBlockOptin); 0: unknown
   // Set to 1 by a kernel that finds a device index out of range (a device copy that differs from
   // the host copy the caller validated). Such an entry is skipped: nothing out of bounds is read
   // or written. Null: not reported.
@@ -43,8 +44,9 @@ struct KvTensors {
   float* lse;        // [B, H, tq]
 };
 
-// Dynamic shared memory per block of the KV-cache attention kernel for head dim d (0 if none).
-size_t kv_smem_bytes(int d);
+// Dynamic shared memory per block of the KV-cache attention kernel that head dim d runs on a GPU
+// whose blocks may use `smem_optin` bytes (0: unknown, the default configuration); 0 if none.
+size_t kv_smem_bytes(int d, size_t smem_optin);
 // Chooses the number of key splits and returns the device workspace it needs in bytes.
 size_t kv_workspace_bytes(KvArgs* a);
 // Forces a number of splits (1 = none); returns the workspace size for it. For tests/benchmarks.

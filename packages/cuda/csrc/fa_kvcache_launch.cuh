@@ -53,12 +53,18 @@ cudaError_t launch_kv_cfg(KvArgs* a, const KvTensors& t, cudaStream_t st) {
   return launch_combine<T>(&f, ft, st);
 }
 
+template <typename T, int D>
+cudaError_t launch_kv(KvArgs* a, const KvTensors& t, cudaStream_t st) {
+  if (kv_runs_small<D>(a->smem_optin)) return launch_kv_cfg<T, KvTraitsSmall<D>>(a, t, st);
+  return launch_kv_cfg<T, KvTraits<D>>(a, t, st);
+}
+
 template <typename T>
 cudaError_t dispatch_kv(KvArgs* a, const KvTensors& t, cudaStream_t st) {
   switch (head_dim_bucket(a->d)) {
-    case 64: return launch_kv_cfg<T, KvTraits<64>>(a, t, st);
-    case 128: return launch_kv_cfg<T, KvTraits<128>>(a, t, st);
-    case 256: return launch_kv_cfg<T, KvTraits<256>>(a, t, st);
+    case 64: return launch_kv<T, 64>(a, t, st);
+    case 128: return launch_kv<T, 128>(a, t, st);
+    case 256: return launch_kv<T, 256>(a, t, st);
     default: return cudaErrorInvalidValue;
   }
 }

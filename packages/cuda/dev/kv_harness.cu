@@ -42,6 +42,7 @@ using BF = __nv_bfloat16;
   } while (0)
 
 static int g_sms = 132, g_fail = 0;
+static size_t g_optin = 0;  // sharedMemPerBlockOptin
 
 // ---- host bf16/f16 bits --------------------------------------------------------------------------
 static uint16_t to_bits(float x, int dtype) {
@@ -259,6 +260,7 @@ static Dev make_dev(const KvCase& c, const Host& h) {
   a.win_left = c.wl;
   a.win_right = c.causal ? 0 : c.wr;
   a.num_sms = g_sms;
+  a.smem_optin = g_optin;
   D.q = up(h.q);
   D.kc = up(h.kc);
   D.vc = up(h.vc);
@@ -504,9 +506,9 @@ struct Shape {
 static const Shape kShapes[] = {{1, 32768}, {8, 32768}, {64, 4096}, {1, 131072}};
 
 // A bench problem filled on the device (no host reference): lens = Tk (tnew = 0) or Tk - 1 (tnew = 1).
-static Dev bench_dev(const Shape& s, int bs, int tnew) {
+static Dev bench_dev(const Shape& s, int bs, int tnew, int d = 128) {
   KvCase c;
-  c.H = 32; c.Hkv = 8; c.d = 128; c.tq = 1; c.tnew = tnew; c.bs = bs;
+  c.H = 32; c.Hkv = 8; c.d = d; c.tq = 1; c.tnew = tnew; c.bs = bs;
   c.lens.assign(s.B, s.Tk - tnew);
   Host h;
   h.B = s.B;
@@ -518,12 +520,12 @@ static Dev bench_dev(const Shape& s, int bs, int tnew) {
   std::iota(h.table.begin(), h.table.end(), 0);
   std::mt19937 rng(3);
   if (bs) std::shuffle(h.table.begin(), h.table.end(), rng);  // blocks scattered over the pool
-  h.q.resize((size_t)s.B * 32 * 128);
+  h.q.resize((size_t)s.B * 32 * d);
   for (size_t i = 0; i < h.q.size(); ++i) h.q[i] = to_bits(0.01f * (float)((int)((i * 7919) % 200) - 100), kBF16);
-  h.kn.resize((size_t)s.B * tnew * 8 * 128, to_bits(0.5f, kBF16));
+  h.kn.resize((size_t)s.B * tnew * 8 * d, to_bits(0.5f, kBF16));
   h.vn = h.kn;
   Dev D = make_dev(c, h);  // caches: uploaded empty; fill below
-  const size_t n = (size_t)h.numBlocks * h.bs * 8 * 128;
+  const size_t n = (size_t)h.numBlocks * h.bs * 8 * d;
   CK(cudaFree(D.kc));
   CK(cudaFree(D.vc));
   CK(cudaMalloc(&D.kc, n * 2));
@@ -569,29 +571,31 @@ static int splits_of(const KvArgs& a) {
 }
 struct Variant {
   const char* name;
+  int d;
   KvLauncher f;
   int (*splits)(const KvArgs&);
 };
-#define KV_VARIANT(name, ...) \
-  { name, launch_kv_cfg<BF, KvCfg<__VA_ARGS__>>, splits_of<KvCfg<__VA_ARGS__>> }
+#define KV_VARIANT(name, D, ...) \
+  { name, D, launch_kv_cfg<BF, KvCfg<D, __VA_ARGS__>>, splits_of<KvCfg<D, __VA_ARGS__>> }
 
 static void variants() {
   Variant vs[] = {
-      KV_VARIANT("K0 default 4w 16k 3st", 128, 4, 16, 3, 2),
-      KV_VARIANT("K1 4w 16k 4st", 128, 4, 16, 4, 1),
-      KV_VARIANT("K2 4w 16k 2st", 128, 4, 16, 2, 2),
-      KV_VARIANT("K3 8w 16k 2st", 128, 8, 16, 2, 1),
-      KV_VARIANT("K4 2w 16k 3st", 128, 2, 16, 3, 4),
-      KV_VARIANT("K5 4w 32k 2st", 128, 4, 32, 2, 1),
+      KV_VARIANT("K3 d128 8w 16k 2st (def)", 128, 8, 16, 2, 1),
+      KV_VARIANT("K0 d128 4w 16k 3st (small)", 128, 4, 16, 3, 2),
+      KV_VARIANT("K6 d128 8w 16k 3st", 128, 8, 16, 3, 1),
+      KV_VARIANT("K7 d128 6w 16k 2st", 128, 6, 16, 2, 2),
+      KV_VARIANT("K8 d128 4w 32k 3st", 128, 4, 32, 3, 1),
+      KV_VARIANT("J0 d64 8w 32k 2st (def)", 64, 8, 32, 2, 1),
+      KV_VARIANT("J1 d64 4w 32k 3st (small)", 64, 4, 32, 3, 2),
   };
-  printf("\n%-24s | %-5s | B1 32K   B8 32K   B64 4K   B1 128K (us, contiguous; paged64 after /)\n", "variant", "check");
+  printf("\n%-28s | %-5s | B1 32K   B8 32K   B64 4K   B1 128K (us, contiguous; paged64 after /)\n", "variant", "check");
   for (auto& v : vs) {
     g_override = v.f;
     const int before = g_fail;
     {
       KvCase c;
       c.name = std::string(v.name) + " chk1";
-      c.H = 32; c.Hkv = 8; c.d = 128; c.lens = {3000, 0, 77}; c.bs = 64;
+      c.H = 32; c.Hkv = 8; c.d = v.d; c.lens = {3000, 0, 77}; c.bs = 64;
       Host h = make_host(c, 91);
       std::vector<double> ro, rl;
       reference(c, h, ro, rl);
@@ -611,10 +615,10 @@ static void variants() {
       free_dev(D2);
     }
     const bool ok = g_fail == before;
-    printf("%-24s | %-5s |", v.name, ok ? "ok" : "FAIL");
+    printf("%-28s | %-5s |", v.name, ok ? "ok" : "FAIL");
     for (const Shape& s : kShapes) {
       for (int layout : {0, 64}) {
-        Dev D = bench_dev(s, layout, 0);
+        Dev D = bench_dev(s, layout, 0, v.d);
         plan(D, v.splits(D.a));
         const float us = time_us([&] { run(D); }, 3, 25);
         if (layout) printf("/%-7.1f", us);
@@ -637,8 +641,10 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   g_sms = prop.multiProcessorCount;
+  g_optin = prop.sharedMemPerBlockOptin;
   init_lut();
-  printf("device %s, %d SMs, cc %d.%d, kv smem d128 %zu B\n", prop.name, g_sms, prop.major, prop.minor, kv_smem_bytes(128));
+  printf("device %s, %d SMs, cc %d.%d, kv smem d64/128/256 %zu/%zu/%zu B\n", prop.name, g_sms, prop.major, prop.minor, kv_smem_bytes(64, g_optin),
+         kv_smem_bytes(128, g_optin), kv_smem_bytes(256, g_optin));
   const char* json = nullptr;
   bool t = false, b = false, v = false, gd = false, small = false;
   for (int i = 1; i < argc; ++i) {
@@ -658,6 +664,15 @@ int main(int argc, char** argv) {
   if (t) {
     for (auto& c : cases()) test_case(c, seed++, {0, 3});
     split_cases(seed);
+    // the configurations GPUs with 99 KiB per block run (KvTraitsSmall), through the same dispatch
+    const size_t optin = g_optin;
+    g_optin = 99 * 1024;
+    auto cs = cases();
+    for (size_t i = 0; i < cs.size(); i += 3) {
+      cs[i].name += " [small cfg]";
+      test_case(cs[i], seed++, {0, 2});
+    }
+    g_optin = optin;
   }
   if (gd) guard();
   if (t || gd || small) printf("kv tests: %d failed\n", g_fail);

@@ -37,7 +37,9 @@ describe.skipIf(!native.ok)('KV cache over a dry-run context (no CUDA calls)', (
     const q12 = tensor(bits(12), [1, 1, 1, 12], 'f16');
     const c12 = tensor(bits(36), [1, 3, 1, 12], 'f16');
     expect(b.supportsKVCache(describeKVCacheProblem(q12, c12, c12, { cacheSeqlens: [2] }))).toEqual({ ok: false, reason: 'head dim 12 is not supported on CUDA (a multiple of 8, at most 256)' });
-    // the D = 256 kernel: 4 warps x 2 stages x (K + V) x 16 keys x 256 x 2 bytes = 128 KiB
+    // The TS rule: decline when smemNeeds(d).kv exceeds the limit. A dry context reports the
+    // default D = 256 configuration, 4 warps x 2 stages x (K + V) x 16 keys x 256 x 2 bytes =
+    // 128 KiB; a real GPU with less reports (and runs) the smaller one (KvTraitsSmall, 64 KiB).
     const q256 = tensor(bits(256), [1, 1, 1, 256], 'bf16');
     const c256 = tensor(bits(3 * 256), [1, 3, 1, 256], 'bf16');
     const p256 = describeKVCacheProblem(q256, c256, c256, { cacheSeqlens: [3] });
