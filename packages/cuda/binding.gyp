@@ -22,7 +22,8 @@
         "csrc/fa_ffma.cu",
         "csrc/fa_kvcache.cu",
         "csrc/fa_kvcache_bf16.cu",
-        "csrc/fa_kvcache_f16.cu"
+        "csrc/fa_kvcache_f16.cu",
+        "csrc/fa_kvcache_f32.cu"
       ],
       "include_dirs": [
         "<!(node -p \"require('node-addon-api').include_dir\")",

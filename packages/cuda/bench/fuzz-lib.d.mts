@@ -13,5 +13,6 @@ export interface FuzzStats {
 }
 export const FUZZ_BASES: readonly { readonly dtype: 'f32' | 'f16' | 'bf16'; readonly d: number }[];
 export function validSpec(ctx: NativeContext, backward?: boolean, base?: { dtype?: 'f32' | 'f16' | 'bf16'; d?: number }): Record<string, unknown>;
-export function validKvSpec(ctx: NativeContext): Record<string, unknown>;
+export const KV_FUZZ_BASES: readonly { readonly dtype: 'f32' | 'f16' | 'bf16'; readonly d: number }[];
+export function validKvSpec(ctx: NativeContext, base?: { dtype?: 'f32' | 'f16' | 'bf16'; d?: number }): Record<string, unknown>;
 export function fuzzBinding(binding: NativeBinding, ctx: NativeContext, other: NativeContext, count?: number, seed?: number): Promise<FuzzStats>;

@@ -16,7 +16,8 @@
 //     ctx.forward(spec)             -> Promise<{ splits }>   spec: dtype 'f32' | 'f16' | 'bf16', any head dim
 //                                   1..256, f32Path 'auto' | 'tensor-cores' | 'ffma' (f32 only)
 //     ctx.backward(spec)            -> Promise<void>
-//     ctx.kvForward(spec)           -> Promise<{ splits }>  KV-cache append + attention (issue 12)
+//     ctx.kvForward(spec)           -> Promise<{ splits }>  KV-cache append + attention (issue 12); dtype
+//                                   'f32' | 'f16' | 'bf16', any head dim 1..256
 //     ctx.memInfo()                 -> { free, total }
 //     ctx.smemNeeds(d, dtype?, f32Path?, limit?) -> { fwd, bwd, bwdDeterministic, kv, limit }
 //     ctx.synchronize()             -> Promise<void>
@@ -466,9 +467,10 @@ class KvOp : public Op {
       return e;
     };
     args.smem_optin = ctx_->smem_optin;
-    if (fa::kv_smem_bytes(args.d, ctx_->smem_optin) > ctx_->smem_optin) {
+    const size_t kv_smem = fa::kv_smem_bytes(args.dtype, args.d, ctx_->smem_optin);
+    if (kv_smem > ctx_->smem_optin) {
       code_ = "E_UNSUPPORTED";
-      msg_ = "head dim " + std::to_string(args.d) + ": the KV-cache kernel needs " + std::to_string(fa::kv_smem_bytes(args.d, ctx_->smem_optin)) +
+      msg_ = "head dim " + std::to_string(args.d) + ": the KV-cache kernel needs " + std::to_string(kv_smem) +
              " bytes of shared memory per block; this GPU allows " + std::to_string(ctx_->smem_optin);
       return false;
     }
@@ -744,18 +746,14 @@ class Context : public Napi::ObjectWrap<Context> {
   KvOp* KvParse(Napi::Env env, Napi::Value specv) {
     constexpr int64_t kIntMax = 2147483647;
     Napi::Object o = AsObject(env, specv, "spec");
-    Napi::Value dt = o.Get("dtype");
-    if (!dt.IsString()) Throw(env, "E_DTYPE", "dtype must be 'f16' or 'bf16'");
-    const std::string dts = dt.As<Napi::String>().Utf8Value();
-    if (dts != "f16" && dts != "bf16") Throw(env, "E_DTYPE", "dtype must be 'f16' or 'bf16' (f32 is not computed natively on CUDA), got '" + dts + "'");
     fa::KvArgs a{};
-    a.dtype = dts == "bf16" ? fa::kBF16 : fa::kF16;
+    a.dtype = ParseDtype(env, o.Get("dtype"));
+    const int es = a.dtype == fa::kF32 ? 4 : 2;  // bytes per element
     a.B = static_cast<int>(GetInt(env, o, "B", 1, 65535));
     a.H = static_cast<int>(GetInt(env, o, "H", 1, 65535));
     a.Hkv = static_cast<int>(GetInt(env, o, "Hkv", 1, 65535));
     a.d = static_cast<int>(GetInt(env, o, "d", 1, 256));
     if (a.H % a.Hkv != 0) Throw(env, "E_SHAPE", "H must be a multiple of Hkv");
-    if (a.d % 8 != 0) Throw(env, "E_UNSUPPORTED", "the KV-cache kernels need a head dim that is a multiple of 8, got " + std::to_string(a.d));
     a.tq = static_cast<int>(GetInt(env, o, "tq", 0, kIntMax));
     a.tnew = static_cast<int>(GetInt(env, o, "tnew", 0, kIntMax));
     const bool paged = GetBool(env, o, "paged");
@@ -769,7 +767,7 @@ class Context : public Napi::ObjectWrap<Context> {
       Throw(env, "E_TOO_LARGE", "B x tq x H and B x tnew x Hkv must be below 2^31");
     if (static_cast<int64_t>(a.B) * a.max_blocks > kIntMax) Throw(env, "E_TOO_LARGE", "the block table must have fewer than 2^31 entries");
     // the cache tensors: numBlocks x blockSize rows of Hkv x d elements, at most 2^46 bytes
-    const double cache_bytes = static_cast<double>(a.num_blocks) * a.block_size * a.Hkv * a.d * 2;
+    const double cache_bytes = static_cast<double>(a.num_blocks) * a.block_size * a.Hkv * a.d * es;
     if (cache_bytes > 70368744177664.0) Throw(env, "E_TOO_LARGE", "the cache tensors would exceed 2^46 bytes");
 
     std::vector<int> lens = CopyTyped<int>(env, o.Get("cacheSeqlens"), napi_int32_array, static_cast<size_t>(a.B), "cacheSeqlens");
@@ -827,7 +825,7 @@ class Context : public Napi::ObjectWrap<Context> {
     }
 
     // exact buffer sizes; a buffer the call writes (out, lse, the caches) aliases no other
-    const uint64_t nq = static_cast<uint64_t>(a.B) * a.tq * a.H * a.d * 2, nn = static_cast<uint64_t>(a.B) * a.tnew * a.Hkv * a.d * 2;
+    const uint64_t nq = static_cast<uint64_t>(a.B) * a.tq * a.H * a.d * es, nn = static_cast<uint64_t>(a.B) * a.tnew * a.Hkv * a.d * es;
     const uint64_t nc = static_cast<uint64_t>(cache_bytes), nl = static_cast<uint64_t>(a.B) * a.H * a.tq * 4;
     auto op = std::make_unique<KvOp>(env, state_);
     std::vector<std::pair<Buffer*, bool>> seen;  // (buffer, written)
@@ -918,7 +916,7 @@ class Context : public Napi::ObjectWrap<Context> {
     r.Set("fwd", Napi::Number::New(env, static_cast<double>(n.fwd)));
     r.Set("bwd", Napi::Number::New(env, static_cast<double>(n.bwd)));
     r.Set("bwdDeterministic", Napi::Number::New(env, static_cast<double>(n.bwd_deterministic)));
-    r.Set("kv", Napi::Number::New(env, static_cast<double>(fa::kv_smem_bytes(static_cast<int>(d), state_->smem_optin))));
+    r.Set("kv", Napi::Number::New(env, static_cast<double>(fa::kv_smem_bytes(a.dtype, a.d, state_->smem_optin))));
     r.Set("limit", Napi::Number::New(env, static_cast<double>(state_->smem_optin)));
     return r;
   }

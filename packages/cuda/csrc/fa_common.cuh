@@ -243,6 +243,16 @@ __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int w = 16; w > 0; w >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, w));
+  return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int w = 16; w > 0; w >>= 1) x += __shfl_xor_sync(0xffffffffu, x, w);
+  return x;
+}
 
 __device__ __forceinline__ int64_t lse_index(const FaArgs& a, int b, int h, int q0, int i) {
   return a.varlen ? static_cast<int64_t>(h) * a.total_q + q0 + i : (static_cast<int64_t>(b) * a.H + h) * a.max_tq + i;

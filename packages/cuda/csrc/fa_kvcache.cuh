@@ -15,13 +15,10 @@
 //    partial (O, LSE) go to float32 workspace and are merged by fwd_combine_kernel (fa_fwd.cuh),
 //    the split-KV combine of the dense forward, through the LSE.
 // Scores follow fa_common.cuh (scale -> softcap -> ALiBi -> mask, log2 units); rows that see no
-// key give out 0 and LSE -inf; NaN in a key the row sees propagates.
+// key give out 0 and LSE -inf; NaN in a key the row sees propagates. f16/bf16 with d a multiple of
+// 8 only (16-byte row copies); f32 and other head dims run kv_ffma_kernel (fa_kvcache_ffma.cuh).
 #pragma once
-#include <algorithm>
-#include <cmath>
-
-#include "fa_common.cuh"
-#include "fa_kvcache.h"
+#include "fa_kvcache_common.cuh"
 
 namespace fa {
 
@@ -72,69 +69,6 @@ constexpr size_t kv_attn_smem_bytes() {
 template <int D>
 constexpr bool kv_runs_small(size_t smem_optin) {
   return smem_optin != 0 && smem_optin < kv_attn_smem_bytes<KvTraits<D>>();
-}
-
-__device__ __forceinline__ void kv_report_bad(const KvArgs& a) {
-  if (a.bad_index) *reinterpret_cast<volatile int*>(a.bad_index) = 1;
-}
-
-// The sequence's key count len + tnew from the device copy of the lengths; a length out of range
-// is reported and the sequence attended as empty (nothing is read).
-__device__ __forceinline__ int kv_keys(const KvArgs& a, int b) {
-  const int cap = a.block_size * a.max_blocks;
-  const int len = a.seqlens[b];
-  if (len < 0 || len > cap - a.tnew) {
-    kv_report_bad(a);
-    return 0;
-  }
-  return len + a.tnew;
-}
-
-// Writes kNew/vNew at positions len[b] .. len[b] + tnew - 1 of each sequence: one thread per
-// 16-byte chunk. Runs as its own launch before the attention kernel, so every sequence's rows are
-// written before any sequence attends.
-template <typename T>
-__global__ void kv_append_kernel(KvArgs a, KvTensors t) {
-  static_assert(sizeof(T) == 2, "16-byte chunks of 8 elements");
-  const int cpr = a.d / 8;  // 16-byte chunks per (token, kv head)
-  const int64_t n = static_cast<int64_t>(a.B) * a.tnew * a.Hkv * cpr;
-  const int cap = a.block_size * a.max_blocks;
-  for (int64_t x = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; x < n; x += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int c = static_cast<int>(x % cpr);
-    int64_t rest = x / cpr;
-    const int g = static_cast<int>(rest % a.Hkv);
-    rest /= a.Hkv;
-    const int tt = static_cast<int>(rest % a.tnew);
-    const int b = static_cast<int>(rest / a.tnew);
-    const int len = a.seqlens[b];
-    if (len < 0 || len > cap - a.tnew) {
-      kv_report_bad(a);
-      continue;
-    }
-    const int pos = len + tt;
-    const int blk = a.block_table ? a.block_table[static_cast<int64_t>(b) * a.max_blocks + pos / a.block_size] : b;
-    if (blk < 0 || blk >= a.num_blocks) {
-      kv_report_bad(a);
-      continue;
-    }
-    const int row = a.block_table ? pos % a.block_size : pos;
-    const int64_t dst = ((static_cast<int64_t>(blk) * a.block_size + row) * a.Hkv + g) * a.d + c * 8;
-    const int64_t src = ((static_cast<int64_t>(b) * a.tnew + tt) * a.Hkv + g) * a.d + c * 8;
-    *reinterpret_cast<uint4*>(static_cast<T*>(t.k_cache) + dst) = *reinterpret_cast<const uint4*>(static_cast<const T*>(t.k_new) + src);
-    *reinterpret_cast<uint4*>(static_cast<T*>(t.v_cache) + dst) = *reinterpret_cast<const uint4*>(static_cast<const T*>(t.v_new) + src);
-  }
-}
-
-// Keys [lo, hi] that query i of a sequence with tk keys may see (hi < lo: none).
-__device__ __forceinline__ int kv_key_lo(const KvArgs& a, int i, int off, int tk) {
-  if (a.win_left < 0) return 0;
-  const long long v = static_cast<long long>(i) + off - a.win_left;
-  return static_cast<int>(v < 0 ? 0 : v > tk ? tk : v);
-}
-__device__ __forceinline__ int kv_key_hi(const KvArgs& a, int i, int off, int tk) {
-  long long v = tk - 1;
-  if (a.win_right >= 0) v = min(v, static_cast<long long>(i) + off + a.win_right);
-  return static_cast<int>(v < -1 ? -1 : v);
 }
 
 template <typename T, typename Tr>
@@ -407,41 +341,10 @@ __global__ void __launch_bounds__(Tr::NW * 32, Tr::MIN_BLOCKS) kv_attn_kernel(Kv
   }
 }
 
-// ---- host side: the split heuristic (shared by kv_workspace_bytes and the harness variants) ----
-
 // CTAs of config Tr one SM holds, from shared memory (registers are set by __launch_bounds__).
 template <typename Tr>
 inline int kv_ctas_per_sm() {
-  int dev = 0, smem_sm = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess) {
-    cudaGetLastError();
-    return Tr::MIN_BLOCKS;
-  }
-  const int by_smem = smem_sm / static_cast<int>(kv_attn_smem_bytes<Tr>() + 1024);
-  return std::max(1, std::min(by_smem, 2048 / (Tr::NW * 32)));
-}
-
-// Splits of the key range (FlashAttention's rule: the fewest splits whose last wave is nearly
-// full), only when B·Hkv·(M tiles) CTAs leave SMs idle, and only while each warp keeps >= 4
-// tiles of keys per split.
-template <typename Tr>
-inline int kv_choose_splits(const KvArgs& a, int ctas_per_sm) {
-  const int64_t mtiles = (static_cast<int64_t>(a.H / a.Hkv) * a.tq + 15) / 16;
-  const int64_t ctas = mtiles * a.Hkv * a.B;
-  const int64_t n_tiles = (static_cast<int64_t>(a.max_tk) + Tr::BNW - 1) / Tr::BNW;
-  int64_t max_s = std::min<int64_t>(128, n_tiles / (4 * Tr::NW));
-  max_s = std::min<int64_t>(max_s, 2147483647 / std::max<int64_t>(1, mtiles));
-  if (ctas <= 0 || max_s <= 1) return 1;
-  const double slots = static_cast<double>(std::max(1, a.num_sms) * ctas_per_sm);
-  auto eff = [&](int64_t s) {
-    const double waves = static_cast<double>(ctas * s) / slots;
-    return waves / std::ceil(waves);
-  };
-  double best = 0;
-  for (int64_t s = 1; s <= max_s; ++s) best = std::max(best, eff(s));
-  for (int64_t s = 1; s <= max_s; ++s)
-    if (eff(s) >= 0.95 * best) return static_cast<int>(s);
-  return 1;
+  return kv_ctas_per_sm(kv_attn_smem_bytes<Tr>(), Tr::NW, Tr::MIN_BLOCKS);
 }
 
 }  // namespace fa

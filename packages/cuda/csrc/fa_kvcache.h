@@ -1,5 +1,6 @@
 // Host interface of the KV-cache attention kernels (issue 12; DESIGN.md "KV cache"): the in-place
-// append of kNew/vNew and flash-decoding over a contiguous or paged cache. Plain C++, like
+// append of kNew/vNew and flash-decoding over a contiguous or paged cache, for f32, f16 and bf16
+// and every head dim 1..256 (kv_runs_ffma says which kernel a call runs). Plain C++, like
 // fa_api.h, so that the binding and dev/kv_harness.cu share it. Every pointer is a device pointer;
 // the caller has validated every size and (from their host copies) every index value already.
 #pragma once
@@ -10,8 +11,8 @@
 namespace fa {
 
 struct KvArgs {
-  int dtype;               // DType (fa_api.h)
-  int B, H, Hkv, d;        // sequences, query heads, kv heads, head dim (multiple of 8, <= 256)
+  int dtype;               // DType (fa_api.h): kF32, kF16 or kBF16
+  int B, H, Hkv, d;        // sequences, query heads, kv heads, head dim (1..256)
   int tq, tnew;            // queries and appended tokens per sequence
   int block_size;          // rows per cache block (a contiguous cache: its capacity)
   int max_blocks;          // block-table columns (a contiguous cache: 1)
@@ -34,6 +35,8 @@ struct KvArgs {
   float* lseaccum;         // [num_splits, H, B * tq]
 };
 
+// Every tensor in the call's dtype, rows of d elements (no alignment beyond the element's: the
+// kernels copy rows in the widest chunks that divide d elements, kv_vec_bytes).
 struct KvTensors {
   const void* q;     // [B, tq, H, d]
   void* k_cache;     // [num_blocks, block_size, Hkv, d]
@@ -44,9 +47,13 @@ struct KvTensors {
   float* lse;        // [B, H, tq]
 };
 
-// Dynamic shared memory per block of the KV-cache attention kernel that head dim d runs on a GPU
-// whose blocks may use `smem_optin` bytes (0: unknown, the default configuration); 0 if none.
-size_t kv_smem_bytes(int d, size_t smem_optin);
+// Whether a call runs the FFMA kernel (f32, or f16/bf16 with d % 8 != 0) rather than the
+// tensor-core one (f16/bf16 with d a multiple of 8).
+bool kv_runs_ffma(int dtype, int d);
+// Dynamic shared memory per block of the KV-cache attention kernel that a call of this dtype and
+// head dim d runs on a GPU whose blocks may use `smem_optin` bytes (0: unknown, the default
+// configuration); 0 if none.
+size_t kv_smem_bytes(int dtype, int d, size_t smem_optin);
 // Chooses the number of key splits and returns the device workspace it needs in bytes.
 size_t kv_workspace_bytes(KvArgs* a);
 // Forces a number of splits (1 = none); returns the workspace size for it. For tests/benchmarks.

@@ -167,11 +167,9 @@ export class CudaBackend implements AttentionBackend {
   supportsKVCache(p: KVCacheProblem): Support {
     const common = commonSupport(p);
     if (!common.ok) return common;
-    if (p.dtype === 'f32') return { ok: false, reason: 'the KV-cache kernels compute f16 and bf16; f32 KV-cache calls are not supported on CUDA yet' };
-    if (p.d % 8 !== 0) return { ok: false, reason: `head dim ${p.d}: the KV-cache kernels need a multiple of 8` };
     if (p.batch * p.tq * p.h > 2 ** 31 - 1 || p.batch * p.tnew * p.hkv > 2 ** 31 - 1) return { ok: false, reason: 'more than 2^31-1 query rows (B·Tq·H) or appended rows (B·Tnew·Hkv)' };
     if (p.capacity > 2 ** 31 - 1) return { ok: false, reason: 'a sequence capacity (maxBlocksPerSeq·blockSize) of 2^31 tokens or more' };
-    const n = this.#ctx.smemNeeds(p.d);
+    const n = this.#ctx.smemNeeds(p.d, p.dtype);
     if (n.limit > 0 && n.kv > n.limit) {
       return { ok: false, reason: `head dim ${p.d}: the KV-cache kernel needs ${(n.kv / 1024).toFixed(1)} KiB of shared memory per block; ${this.device} allows ${(n.limit / 1024).toFixed(1)} KiB` };
     }

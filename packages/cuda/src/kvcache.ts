@@ -1,7 +1,7 @@
 /**
  * The CUDA engine's KV-cache call (issue 12; DESIGN.md "KV cache"): index tensors in device
  * memory whose host mirrors serve validation, and forwardWithKVCache over the addon's kvForward
- * (the append and flash-decoding kernels of csrc/fa_kvcache.cuh). backend.ts delegates here
+ * (the append and flash-decoding kernels of csrc/fa_kvcache*.cuh). backend.ts delegates here
  * through KvEngine, so that this file holds the whole KV-cache path of the engine.
  *
  * Caches are this backend's device tensors (appended in place on the device) or host tensors:
@@ -11,6 +11,7 @@
  */
 import {
   appendKVCacheHost,
+  bytesPerElement,
   checkIndexUpload,
   checkIndexWrite,
   describeKVCacheProblem,
@@ -95,11 +96,11 @@ export async function cudaForwardWithKVCache(engine: KvEngine, q: Tensor, kCache
     const bv = await engine.dev(vCache, 'vCache', temps);
     const bkn = p.tnew > 0 ? await engine.dev(opts.kNew!, 'kNew', temps) : null;
     const bvn = p.tnew > 0 ? await engine.dev(opts.vNew!, 'vNew', temps) : null;
-    const out = engine.alloc(numel(p.qShape) * 2, outs);
+    const out = engine.alloc(numel(p.qShape) * bytesPerElement(p.dtype), outs);
     const lse = engine.alloc(numel(p.lseShape) * 4, outs);
     if (p.batch > 0) {
       await engine.ctx.kvForward({
-        dtype: p.dtype as 'f16' | 'bf16',
+        dtype: p.dtype,
         B: p.batch,
         H: p.h,
         Hkv: p.hkv,

@@ -74,7 +74,7 @@ export interface NativeAttnSpec {
  * `paged: false` with numBlocks = B, maxBlocksPerSeq = 1, blockSize = its capacity.
  */
 export interface NativeKvSpec {
-  dtype: 'f16' | 'bf16';
+  dtype: 'f32' | 'f16' | 'bf16';
   B: number;
   H: number;
   Hkv: number;

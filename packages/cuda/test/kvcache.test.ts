@@ -28,15 +28,17 @@ describe.skipIf(!native.ok)('KV cache over a dry-run context (no CUDA calls)', (
     return { q, kCache, vCache, kNew, vNew, opts };
   };
 
-  it('supportsKVCache: the dense rules, plus the KV kernel\'s shared memory', () => {
+  it('supportsKVCache: every dtype and head dim 1..256, the dense rules, plus the KV kernel\'s shared memory', () => {
     const b = mk();
     const x = setup();
     expect(b.supportsKVCache(describeKVCacheProblem(x.q, x.kCache, x.vCache, x.opts))).toEqual({ ok: true });
     const f = setup('f32');
-    expect(b.supportsKVCache(describeKVCacheProblem(f.q, f.kCache, f.vCache, f.opts))).toEqual({ ok: false, reason: 'the KV-cache kernels compute f16 and bf16; f32 KV-cache calls are not supported on CUDA yet' });
-    const q12 = tensor(bits(12), [1, 1, 1, 12], 'f16');
-    const c12 = tensor(bits(36), [1, 3, 1, 12], 'f16');
-    expect(b.supportsKVCache(describeKVCacheProblem(q12, c12, c12, { cacheSeqlens: [2] }))).toEqual({ ok: false, reason: 'head dim 12: the KV-cache kernels need a multiple of 8' });
+    expect(b.supportsKVCache(describeKVCacheProblem(f.q, f.kCache, f.vCache, f.opts))).toEqual({ ok: true });
+    for (const [dtype, d] of [['f16', 12], ['bf16', 1], ['f32', 1], ['f32', 13], ['f16', 255], ['f32', 256]] as const) {
+      const qd = tensor(dtype === 'f32' ? new Float32Array(d) : bits(d), [1, 1, 1, d], dtype);
+      const cd = tensor(dtype === 'f32' ? new Float32Array(3 * d) : bits(3 * d), [1, 3, 1, d], dtype);
+      expect(b.supportsKVCache(describeKVCacheProblem(qd, cd, cd, { cacheSeqlens: [2] })), `${dtype} d=${d}`).toEqual({ ok: true });
+    }
     // The TS rule: decline when smemNeeds(d).kv exceeds the limit. A dry context reports the
     // default D = 256 configuration, 4 warps x 2 stages x (K + V) x 16 keys x 256 x 2 bytes =
     // 128 KiB; a real GPU with less reports (and runs) the smaller one (KvTraitsSmall, 64 KiB).
@@ -99,7 +101,7 @@ describe.skipIf(!native.ok)('KV cache over a dry-run context (no CUDA calls)', (
     expect([...(y.kCache.data as Uint16Array)]).toEqual([...snap]);
   });
 
-  it('device tensors and index tensors stay on the device; f32 is refused with the reason', async () => {
+  it('device tensors and index tensors stay on the device; f32 and odd head dims run with outputs of their dtype', async () => {
     const b = mk();
     const x = setup();
     const [q, kc, vc, kn, vn] = await Promise.all([x.q, x.kCache, x.vCache, x.kNew, x.vNew].map((t) => b.upload(t)));
@@ -119,7 +121,19 @@ describe.skipIf(!native.ok)('KV cache over a dry-run context (no CUDA calls)', (
     const ce = tensor(new Uint16Array(0), [0, 3, 2, 64], 'bf16');
     expect((await b.forwardWithKVCache(qe, ce, ce, { cacheSeqlens: [] })).lse.shape).toEqual([0, 4, 1]);
     const f = setup('f32');
-    await expect(b.forwardWithKVCache(f.q, f.kCache, f.vCache, f.opts)).rejects.toMatchObject({ code: 'E_UNSUPPORTED', message: expect.stringMatching(/f32 KV-cache calls are not supported/) });
+    const rf = await b.forwardWithKVCache(f.q, f.kCache, f.vCache, f.opts);
+    expect(rf.out.dtype).toBe('f32');
+    expect((rf.out as HostTensor).data).toBeInstanceOf(Float32Array);
+    expect((rf.out as HostTensor).data.length).toBe(2 * 4 * 64);
+    // f32 host caches are appended on the host after the call, as 16-bit ones
+    expect([...(f.kCache.data as Float32Array).subarray((0 * 4 + 1) * 128, (0 * 4 + 2) * 128)]).toEqual([...(f.kNew.data as Float32Array).subarray(0, 128)]);
+    // an odd head dim on device tensors (the FFMA kernel's narrow loads): outputs in [B, Tq, H, 13]
+    const q13 = await b.upload(tensor(bits(2 * 3 * 13), [2, 1, 3, 13], 'bf16'));
+    const [k13, v13] = await Promise.all([2, 3].map((seed) => b.upload(tensor(bits(2 * 5 * 1 * 13, seed), [2, 5, 1, 13], 'bf16'))));
+    const n13 = await b.upload(tensor(bits(2 * 13), [2, 1, 1, 13], 'bf16'));
+    const r13 = await b.forwardWithKVCache(q13, k13, v13, { cacheSeqlens: [4, 0], kNew: n13, vNew: n13 });
+    expect(r13.out.kind).toBe('device');
+    expect(r13.out.shape).toEqual([2, 1, 3, 13]);
     await b.dispose();
     await expect(b.uploadIndex([1])).rejects.toMatchObject({ code: 'E_ARG' });
   });
