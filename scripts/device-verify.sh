@@ -44,7 +44,7 @@ fi
 
 stage=${1:?usage: device-verify.sh correct|timing}
 OUT=${OUT:-/tmp/fa-out}; mkdir -p "$OUT"
-LOGS=/tmp/fa-logs-$stage; rm -rf "$LOGS"; mkdir -p "$LOGS"
+LOGS=/tmp/fa-logs-$stage; rm -rf "$LOGS"; mkdir -p "$LOGS/webgpu"
 export PYTHONUNBUFFERED=1 PREBUILDS_ONLY=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
 source .fa-device/on-device.sh >/dev/null
@@ -76,6 +76,7 @@ print('fa run auto f32: out rel err vs numpy float64 = %.2e' % (np.linalg.norm(o
 PY
 }
 
+export -f fa fa_run_auto
 step() { # name timeout command...: runs in the background, log in $LOGS/name.log
   local name=$1 t=$2; shift 2
   ( s=$SECONDS; timeout -k 5 "$t" "$@" > "$LOGS/$name.log" 2>&1; echo "[$name: exit $?, $((SECONDS - s)) s]" >> "$LOGS/$name.log" ) &
@@ -84,23 +85,23 @@ step() { # name timeout command...: runs in the background, log in $LOGS/name.lo
 case $stage in
   correct)
     step cuda 500 env LOGS="$LOGS/cuda" bash packages/cuda/bench/device-run.sh test conf
-    step kv 500 env LOGS="$LOGS/kv" OUT="$LOGS/kv" DEADLINE=480 bash packages/cuda/bench/kv-device-run.sh test sanitize node
+    step kv 500 env LOGS="$LOGS/kv" OUT="$LOGS/kv-packed" DEADLINE=480 bash packages/cuda/bench/kv-device-run.sh test sanitize node
     step cp 500 node $R/cp/single.mjs
-    step webgpu-kv 500 env OUT="$LOGS" FA_BENCH_SKIP=decode node $R/h200-kv.mjs
+    step webgpu-kv 500 env OUT="$LOGS/webgpu" FA_BENCH_SKIP=decode node $R/h200-kv.mjs
     step prebuilt 500 env OUT="$LOGS" node $R/prebuilt-check.mjs
     step reverse-f32 300 node $R/reverse.mjs --backend cuda
     step reverse-bf16 300 node $R/reverse.mjs --backend cuda --dtype bf16
     step generate 300 node $R/generate.mjs --backend cuda
-    step fa-run 200 fa_run_auto
+    step fa-run 200 bash -c fa_run_auto
     wait
     ;;
   timing)
     # one at a time, on a quiet GPU
     step cuda 280 env LOGS="$LOGS/cuda" bash packages/cuda/bench/device-run.sh bench32 peers32 bench peers; wait
-    step kv 200 env LOGS="$LOGS/kv" OUT="$LOGS/kv" DEADLINE=190 bash packages/cuda/bench/kv-device-run.sh bench peers; wait
-    step webgpu-kv 100 env OUT="$LOGS" FA_BENCH_SKIP=kit node $R/h200-kv.mjs; wait
+    step kv 200 env LOGS="$LOGS/kv" OUT="$LOGS/kv-packed" DEADLINE=190 bash packages/cuda/bench/kv-device-run.sh bench peers; wait
+    step webgpu-kv 100 env OUT="$LOGS/webgpu" FA_BENCH_SKIP=kit node $R/h200-kv.mjs; wait
     ;;
   *) echo "unknown stage $stage"; exit 2 ;;
 esac
-(cd "$LOGS" && tar czf "$OUT/$stage.tgz" .)
+tar czf "$OUT/$stage.tgz" -C "$LOGS" .
 for f in "$LOGS"/*.log; do echo "=== $(basename "$f")"; grep -vE '^(ok|PASS) ' "$f" | tail -14; done
