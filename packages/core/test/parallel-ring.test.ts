@@ -22,6 +22,7 @@ import {
   zigzagLayout,
   type AttentionBackend,
   type Communicator,
+  describeKVCacheProblem,
   type RingEvent,
   type Tensor,
 } from '../dist/index.js';
@@ -34,8 +35,30 @@ describe('ring attention on worker threads, through the conformance kit', () => 
   for (const [ranks, layout, count] of [[1, 'zigzag', 53], [2, 'zigzag', 80], [3, 'zigzag', 60], [4, 'contiguous', 53], [5, 'zigzag', 53], [6, 'zigzag', 53], [7, 'zigzag', 53], [8, 'zigzag', 60]] as const) {
     const ring = createInProcessRingBackend({ ranks, layout });
     afterAll(() => ring.dispose());
-    defineConformanceSuite(ring, api, { count, seed: 100 + ranks, name: `${ring.name} ${layout}` });
+    // Dense cases only: the ring shards dense calls; a KV-cache call is one engine's job (its
+    // refusal is checked below), so listing the 99 KV cases as skipped per N would say nothing.
+    defineConformanceSuite(ring, api, { count, seed: 100 + ranks, name: `${ring.name} ${layout}`, kvCache: false });
   }
+});
+
+describe('ring attention declines KV-cache calls with its reason', () => {
+  it('supportsKVCache says why; forwardWithKVCache is E_UNSUPPORTED after validating', async () => {
+    const ring = createInProcessRingBackend({ ranks: 2 });
+    try {
+      const f = (n: number) => new Float32Array(n);
+      const q = hostTensor(f(1 * 1 * 2 * 8), [1, 1, 2, 8], 'f32');
+      const kc = hostTensor(f(1 * 4 * 1 * 8), [1, 4, 1, 8], 'f32');
+      const vc = hostTensor(f(1 * 4 * 1 * 8), [1, 4, 1, 8], 'f32');
+      const p = describeKVCacheProblem(q, kc, vc, { cacheSeqlens: [2] });
+      const s = ring.supportsKVCache(p);
+      expect(s.ok).toBe(false);
+      expect(s.ok ? '' : s.reason).toMatch(/ring attention shards dense calls/);
+      await expect(ring.forwardWithKVCache(q, kc, vc, { cacheSeqlens: [2] })).rejects.toMatchObject({ code: 'E_UNSUPPORTED' });
+      await expect(ring.forwardWithKVCache(q, kc, vc, { cacheSeqlens: [9] })).rejects.toMatchObject({ code: 'E_ARG' });
+    } finally {
+      await ring.dispose();
+    }
+  });
 });
 
 describe('ring attention, larger uneven shards', () => {
