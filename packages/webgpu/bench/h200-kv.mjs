@@ -2,30 +2,39 @@
 // driver), one run:
 //   1. the KV-cache part of the conformance kit: every KV case (99: 33 templates × f32/f16/bf16)
 //      and the decode-loop and bad-argument checks, with host caches and index arrays, then again
-//      with device caches (upload) — the gate;
+//      with device caches (upload) — the gate; then once more with device caches and the decode
+//      kernel forced (its row tiles on the Tq > 1 cases);
 //   2. decode: Tq = 1, one token appended per call, H = 32 over Hkv = 8, D = 128, every sequence at
 //      Tk − 1 cached tokens; B = 8, Tk = 32K (and B = 1, Tk = 32K / 128K; B = 64, Tk = 4K: the
 //      issue's shapes); f32 and packed f16 (and bf16), paged (blocks of 256, shuffled table) and
 //      contiguous; caches, q, kNew/vNew and index tensors on the device; wall time per call over
-//      back-to-back calls ended by one queue drain (what a decode loop sees);
+//      back-to-back calls ended by one queue drain (what a decode loop sees), and the GPU time of
+//      each pass (append, attend, combine) from timestamp queries where the adapter has them;
+//      the default kernel (decode) and the tiled one side by side; a small sweep of the decode
+//      kernel's split target and keys in flight; Tq = 2, 4, 8 (speculative) on both kernels; the
+//      per-call time of a tiny problem (host work);
 //   3. the peer, on the same adapter in the same run: a plain WGSL copy kernel (vec4<u32>, grid-
 //      stride) copying the same K and V cache bytes into a second buffer; its bandwidth counts
 //      bytes read + bytes written. Target (issue 12): decode ≥ 60 % of it at B = 8, Tk = 32K.
-// Writes $OUT/kv.json and $OUT/kv.log; prints the table last.
+// Writes $OUT/kv.json and $OUT/kv.log; prints the tables last.
 // FA_BENCH_SMALL=1 (the default without $OUT): a dry run on a software driver with tiny sizes.
-// FA_BENCH_SKIP=kit,decode skips parts.
+// FA_BENCH_SKIP=kit,decode,sweep,tq skips parts. FA_BENCH_BUDGET_S (default 150) stops the
+// optional parts (sweep, Tq, the later shapes) once the run has taken that long.
 //
-// Run (the lead, on the device machine; from the repository root here):
-//   pnpm build && ../shared/device/prepare.sh --webgpu --run packages/webgpu/bench/h200-kv.mjs
-//   then on the GPU machine: source .fa-device/on-device.sh && node .fa-device/run/h200-kv.mjs
+// Run (from the repository root here):
+//   pnpm build && bash ../shared/device/prepare.sh --webgpu --run packages/webgpu/bench/h200-kv.mjs
+//   then on the GPU machine: source .fa-device/on-device.sh && OUT=$OUT node .fa-device/run/h200-kv.mjs
 import { appendFileSync, writeFileSync } from 'node:fs';
-import { zeros } from '@fa/core';
 import { formatSummary, runConformance } from '@fa/core/testing';
 import { createWebGPUBackend } from '@fa/webgpu';
+import { create } from 'webgpu';
 
 const OUT = process.env.OUT ?? '/tmp';
 const SMALL = process.env.FA_BENCH_SMALL === '1' || (process.env.FA_BENCH_SMALL === undefined && !process.env.OUT);
 const SKIP = new Set((process.env.FA_BENCH_SKIP ?? '').split(',').filter(Boolean));
+const BUDGET_S = Number(process.env.FA_BENCH_BUDGET_S ?? 150);
+const T0 = performance.now();
+const elapsed = () => (performance.now() - T0) / 1000;
 const LOG = `${OUT}/kv.log`;
 writeFileSync(LOG, '');
 const log = (...a) => {
@@ -33,28 +42,98 @@ const log = (...a) => {
   console.log(line);
   appendFileSync(LOG, line + '\n');
 };
-const results = { date: new Date().toISOString(), small: SMALL, device: null, kit: {}, decode: [], copy: [], errors: [] };
+const results = { date: new Date().toISOString(), small: SMALL, device: null, features: [], kit: {}, decode: [], sweep: [], tq: [], overhead: null, errors: [] };
 const save = () => writeFileSync(`${OUT}/kv.json`, JSON.stringify(results, null, 1));
 
-const be = await createWebGPUBackend({});
-results.device = be.device;
-log(`adapter: ${be.device}; small=${SMALL}`);
+// ---------------------------------------------------------------- the device, with timestamps
+// Our own device (the backend takes it as given), with timestamp-query where the adapter has it
+// and unquantised timestamps; a proxy adds timestampWrites to every compute pass while profiling.
+const gpu = create(['disable-dawn-features=timestamp_quantization']);
+const adapter = await gpu.requestAdapter();
+const features = ['subgroups', 'shader-f16', 'timestamp-query'].filter((f) => adapter.features.has(f));
+const limits = {};
+for (const k of ['maxStorageBufferBindingSize', 'maxBufferSize', 'maxComputeWorkgroupStorageSize', 'maxComputeInvocationsPerWorkgroup', 'maxComputeWorkgroupSizeX', 'maxComputeWorkgroupsPerDimension', 'maxStorageBuffersPerShaderStage']) limits[k] = adapter.limits[k];
+const dev = await adapter.requestDevice({ requiredFeatures: features, requiredLimits: limits });
+const TS = features.includes('timestamp-query');
+let profiling = null; // { qs, labels }
+const MAX_Q = 4096;
+const wrapEncoder = (enc) =>
+  new Proxy(enc, {
+    get(t, k) {
+      if (k === 'beginComputePass')
+        return (d = {}) => {
+          if (!profiling || 2 * profiling.labels.length + 2 > MAX_Q) return t.beginComputePass(d);
+          const i = profiling.labels.length;
+          profiling.labels.push(d.label ?? '?');
+          return t.beginComputePass({ ...d, timestampWrites: { querySet: profiling.qs, beginningOfPassWriteIndex: 2 * i, endOfPassWriteIndex: 2 * i + 1 } });
+        };
+      const v = t[k];
+      return typeof v === 'function' ? v.bind(t) : v;
+    },
+  });
+const pdev = new Proxy(dev, {
+  get(t, k) {
+    if (k === 'createCommandEncoder') return (d) => wrapEncoder(t.createCommandEncoder(d));
+    const v = t[k];
+    return typeof v === 'function' ? v.bind(t) : v;
+  },
+});
+const qset = TS ? dev.createQuerySet({ type: 'timestamp', count: MAX_Q }) : null;
 
-// ---------------------------------------------------------------- 1. the kit
+/** Runs `body` with every compute pass timed; returns µs per label per call (median over calls). */
+async function profile(calls, body) {
+  if (!TS) return null;
+  profiling = { qs: qset, labels: [] };
+  for (let i = 0; i < calls; i++) await body();
+  const labels = profiling.labels;
+  profiling = null;
+  const n = labels.length;
+  const rb = dev.createBuffer({ size: 16 * n, usage: 0x200 | 0x4 });
+  const mb = dev.createBuffer({ size: 16 * n, usage: 0x1 | 0x8 });
+  const enc = dev.createCommandEncoder();
+  enc.resolveQuerySet(qset, 0, 2 * n, rb, 0);
+  enc.copyBufferToBuffer(rb, 0, mb, 0, 16 * n);
+  dev.queue.submit([enc.finish()]);
+  await mb.mapAsync(1);
+  const ts = new BigInt64Array(mb.getMappedRange().slice(0));
+  mb.unmap();
+  rb.destroy();
+  mb.destroy();
+  const by = {};
+  for (let i = 0; i < n; i++) (by[labels[i]] ??= []).push(Number(ts[2 * i + 1] - ts[2 * i]) / 1000);
+  const med = (a) => a.sort((x, y) => x - y)[Math.floor(a.length / 2)];
+  const out = {};
+  let total = 0;
+  for (const [k, v] of Object.entries(by)) {
+    out[k] = med(v);
+    total += out[k];
+  }
+  out.total = total;
+  return out;
+}
+
+const be = await createWebGPUBackend({ device: pdev });
+results.device = be.device;
+results.features = features;
+log(`adapter: ${be.device}; features ${features.join(', ')}; generic=${be.generic}; small=${SMALL}`);
+const variant = (o) => createWebGPUBackend({ device: pdev, ...o });
+
+// ---------------------------------------------------------------- 1. the kit (the gate)
 if (!SKIP.has('kit')) {
-  for (const upload of [false, true]) {
+  const forced = await variant({ kvKernel: 'decode' });
+  for (const [name, b, upload] of [['host caches', be, false], ['device caches', be, true], ['device caches, decode kernel forced', forced, true]]) {
     const t0 = performance.now();
-    const s = await runConformance(be, { cases: [], kvCache: true, upload, quick: SMALL });
-    const line = `${formatSummary(s)} (${upload ? 'device caches' : 'host caches'})`;
-    results.kit[upload ? 'device' : 'host'] = { summary: line, failures: s.failures, seconds: (performance.now() - t0) / 1000 };
+    const s = await runConformance(b, { cases: [], kvCache: true, upload, quick: SMALL });
+    const line = `${formatSummary(s)} (${name})`;
+    results.kit[name] = { summary: line, failures: s.failures, seconds: (performance.now() - t0) / 1000 };
     log(line);
     for (const f of s.failures.slice(0, 10)) log('  ' + f.message.split('\n').slice(0, 4).join(' | '));
     save();
   }
+  await forced.dispose();
 }
 
 // ---------------------------------------------------------------- 2–3. decode and the copy peer
-const dev = be.gpuDevice;
 const COPY_WGSL = /* wgsl */ `
 struct N { n: u32, stride: u32, a: u32, b: u32 }
 @group(0) @binding(0) var<uniform> P: N;
@@ -107,9 +186,9 @@ function fill16(a, seed) {
   }
 }
 
-async function decodeCase({ B, T, H, Hkv, D, bs, dtype }) {
-  const bpe = dtype === 'f32' ? 4 : 2;
-  const lens = new Int32Array(B).fill(T - 1);
+/** The device tensors of one decode shape (Tq queries appended per call, lengths T − Tq). */
+async function decodeInputs({ B, T, H, Hkv, D, bs, dtype, Tq = 1 }) {
+  const lens = new Int32Array(B).fill(T - Tq);
   let shape, table, maxBlocks;
   if (bs) {
     maxBlocks = Math.ceil(T / bs);
@@ -131,40 +210,40 @@ async function decodeCase({ B, T, H, Hkv, D, bs, dtype }) {
   };
   const kc = await be.upload(host(shape, 1));
   const vc = await be.upload(host(shape, 2));
-  const q = await be.upload(host([B, 1, H, D], 3));
-  const kn = await be.upload(host([B, 1, Hkv, D], 4));
-  const vn = await be.upload(host([B, 1, Hkv, D], 5));
+  const q = await be.upload(host([B, Tq, H, D], 3));
+  const kn = await be.upload(host([B, Tq, Hkv, D], 4));
+  const vn = await be.upload(host([B, Tq, Hkv, D], 5));
   const li = await be.uploadIndex(lens);
   const ti = bs ? await be.uploadIndex(table, [B, maxBlocks]) : undefined;
-  const opts = { cacheSeqlens: li, ...(ti ? { blockTable: ti } : {}), kNew: kn, vNew: vn };
+  const opts = { cacheSeqlens: li, ...(ti ? { blockTable: ti } : {}), kNew: kn, vNew: vn, ...(Tq > 1 ? { causal: true } : {}) };
+  const cacheBytes = shape.reduce((a, b) => a * b, 1) * (dtype === 'f32' ? 4 : 2);
+  return { kc, vc, q, opts, cacheBytes, dispose: () => [kc, vc, q, kn, vn, li, ti].forEach((t) => t && be.disposeTensor(t)) };
+}
+
+/** Wall µs per call (best of 3 runs of `reps` back-to-back calls, one drain each) and per-pass GPU µs. */
+async function timeCalls(b, x, reps) {
   const call = async () => {
-    const r = await be.forwardWithKVCache(q, kc, vc, opts);
-    be.disposeTensor(r.out);
-    be.disposeTensor(r.lse);
+    const r = await b.forwardWithKVCache(x.q, x.kc, x.vc, x.opts);
+    b.disposeTensor(r.out);
+    b.disposeTensor(r.lse);
   };
   await call();
-  await be.sync();
-  const reps = SMALL ? 3 : 50;
+  await b.sync();
   let best = Infinity;
   for (let t = 0; t < 3; t++) {
     const t0 = performance.now();
     for (let i = 0; i < reps; i++) await call();
-    await be.sync();
-    best = Math.min(best, (performance.now() - t0) / 1000 / reps);
+    await b.sync();
+    best = Math.min(best, (performance.now() - t0) / reps);
   }
-  const bytes = 2 * B * T * Hkv * D * bpe; // the K and V rows one step reads (T − 1 cached + 1 new)
-  const cacheBytes = shape.reduce((a, b) => a * b, 1) * bpe;
-  const copyS = await copySeconds(kc.handle.buffer, cacheBytes);
-  const row = {
-    B, T, H, Hkv, D, dtype, cache: bs ? `paged ${bs}` : 'contiguous',
-    us: best * 1e6, gbs: bytes / best / 1e9,
-    copyGbs: (2 * cacheBytes) / copyS / 1e9,
-  };
-  row.ratio = row.gbs / row.copyGbs;
-  for (const t of [kc, vc, q, kn, vn, li, ti]) if (t) be.disposeTensor(t);
-  return row;
+  const gpuUs = await profile(SMALL ? 2 : 10, call);
+  await b.sync();
+  return { us: best * 1000, gpu: gpuUs };
 }
 
+const fmtGpu = (g) => (g ? Object.entries(g).map(([k, v]) => `${k.replace('kv ', '')} ${v.toFixed(1)}`).join(', ') : 'n/a');
+
+const tiled = await variant({ kvKernel: 'tiled' });
 if (!SKIP.has('decode')) {
   const shapes = SMALL
     ? [{ B: 2, T: 512, H: 4, Hkv: 2, D: 64, bs: 64, dtype: 'f32' }, { B: 2, T: 512, H: 4, Hkv: 2, D: 64, bs: 0, dtype: 'f16' }]
@@ -174,22 +253,91 @@ if (!SKIP.has('decode')) {
         { B: 64, T: 4096, H: 32, Hkv: 8, D: 128, bs: 256, dtype: 'bf16' },
         { B: 1, T: 131072, H: 32, Hkv: 8, D: 128, bs: 256, dtype: 'bf16' },
         { B: 8, T: 32768, H: 32, Hkv: 8, D: 128, bs: 64, dtype: 'bf16' },
+        { B: 1, T: 32768, H: 32, Hkv: 8, D: 128, bs: 0, dtype: 'bf16' },
+        { B: 8, T: 32768, H: 32, Hkv: 8, D: 100, bs: 256, dtype: 'f32' },
       ];
-  for (const s of shapes) {
+  // the split target and keys in flight, on these shapes (index into shapes)
+  const sweepOn = SMALL ? [0] : [0, 2, 6];
+  const sweep = SMALL ? [{ kvTargetWorkgroups: 64 }] : [256, 512, 2048, 4096].map((n) => ({ kvTargetWorkgroups: n })).concat([{ kvKeysPerStep: 1 }, { kvKeysPerStep: 2 }, { kvKeysPerStep: 4 }, { kvPrefetch: false }]);
+  for (const [si, s] of shapes.entries()) {
+    if (si > 3 && elapsed() > BUDGET_S) {
+      log(`(budget: skipped ${JSON.stringify(s)})`);
+      continue;
+    }
     try {
-      const r = await decodeCase(s);
-      results.decode.push(r);
-      log(JSON.stringify(r));
+      const x = await decodeInputs(s);
+      const bytes = 2 * s.B * s.T * s.Hkv * s.D * (s.dtype === 'f32' ? 4 : 2); // K and V rows one step reads
+      const copyS = await copySeconds(x.kc.handle.buffer, x.cacheBytes);
+      const copyGbs = (2 * x.cacheBytes) / copyS / 1e9;
+      const row = { ...s, cache: s.bs ? `paged ${s.bs}` : 'contiguous', copyGbs };
+      const d = await timeCalls(be, x, SMALL ? 3 : 50);
+      Object.assign(row, { us: d.us, gbs: bytes / d.us / 1e3, gpu: d.gpu, ratio: bytes / d.us / 1e3 / copyGbs });
+      if (d.gpu) row.ratioGpu = bytes / d.gpu.total / 1e3 / copyGbs;
+      const t = await timeCalls(tiled, x, SMALL ? 2 : 5);
+      Object.assign(row, { tiledUs: t.us, tiledGpu: t.gpu });
+      results.decode.push(row);
+      log(`${JSON.stringify(s)}: decode ${d.us.toFixed(0)} µs (${row.gbs.toFixed(0)} GB/s, ${(100 * row.ratio).toFixed(0)} % of copy ${copyGbs.toFixed(0)}); GPU µs: ${fmtGpu(d.gpu)}; tiled ${t.us.toFixed(0)} µs, GPU: ${fmtGpu(t.gpu)}`);
+      if (sweepOn.includes(si) && !SKIP.has('sweep') && elapsed() < BUDGET_S) {
+        for (const o of sweep) {
+          const b = await variant(o);
+          const r = await timeCalls(b, x, SMALL ? 2 : 30);
+          await b.dispose();
+          const e = { shape: s, opts: o, us: r.us, gpu: r.gpu, gbs: bytes / r.us / 1e3 };
+          results.sweep.push(e);
+          log(`  sweep ${JSON.stringify(o)}: ${r.us.toFixed(0)} µs (${e.gbs.toFixed(0)} GB/s); GPU µs: ${fmtGpu(r.gpu)}`);
+        }
+      }
+      x.dispose();
     } catch (e) {
       results.errors.push(`${JSON.stringify(s)}: ${e.message}`);
       log(`decode ${JSON.stringify(s)} failed: ${e.message}`);
     }
     save();
   }
-  log('');
-  log('| B | Tk | H/Hkv | cache | dtype | µs/call | GB/s read | copy GB/s (r+w) | decode / copy |');
-  log('|---:|---:|---:|:---|:---|---:|---:|---:|---:|');
-  for (const r of results.decode) log(`| ${r.B} | ${r.T} | ${r.H}/${r.Hkv} | ${r.cache} | ${r.dtype} | ${r.us.toFixed(0)} | ${r.gbs.toFixed(1)} | ${r.copyGbs.toFixed(1)} | ${(100 * r.ratio).toFixed(0)} % |`);
 }
+
+// Tq > 1 (speculative verification): rows per kv head 8, 16, 32 on the decode and tiled kernels
+if (!SKIP.has('tq') && elapsed() < BUDGET_S) {
+  const forced = await variant({ kvKernel: 'decode' });
+  for (const Tq of SMALL ? [2, 8] : [2, 4, 8]) {
+    const s = SMALL ? { B: 2, T: 512, H: 4, Hkv: 2, D: 64, bs: 64, dtype: 'bf16', Tq } : { B: 8, T: 32768, H: 32, Hkv: 8, D: 128, bs: 256, dtype: 'bf16', Tq };
+    try {
+      const x = await decodeInputs(s);
+      const bytes = 2 * s.B * s.T * s.Hkv * s.D * 2;
+      const r = { ...s };
+      for (const [name, b] of [['auto', be], ['decode', forced], ['tiled', tiled]]) {
+        const m = await timeCalls(b, x, SMALL ? 2 : 10);
+        r[name] = { us: m.us, gpu: m.gpu, gbs: bytes / m.us / 1e3 };
+      }
+      results.tq.push(r);
+      log(`Tq ${Tq} (rows/kv head ${(s.H / s.Hkv) * Tq}): auto ${r.auto.us.toFixed(0)} µs, decode ${r.decode.us.toFixed(0)} µs (GPU ${fmtGpu(r.decode.gpu)}), tiled ${r.tiled.us.toFixed(0)} µs (GPU ${fmtGpu(r.tiled.gpu)})`);
+      x.dispose();
+    } catch (e) {
+      results.errors.push(`Tq ${Tq}: ${e.message}`);
+      log(`Tq ${Tq} failed: ${e.message}`);
+    }
+    save();
+  }
+  await forced.dispose();
+}
+
+// per-call time of a tiny problem: the host's share of a call
+{
+  const x = await decodeInputs({ B: 1, T: 256, H: 32, Hkv: 8, D: 128, bs: 256, dtype: 'bf16' });
+  const m = await timeCalls(be, x, SMALL ? 5 : 200);
+  results.overhead = m;
+  log(`tiny call (B 1, Tk 256): ${m.us.toFixed(1)} µs per call wall; GPU µs: ${fmtGpu(m.gpu)}`);
+  x.dispose();
+}
+await tiled.dispose();
+
+log('');
+log(`| B | Tk | D | cache | dtype | µs/call | GB/s read | GPU µs (append + decode + combine) | copy GB/s (r+w) | decode / copy (wall) | (GPU) | tiled µs/call |`);
+log('|---:|---:|---:|:---|:---|---:|---:|:---|---:|---:|---:|---:|');
+for (const r of results.decode) {
+  const g = r.gpu ? `${(r.gpu['kv append'] ?? 0).toFixed(1)} + ${(r.gpu['kv decode'] ?? r.gpu['kv attend'] ?? 0).toFixed(1)} + ${(r.gpu['kv combine'] ?? 0).toFixed(1)}` : 'n/a';
+  log(`| ${r.B} | ${r.T} | ${r.D} | ${r.cache} | ${r.dtype} | ${r.us.toFixed(0)} | ${r.gbs.toFixed(1)} | ${g} | ${r.copyGbs.toFixed(1)} | ${(100 * r.ratio).toFixed(0)} % | ${r.ratioGpu ? (100 * r.ratioGpu).toFixed(0) + ' %' : ''} | ${r.tiledUs.toFixed(0)} |`);
+}
+log(`total ${elapsed().toFixed(0)} s`);
 save();
 await be.dispose();

@@ -43,6 +43,7 @@ import { PipelineCache } from './pipelines.js';
 import { supportOf, unsupportedError } from './support.js';
 import { WGIndexTensor, WGTensor } from './tensor.js';
 import { encodeKVCache, kvSupport, type KVEnv } from './kvcache.js';
+import { type KVCaps, type KVTuning, planKV } from './kvplan.js';
 import { type Caps, type Choice, type KernelKind, chooseSpec } from './tiles.js';
 import { type KernelSpec, type Tile, encoding, specKey } from './wgsl/spec.js';
 import { forwardWGSL } from './wgsl/forward.js';
@@ -198,14 +199,25 @@ export class WebGPUBackend implements AttentionBackend {
   }
 
   supportsKVCache(p: KVCacheProblem): Support {
-    return kvSupport(p, this.acq.device.limits, this.opts.kvMinChunk);
+    return kvSupport(p, this.acq.device.limits, planKV(p, this.kvCaps(), this.kvTuning()));
+  }
+
+  private kvCaps(): KVCaps {
+    const sub = this.opts.subgroups !== false && this.acq.features.has('subgroups');
+    return { subgroups: sub, subgroupMin: sub ? this.acq.subgroupMin : 0, generic: this.generic };
+  }
+
+  private kvTuning(): KVTuning {
+    const o = this.opts;
+    return { kernel: o.kvKernel, minChunk: o.kvMinChunk, targetWorkgroups: o.kvTargetWorkgroups, keysPerStep: o.kvKeysPerStep, prefetch: o.kvPrefetch };
   }
 
   /** What the KV-cache module needs of this backend, on the current device. */
   private kvEnv(): KVEnv {
     return {
       name: this.name,
-      minChunk: this.opts.kvMinChunk,
+      caps: this.kvCaps(),
+      tuning: this.kvTuning(),
       device: () => this.acq.device,
       createBuffer: (scope, bytes, usage, label) => this.createBuffer(scope, bytes, usage, label),
       input: (scope, t, what) => this.input(scope, t, what),

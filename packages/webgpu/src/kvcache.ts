@@ -1,9 +1,10 @@
 /// <reference types="@webgpu/types" />
 /**
- * The WebGPU engine's KV-cache call (core's kvcache.ts is the contract; wgsl/kvcache.ts the
- * kernels): its plan (row tiles and splits), what an adapter supports, and the encoding of one
- * call — append (device caches: in place on the GPU; host caches: on the host, before their
- * upload), split-KV attention, combine — in one command buffer.
+ * The WebGPU engine's KV-cache call (core's kvcache.ts is the contract; wgsl/kvcache.ts and
+ * wgsl/kvdecode.ts the kernels, kvplan.ts the plan): what an adapter supports, and the encoding
+ * of one call — append (device caches: in place on the GPU; host caches: on the host, before
+ * their upload), split-KV attention (decode or tiled kernel), combine — in one command buffer,
+ * one compute pass each (labelled, so a profiler's timestamps tell them apart).
  */
 import {
   type ForwardResult,
@@ -24,38 +25,14 @@ import type { Scope } from './memory.js';
 import { grid1d } from './dispatch.js';
 import { writableBytes } from './buffers.js';
 import { WGIndexTensor } from './tensor.js';
-import { KV_APPEND, KV_ATTEND, KV_COMBINE, KV_MAX_D, KV_TILE, type KVEncoding, kvAppendWGSL, kvAttendWGSL, kvCombineWGSL, kvRowsFor, KVP_BYTES, packKVParams, type KVParamValues } from './wgsl/kvcache.js';
-
-/** Workgroups the split aims for: enough to fill a large GPU (an H200 has 132 SMs). */
-export const KV_TARGET_WORKGROUPS = 1024;
-
-export interface KVPlan {
-  readonly rows: number;
-  readonly rowTiles: number;
-  readonly groups: number;
-  readonly chunk: number;
-  readonly splits: number;
-}
-
-/**
- * Row tiles of each kv head's (query head × query) rows, and the split of the key range: as
- * many splits as fill KV_TARGET_WORKGROUPS, in chunks of whole key tiles (at least `minChunk`).
- */
-export function planKV(p: KVCacheProblem, minChunk = KV_TILE): KVPlan {
-  const rows = kvRowsFor(p.d);
-  const rowTiles = Math.max(1, Math.ceil(((p.h / p.hkv) * p.tq) / rows));
-  const groups = p.batch * p.hkv * rowTiles;
-  const want = Math.max(1, Math.ceil(KV_TARGET_WORKGROUPS / Math.max(1, groups)));
-  const chunk = Math.max(minChunk, Math.ceil(Math.max(1, p.tk) / want / KV_TILE) * KV_TILE);
-  const splits = Math.max(1, Math.ceil(p.tk / chunk));
-  return { rows, rowTiles, groups, chunk, splits };
-}
+import { KV_APPEND, KV_ATTEND, KV_COMBINE, KV_MAX_D, type KVEncoding, kvAppendWGSL, kvAttendWGSL, kvCombineWGSL, KVP_BYTES, packKVParams, type KVParamValues } from './wgsl/kvcache.js';
+import { KV_DECODE, kvDecodeKey, kvDecodeWGSL } from './wgsl/kvdecode.js';
+import { type KVCaps, type KVPlan, type KVTuning, planKV } from './kvplan.js';
 
 /** Whether the adapter runs this KV-cache problem. */
-export function kvSupport(p: KVCacheProblem, l: GPUSupportedLimits, minChunk?: number): Support {
+export function kvSupport(p: KVCacheProblem, l: GPUSupportedLimits, plan: KVPlan): Support {
   if (p.d > KV_MAX_D) return { ok: false, reason: `KV-cache kernels take head dims up to ${KV_MAX_D}; D = ${p.d}` };
   const bpe = bytesPerElement(p.dtype);
-  const plan = planKV(p, minChunk);
   const checks: [string, number][] = [
     ['the K cache', p.cacheShape.reduce((a, b) => a * b, 1) * bpe],
     ['q', p.batch * p.tq * p.h * p.d * bpe],
@@ -83,8 +60,10 @@ export interface KVEnv {
   wrap(buf: GPUBuffer, dtype: HostTensor['dtype'], shape: readonly number[]): Tensor;
   /** The buffer of an index tensor of this backend (checked for epoch and disposal). */
   indexBuffer(t: WGIndexTensor, what: string): GPUBuffer;
-  /** Keys per split at least (the engine's kvMinChunk option). */
-  readonly minChunk?: number;
+  /** The adapter's subgroups and the backend's code generation. */
+  readonly caps: KVCaps;
+  /** The engine's kv* options. */
+  readonly tuning: KVTuning;
 }
 
 /** A small storage buffer holding `data` (at least 16 bytes). */
@@ -112,9 +91,10 @@ function indexInput(env: KVEnv, scope: Scope, x: unknown, host: Int32Array, what
 export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem, q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions, outs: GPUBuffer[]): Promise<ForwardResult> {
   const dev = env.device();
   const enc: KVEncoding = p.dtype;
-  const plan = planKV(p, env.minChunk);
+  const plan = planKV(p, env.caps, env.tuning);
+  const dspec = plan.decode;
   const [pAttend, pCombine, pAppend] = await Promise.all([
-    env.pipeline(`kv-attend:${enc}`, () => kvAttendWGSL(enc)),
+    dspec ? env.pipeline(kvDecodeKey(dspec), () => kvDecodeWGSL(dspec)) : env.pipeline(`kv-attend:${enc}`, () => kvAttendWGSL(enc)),
     env.pipeline(`kv-combine:${enc}`, () => kvCombineWGSL(enc)),
     p.tnew > 0 && isDeviceTensor(kCache) ? env.pipeline(`kv-append:${enc}`, () => kvAppendWGSL(enc)) : Promise.resolve(undefined),
   ]);
@@ -138,7 +118,7 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
   const base: Omit<KVParamValues, 'n'> = {
     batch: p.batch, tq: p.tq, h: p.h, hkv: p.hkv, d: p.d, tnew: p.tnew, bs: p.blockSize, maxBlocks: p.maxBlocksPerSeq,
     scale: p.scale, softcap: p.softcap, wl: p.windowLeft, wr: p.windowRight, alibi: p.alibi !== undefined,
-    rows: plan.rows, chunk: plan.chunk, splits: plan.splits, rowTiles: plan.rowTiles,
+    rows: plan.rows, chunk: plan.chunk, splits: plan.splits, rowTiles: plan.rowTiles, lanes: plan.lanes ?? 0,
   };
   const params = (n: number, label: string, vec = false) => {
     const b = env.createBuffer(scope, KVP_BYTES, BufferUsage.UNIFORM | BufferUsage.COPY_DST, label);
@@ -156,7 +136,6 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
   outs.push(outBuf, lseBuf);
   const part = env.createBuffer(scope, plan.groups * plan.splits * plan.rows * (p.d + 2) * 4, BufferUsage.STORAGE, 'split-KV partial states');
   const cmd = dev.createCommandEncoder();
-  const pass = cmd.beginComputePass();
   // 1. append (device caches): every sequence's rows before any sequence attends
   if (pAppend) {
     const n = p.batch * p.tnew * p.hkv * p.d;
@@ -165,32 +144,45 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
     g[KV_APPEND.kn] = env.input(scope, opts.kNew!, 'kNew');
     g[KV_APPEND.vn] = env.input(scope, opts.vNew!, 'vNew');
     g[KV_APPEND.k] = kb; g[KV_APPEND.v] = vb; g[KV_APPEND.lens] = lens; g[KV_APPEND.table] = table;
+    const pass = cmd.beginComputePass({ label: 'kv append' });
     pass.setPipeline(pAppend);
     pass.setBindGroup(0, env.bind(pAppend, g));
     const [x, y] = grid1d(Math.ceil(n / 64), maxWG);
     pass.dispatchWorkgroups(x, y);
+    pass.end();
   }
   if (nOut > 0) {
     // 2. split-KV attention
-    const g = new Array<GPUBuffer | undefined>(9);
-    g[KV_ATTEND.params] = params(0, 'kv attend params', vec);
-    g[KV_ATTEND.k4] = kb;
-    g[KV_ATTEND.q] = qb; g[KV_ATTEND.k] = kb; g[KV_ATTEND.v] = vb; g[KV_ATTEND.lens] = lens; g[KV_ATTEND.table] = table;
-    g[KV_ATTEND.slopes] = slopes; g[KV_ATTEND.part] = part;
+    let g: (GPUBuffer | undefined)[];
+    if (dspec) {
+      g = new Array<GPUBuffer | undefined>(8);
+      g[KV_DECODE.params] = params(0, 'kv decode params');
+      g[KV_DECODE.q] = qb; g[KV_DECODE.k] = kb; g[KV_DECODE.v] = vb; g[KV_DECODE.lens] = lens; g[KV_DECODE.table] = table;
+      g[KV_DECODE.slopes] = slopes; g[KV_DECODE.part] = part;
+    } else {
+      g = new Array<GPUBuffer | undefined>(9);
+      g[KV_ATTEND.params] = params(0, 'kv attend params', vec);
+      g[KV_ATTEND.k4] = kb;
+      g[KV_ATTEND.q] = qb; g[KV_ATTEND.k] = kb; g[KV_ATTEND.v] = vb; g[KV_ATTEND.lens] = lens; g[KV_ATTEND.table] = table;
+      g[KV_ATTEND.slopes] = slopes; g[KV_ATTEND.part] = part;
+    }
+    const pass = cmd.beginComputePass({ label: dspec ? 'kv decode' : 'kv attend' });
     pass.setPipeline(pAttend);
     pass.setBindGroup(0, env.bind(pAttend, g));
     pass.dispatchWorkgroups(plan.splits, Math.min(plan.groups, 65535), Math.ceil(plan.groups / 65535));
+    pass.end();
     // 3. combine
     const words = p.dtype === 'f32' ? nOut : Math.ceil(nOut / 2);
     const gc = new Array<GPUBuffer | undefined>(4);
     gc[KV_COMBINE.params] = params(words, 'kv combine params');
     gc[KV_COMBINE.part] = part; gc[KV_COMBINE.out] = outBuf; gc[KV_COMBINE.lse] = lseBuf;
-    pass.setPipeline(pCombine);
-    pass.setBindGroup(0, env.bind(pCombine, gc));
+    const cpass = cmd.beginComputePass({ label: 'kv combine' });
+    cpass.setPipeline(pCombine);
+    cpass.setBindGroup(0, env.bind(pCombine, gc));
     const [x, y] = grid1d(Math.ceil(words / 64), maxWG);
-    pass.dispatchWorkgroups(x, y);
+    cpass.dispatchWorkgroups(x, y);
+    cpass.end();
   }
-  pass.end();
   dev.queue.submit([cmd.finish()]);
   if (isDeviceTensor(q)) return { out: env.wrap(outBuf, p.dtype, p.qShape), lse: env.wrap(lseBuf, 'f32', p.lseShape) };
   return { out: await env.readBuffer(scope, outBuf, p.dtype, p.qShape), lse: await env.readBuffer(scope, lseBuf, 'f32', p.lseShape) };

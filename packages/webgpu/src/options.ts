@@ -31,4 +31,16 @@ export interface WebGPUBackendOptions extends AcquireOptions {
    * 128). The split count otherwise aims to fill the GPU; changes summation order only.
    */
   readonly kvMinChunk?: number;
+  /**
+   * KV-cache calls: which attention kernel. 'auto' (default): the decode kernel where a kv head
+   * has at most KV_DECODE_MAX_ROWS (16) query rows (GQA group × Tq), the tiled kernel above.
+   * 'decode' / 'tiled' force one (tests, benchmarks).
+   */
+  readonly kvKernel?: 'auto' | 'decode' | 'tiled';
+  /** KV-cache benchmark tuning: workgroups the split aims for (default 1024). */
+  readonly kvTargetWorkgroups?: number;
+  /** KV-cache benchmark tuning: the decode kernel's keys in flight per team (default by rows: 4 or 2). */
+  readonly kvKeysPerStep?: number;
+  /** KV-cache benchmark tuning: the decode kernel loads the next keys while computing (default true). */
+  readonly kvPrefetch?: boolean;
 }

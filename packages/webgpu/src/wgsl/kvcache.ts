@@ -49,7 +49,7 @@ struct KVP {
   scale: f32, softcap: f32, wl: i32, wr: i32,
   alibi_on: u32, nan: f32, rows: u32, chunk: u32,
   splits: u32, q_tiles: u32, n: u32, neg_inf: f32,
-  vec: u32, pad1: u32, pad2: u32, pad3: u32,
+  vec: u32, lanes: u32, pad2: u32, pad3: u32,
 }
 @group(0) @binding(0) var<uniform> P: KVP;`;
 
@@ -64,6 +64,8 @@ export interface KVParamValues {
   n: number;
   /** attend: read K 16 bytes at a time (rows 16-byte aligned). */
   vec?: boolean;
+  /** decode (generic kernels): lanes that share one key row. */
+  lanes?: number;
 }
 
 export function packKVParams(p: KVParamValues): ArrayBuffer {
@@ -78,6 +80,7 @@ export function packKVParams(p: KVParamValues): ArrayBuffer {
   u[12] = +p.alibi; f[13] = NaN; u[14] = p.rows; u[15] = p.chunk;
   u[16] = p.splits; u[17] = p.rowTiles; u[18] = p.n; f[19] = -Infinity;
   u[20] = p.vec ? 1 : 0;
+  u[21] = p.lanes ?? 0;
   return buf;
 }
 
@@ -87,27 +90,27 @@ export const KV_COMBINE = { params: 0, part: 1, out: 2, lse: 3 } as const;
 export const KV_APPEND = { params: 0, kn: 1, vn: 2, k: 3, v: 4, lens: 5, table: 6 } as const;
 
 /** Element type of a tensor binding, and the load of element e as f32. */
-function elemType(enc: KVEncoding): string {
+export function elemType(enc: KVEncoding): string {
   return enc === 'f32' ? 'f32' : 'u32';
 }
-function unpackFn(enc: KVEncoding): string {
+export function unpackFn(enc: KVEncoding): string {
   if (enc === 'f32') return '';
   const un = enc === 'f16' ? 'unpack2x16float(w)' : 'vec2<f32>(bitcast<f32>(w << 16u), bitcast<f32>(w & 0xffff0000u))';
   return `fn unpack2(w: u32) -> vec2<f32> { return ${un}; }`;
 }
-function load(name: string, enc: KVEncoding, e: string): string {
+export function load(name: string, enc: KVEncoding, e: string): string {
   return enc === 'f32' ? `${name}[${e}]` : `unpack2(${name}[(${e}) >> 1u])[(${e}) & 1u]`;
 }
 
 /** The cache row of sequence b's token t: the one address rule (core's kvCacheRow). */
-const CACHE_ROW = /* wgsl */ `
+export const CACHE_ROW = /* wgsl */ `
 fn cache_row(b: u32, t: u32) -> u32 {
   let blk = t / P.bs;
   return u32(table[b * P.max_blocks + blk]) * P.bs + (t - blk * P.bs);
 }`;
 
 /** Mask and score, the WGSL copy of core's mask.ts (as in scores.ts): scale, softcap, ALiBi, then the window. */
-const SCORE = /* wgsl */ `
+export const SCORE = /* wgsl */ `
 fn visible(i: i32, j: i32, tq: i32, tk: i32) -> bool {
   let pos = i + tk - tq;
   return j < tk && (P.wl < 0 || j >= pos - P.wl) && (P.wr < 0 || j <= pos + P.wr);

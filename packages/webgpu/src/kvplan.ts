@@ -1,0 +1,89 @@
+/**
+ * The plan of a KV-cache call: which attention kernel it takes (one rule, below), its row tiles,
+ * and the split of the key range over workgroups.
+ *
+ * The rule: a problem whose kv heads each have at most KV_DECODE_MAX_ROWS query rows (GQA group
+ * × Tq: decode, speculative verification) takes the decode kernel (wgsl/kvdecode.ts: lanes of a
+ * team share each K/V row, rows in registers); larger Tq (prefill) the tiled kernel
+ * (wgsl/kvcache.ts: 16 rows per workgroup in workgroup memory, one key per thread).
+ */
+import { bytesPerElement, type KVCacheProblem } from '@fa/core';
+import { KV_TILE, kvRowsFor } from './wgsl/kvcache.js';
+import { KVD_MAX_ROWS, type KVDecodeSpec, kvdChunkElems } from './wgsl/kvdecode.js';
+
+/** Workgroups the split aims for: enough to fill a large GPU (an H200 has 132 SMs). */
+export const KV_TARGET_WORKGROUPS = 1024;
+/** Query rows per kv head (GQA group × Tq) up to which the decode kernel runs. */
+export const KV_DECODE_MAX_ROWS = 16;
+
+/** What the plan needs to know of the adapter and the backend's options. */
+export interface KVCaps {
+  readonly subgroups: boolean;
+  /** Smallest subgroup size (0 without subgroups). */
+  readonly subgroupMin: number;
+  /** The backend compiles generic kernels (CPU adapters). */
+  readonly generic: boolean;
+}
+
+/** Benchmark and test knobs (the backend's kv* options). */
+export interface KVTuning {
+  /** 'decode' / 'tiled' force a kernel; 'auto' (default) applies the rule. */
+  readonly kernel?: 'auto' | 'decode' | 'tiled';
+  /** Keys per split at least (rounded up to KV_TILE). */
+  readonly minChunk?: number;
+  readonly targetWorkgroups?: number;
+  /** Decode kernel: keys in flight per team (1, 2 or 4; rows · keys ≤ 16). */
+  readonly keysPerStep?: number;
+  /** Decode kernel: load the next step's keys while computing this one (default true). */
+  readonly prefetch?: boolean;
+}
+
+export interface KVPlan {
+  readonly kernel: 'tiled' | 'decode';
+  /** Rows per workgroup (the partial buffer's row stride). */
+  readonly rows: number;
+  readonly rowTiles: number;
+  /** Workgroups per split: B · Hkv · rowTiles. */
+  readonly groups: number;
+  readonly chunk: number;
+  readonly splits: number;
+  /** The decode kernel's specialisation, and its lanes per key row (also in the uniform). */
+  readonly decode?: KVDecodeSpec;
+  readonly lanes?: number;
+}
+
+function pow2AtLeast(n: number): number {
+  let p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+/** The decode kernel's specialisation for a problem. */
+export function decodeSpec(p: KVCacheProblem, caps: KVCaps, t: KVTuning = {}): { spec: KVDecodeSpec; lanes: number } {
+  const f32 = p.dtype === 'f32';
+  const rows = caps.generic ? KVD_MAX_ROWS : Math.min(KVD_MAX_ROWS, pow2AtLeast((p.h / p.hkv) * p.tq));
+  const e = kvdChunkElems(p.dtype);
+  const chunks = f32 && (caps.generic || p.d > 32 * e) ? 2 : 1;
+  const lanes = Math.min(32, Math.max(4, pow2AtLeast(Math.ceil(p.d / (e * chunks)))));
+  const slots = (chunks * e) / 4;
+  // q and acc of every row plus KB K/V chunks in registers: fewer keys in flight for more rows
+  const want = t.keysPerStep ?? (caps.generic ? 2 : rows * slots >= 8 ? 2 : 4);
+  const keys = Math.max(1, Math.min(want, Math.floor(16 / rows)));
+  const subgroups = caps.subgroups && caps.subgroupMin >= lanes;
+  const vec = !caps.generic && (p.d * bytesPerElement(p.dtype)) % 16 === 0;
+  return { spec: { enc: p.dtype, rows, chunks, keys, lanes: caps.generic ? 0 : lanes, subgroups, vec, generic: caps.generic, prefetch: t.prefetch ?? true }, lanes };
+}
+
+export function planKV(p: KVCacheProblem, caps: KVCaps, t: KVTuning = {}): KVPlan {
+  const n = (p.h / p.hkv) * p.tq;
+  const kernel = t.kernel === 'tiled' || t.kernel === 'decode' ? t.kernel : n <= KV_DECODE_MAX_ROWS ? 'decode' : 'tiled';
+  const d = kernel === 'decode' ? decodeSpec(p, caps, t) : undefined;
+  const rows = d ? d.spec.rows : kvRowsFor(p.d);
+  const rowTiles = Math.max(1, Math.ceil(n / rows));
+  const groups = p.batch * p.hkv * rowTiles;
+  // as many splits as fill the target, in chunks of whole key tiles (at least minChunk keys)
+  const want = Math.max(1, Math.ceil((t.targetWorkgroups ?? KV_TARGET_WORKGROUPS) / Math.max(1, groups)));
+  const chunk = Math.max(t.minChunk ?? KV_TILE, Math.ceil(Math.max(1, p.tk) / want / KV_TILE) * KV_TILE);
+  const splits = Math.max(1, Math.ceil(p.tk / chunk));
+  return { kernel, rows, rowTiles, groups, chunk, splits, ...(d ? { decode: d.spec, lanes: d.lanes } : {}) };
+}

@@ -1,0 +1,307 @@
+/**
+ * The KV-cache decode kernel (flash-decoding): few query rows per kv head (a decode step's GQA
+ * group, or a few speculative queries), a key range split over many workgroups, every K/V row
+ * read once, coalesced, for all of those rows. The combine pass of kvcache.ts merges the splits.
+ *
+ * Workgroup (split s, group (b, kv head, row tile)), KVD_THREADS threads in teams of L lanes.
+ * A team reads one key row at a time, lane ℓ the 16-byte chunks at columns (ℓ + c·L)·E (E = 4
+ * f32 or 8 packed 16-bit elements): a warp's load covers whole rows at consecutive addresses.
+ *   q rows (R of them, the team's columns) → registers
+ *   for each step of NT·KB keys of the split (NT teams, KB keys per team in flight):
+ *     every lane: its chunks of KB K rows and KB V rows (2·KB·C 16-byte loads issued together)
+ *     partial dots of the R rows × KB keys over the lane's columns, summed over the team
+ *       (subgroupShuffleXor butterfly; or through workgroup memory without subgroups)
+ *     per row: scale/softcap/ALiBi/mask, online-softmax update (core's softmaxTileUpdate),
+ *       acc = α·acc + Σ P·V on the lane's columns — all lanes of a team agree bit for bit
+ *   the NT teams' states merged in workgroup memory (core's mergeStates) → the partial buffer
+ * No barrier in the key loop (with subgroups): teams stream independently.
+ *
+ * Specialised (real GPUs): R, chunks, KB, L and the load width compiled in, loops over them
+ * unrolled so the rows' q, acc, m, l live in registers. Generic (CPU adapters, whose compilers
+ * take seconds per big body): the same code with loops, L from the uniform, R = 8.
+ */
+import { CACHE_ROW, KVP_WGSL, SCORE, type KVEncoding, elemType, load, unpackFn } from './kvcache.js';
+
+export const KVD_THREADS = 128;
+/** Most rows (queries × query heads of one kv head) per workgroup. */
+export const KVD_MAX_ROWS = 8;
+/** Workgroup scratch in floats: R·256 (the merge) and KB·R·KVD_THREADS (the reduction without subgroups). */
+const KVD_SCRATCH = 2048;
+/** The most teams (KVD_THREADS / the fewest lanes, 4) times KVD_MAX_ROWS. */
+const KVD_TEAM_ROWS = (KVD_THREADS / 4) * KVD_MAX_ROWS;
+
+export interface KVDecodeSpec {
+  readonly enc: KVEncoding;
+  /** Query rows per workgroup, in registers (1, 2, 4, 8). */
+  readonly rows: number;
+  /** 16-byte chunks of a row per lane (2 only for f32 rows longer than 128). */
+  readonly chunks: number;
+  /** Keys in flight per team per step (rows · keys ≤ 16). */
+  readonly keys: number;
+  /** Lanes per key row (a power of 2, 4–32); 0: read from the uniform (generic). */
+  readonly lanes: number;
+  /** Team sums with subgroupShuffleXor (needs subgroups of at least L lanes). */
+  readonly subgroups: boolean;
+  /** K/V rows read 16 bytes at a time (rows 16-byte aligned); else element by element. */
+  readonly vec: boolean;
+  /** Loops instead of unrolled code. */
+  readonly generic: boolean;
+  /** Issue the next step's loads before computing this one (twice the load registers). */
+  readonly prefetch: boolean;
+}
+
+export const KV_DECODE = { params: 0, q: 1, k: 2, v: 3, lens: 4, table: 5, slopes: 6, part: 7 } as const;
+
+/** Elements of one 16-byte chunk of a cache row. */
+export function kvdChunkElems(enc: KVEncoding): number {
+  return enc === 'f32' ? 4 : 8;
+}
+
+export function kvDecodeKey(s: KVDecodeSpec): string {
+  return ['kv-decode', s.enc, `r${s.rows}`, `c${s.chunks}`, `k${s.keys}`, `l${s.lanes}`, s.subgroups ? 'sg' : 'wg', s.vec ? 'v16' : 'el', s.prefetch ? 'pf' : 'nopf', s.generic ? 'dyn' : 'spec'].join(':');
+}
+
+/**
+ * The loader of one 16-byte chunk (columns col … col + E − 1, zero past D) of buffer `buf`, raw:
+ * vec4<f32> for f32, vec4<u32> (8 half-words) for 16-bit, unpacked only where used.
+ */
+function chunkLoader(name: string, buf: string, s: KVDecodeSpec): string {
+  const f32 = s.enc === 'f32';
+  if (s.vec) {
+    // rows 16-byte aligned, D a multiple of E: a chunk is whole or past the row
+    const t = f32 ? 'vec4<f32>' : 'vec4<u32>';
+    const last = f32 ? 'P.d - 4u' : 'P.d - 8u';
+    return `fn ${name}(ro: u32, col: u32) -> ${t} {\n  return select(${t}(0), ${buf}[(ro + min(col, ${last})) >> ${f32 ? 2 : 3}u], col < P.d);\n}`;
+  }
+  const el = `${name}_el`;
+  if (f32) {
+    return `fn ${el}(ro: u32, c: u32) -> f32 { return select(0.0, ${buf}[ro + min(c, P.d - 1u)], c < P.d); }
+fn ${name}(ro: u32, col: u32) -> vec4<f32> {\n  return vec4<f32>(${[0, 1, 2, 3].map((i) => `${el}(ro, col + ${i}u)`).join(', ')});\n}`;
+  }
+  // half-word e of the row, wherever it sits in its u32 word (odd D: rows start mid-word)
+  return `fn ${el}(ro: u32, c: u32) -> u32 {
+  let e = ro + min(c, P.d - 1u);
+  return select(0u, (${buf}[e >> 1u] >> ((e & 1u) * 16u)) & 0xffffu, c < P.d);
+}
+fn ${name}(ro: u32, col: u32) -> vec4<u32> {
+  return vec4<u32>(${[0, 2, 4, 6].map((i) => `${el}(ro, col + ${i}u) | (${el}(ro, col + ${i + 1}u) << 16u)`).join(',\n    ')});
+}`;
+}
+
+/** The decode kernel for one specialisation. */
+export function kvDecodeWGSL(s: KVDecodeSpec): string {
+  const R = s.rows;
+  const C = s.chunks;
+  const KB = s.keys;
+  const E = kvdChunkElems(s.enc);
+  const NV = E / 4; // vec4<f32> slots per chunk
+  const S = C * NV; // slots per lane per row
+  const T = KVD_THREADS;
+  if (R * KB * T > KVD_SCRATCH) throw new Error(`kv decode: rows·keys = ${R * KB} > 16`);
+  // `n` copies of body(i) (constant i), or a loop over i (generic); each copy in its own block
+  let depth = 0;
+  const rep = (n: number, body: (i: string) => string): string => {
+    const v = `i${depth++}`;
+    try {
+      if (s.generic) return `for (var ${v} = 0u; ${v} < ${n}u; ${v} = ${v} + 1u) {\n${body(v)}\n}`;
+      return Array.from({ length: n }, (_, i) => `{\n${body(`${i}u`)}\n}`).join('\n');
+    } finally {
+      depth--;
+    }
+  };
+  const vecT = s.enc === 'f32' ? 'vec4<f32>' : 'vec4<u32>';
+  const cacheT = s.vec ? `array<${vecT}>` : `array<${elemType(s.enc)}>`;
+  // slot x of a lane's row: chunk x / NV, elements 4·(x % NV) … of it
+  const slotCol = (x: number) => `(ln + ${Math.floor(x / NV)}u * L) * ${E}u + ${4 * (x % NV)}u`;
+  const RT = s.enc === 'f32' ? 'vec4<f32>' : 'vec4<u32>';
+  // the team's KB keys from j (past c1: the split's last key, masked later), raw chunks → kr, vr
+  const issue = (j: string) =>
+    rep(
+      KB,
+      (kb) => `let j = ${j} + i32(${kb} * NT + team);
+jk[${kb}] = j;
+let ro = cache_row(b, u32(min(j, c1 - 1))) * w + kvo;
+${Array.from({ length: C }, (_, c) => `kr[${kb} * ${C}u + ${c}u] = ld_k(ro, (ln + ${c}u * L) * ${E}u);\nvr[${kb} * ${C}u + ${c}u] = ld_v(ro, (ln + ${c}u * L) * ${E}u);`).join('\n')}`,
+    );
+  // raw chunks → f32 slots
+  const unpackAll = (dst: string, src: string) =>
+    NV === 1
+      ? `let ${dst} = ${src};`
+      : `var ${dst}: array<vec4<f32>, ${KB * S}>;\n${rep(KB * C, (x) => `let wd = ${src}[${x}];\n${dst}[2u * ${x}] = vec4<f32>(unpack2(wd.x), unpack2(wd.y));\n${dst}[2u * ${x} + 1u] = vec4<f32>(unpack2(wd.z), unpack2(wd.w));`)}`;
+  const dotExpr = (kb: string, r: string) => Array.from({ length: S }, (_, x) => `dot(qr[${r} * ${S}u + ${x}u], kf[${kb} * ${S}u + ${x}u])`).join(' + ');
+  const slots = (f: (x: number) => string) => Array.from({ length: S }, (_, x) => f(x)).join('\n');
+  const teamSum = s.subgroups
+    ? s.generic
+      ? `for (var o = L / 2u; o > 0u; o = o >> 1u) {\n${rep(KB * R, (x) => `pd[${x}] = pd[${x}] + subgroupShuffleXor(pd[${x}], o);`)}\n}`
+      : Array.from({ length: Math.log2(s.lanes) }, (_, k) => rep(KB * R, (x) => `pd[${x}] = pd[${x}] + subgroupShuffleXor(pd[${x}], ${s.lanes >> (k + 1)}u);`)).join('\n')
+    : `${rep(KB * R, (x) => `wbuf[${x} * ${T}u + lid] = pd[${x}];`)}
+workgroupBarrier();
+${rep(KB * R, (x) => `var t = 0.0;\nfor (var y = 0u; y < L; y = y + 1u) { t = t + wbuf[${x} * ${T}u + team * L + y]; }\npd[${x}] = t;`)}
+workgroupBarrier();`;
+  return /* wgsl */ `
+${s.subgroups ? 'enable subgroups;' : ''}
+${KVP_WGSL}
+@group(0) @binding(1) var<storage, read> q: array<${elemType(s.enc)}>;
+@group(0) @binding(2) var<storage, read> kc: ${cacheT};
+@group(0) @binding(3) var<storage, read> vc: ${cacheT};
+@group(0) @binding(4) var<storage, read> lens: array<i32>;
+@group(0) @binding(5) var<storage, read> table: array<i32>;
+@group(0) @binding(6) var<storage, read> slopes: array<f32>;
+// per (group, split, row): m, l, acc[d]
+@group(0) @binding(7) var<storage, read_write> part: array<f32>;
+// the team reduction without subgroups (KB·R·threads), then the teams' merged acc (R × 256)
+var<workgroup> wbuf: array<f32, ${KVD_SCRATCH}>;
+// each team's row maxima and row sums
+var<workgroup> wm: array<f32, ${KVD_TEAM_ROWS}>;
+var<workgroup> wl: array<f32, ${KVD_TEAM_ROWS}>;
+${unpackFn(s.enc)}
+${CACHE_ROW}
+${SCORE}
+// −3e38 marks "no key"; max that keeps NaN (WGSL's max may drop it)
+const NEG = -3.0e38;
+fn nmax(a: f32, b: f32) -> f32 {
+  if (a != a || b != b) { return a + b; }
+  return max(a, b);
+}
+fn qv(o: u32, col: u32) -> vec4<f32> {
+  return vec4<f32>(${[0, 1, 2, 3].map((i) => `select(0.0, ${load('q', s.enc, `o + min(col + ${i}u, P.d - 1u)`)}, col + ${i}u < P.d)`).join(',\n    ')});
+}
+${chunkLoader('ld_k', 'kc', s)}
+${chunkLoader('ld_v', 'vc', s)}
+
+@compute @workgroup_size(${T})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let L = ${s.lanes > 0 ? `${s.lanes}u` : 'P.lanes'};
+  let NT = ${T}u / L;
+  let ln = lid % L;
+  let team = lid / L;
+  let s = wid.x;
+  let gi = wid.y + wid.z * 65535u;
+  let g = P.h / P.hkv;
+  let rtile = gi % P.q_tiles;
+  let bk = gi / P.q_tiles;
+  let b = bk / P.hkv;
+  let kvh = bk % P.hkv;
+  if (b >= P.batch) { return; }
+  let d = P.d;
+  let r0 = rtile * ${R}u;
+  let nrows = min(${R}u, g * P.tq - r0);
+  let tk = i32(u32(lens[b]) + P.tnew);
+  let tq = i32(P.tq);
+  let off = tk - tq;
+  let w = P.hkv * d;
+  // row r: query (r0 + r) % Tq of head kvh·g + (r0 + r) / Tq; rows past nrows see no key
+  var qr: array<vec4<f32>, ${R * S}>;
+  var iq: array<i32, ${R}>;
+  var slope: array<f32, ${R}>;
+  var rok: array<bool, ${R}>;
+  ${rep(R, (r) => `let gr = r0 + min(${r}, nrows - 1u);
+let qo = ((b * P.tq + gr % P.tq) * P.h + kvh * g + gr / P.tq) * d;
+iq[${r}] = i32(gr % P.tq);
+rok[${r}] = ${r} < nrows;
+slope[${r}] = 0.0;
+if (P.alibi_on != 0u) { slope[${r}] = slopes[b * P.h + kvh * g + gr / P.tq]; }
+${slots((x) => `qr[${r} * ${S}u + ${x}u] = qv(qo, ${slotCol(x)});`)}`)}
+  // the keys some row sees (the union of the rows' ranges), and this split's part of them
+  var lo = tk;
+  var hi = -1;
+  for (var r = 0u; r < nrows; r = r + 1u) {
+    let i = i32((r0 + r) % P.tq);
+    let a = key_lo(i, tq, tk);
+    let z = key_hi(i, tq, tk);
+    if (a <= z) { lo = min(lo, a); hi = max(hi, z); }
+  }
+  let c0 = lo + i32(s * P.chunk);
+  let c1 = min(hi + 1, c0 + i32(P.chunk));
+  var m: array<f32, ${R}>;
+  var l: array<f32, ${R}>;
+  var mneg: array<bool, ${R}>;
+  var acc: array<vec4<f32>, ${R * S}>;
+  ${rep(R, (r) => `m[${r}] = NEG;\nl[${r}] = 0.0;\nmneg[${r}] = true;\n${slots((x) => `acc[${r} * ${S}u + ${x}u] = vec4<f32>(0.0);`)}`)}
+  let kvo = kvh * d;
+  let stepk = i32(NT * ${KB}u);
+  var kr: array<${RT}, ${KB * C}>;
+  var vr: array<${RT}, ${KB * C}>;
+  var jk: array<i32, ${KB}>;
+  ${s.prefetch ? `if (c0 < c1) {\n${issue('c0')}\n}` : ''}
+  for (var j0 = c0; j0 < c1; j0 = j0 + stepk) {
+    ${s.prefetch ? `let kcur = kr;\n    let vcur = vr;\n    let jcur = jk;\n    // the next step's loads, in flight while this step computes\n    if (j0 + stepk < c1) {\n${issue('j0 + stepk')}\n    }` : `${issue('j0')}\n    let kcur = kr;\n    let vcur = vr;\n    let jcur = jk;`}
+    ${unpackAll('kf', 'kcur')}
+    ${unpackAll('vf', 'vcur')}
+    var pd: array<f32, ${KB * R}>;
+    ${rep(KB, (kb) => rep(R, (r) => `pd[${kb} * ${R}u + ${r}] = ${dotExpr(kb, r)};`))}
+    ${teamSum}
+    ${rep(R, (r) => `var sc: array<f32, ${KB}>;
+var mt = NEG;
+${rep(KB, (kb) => `let j = jcur[${kb}];
+var x = NEG;
+if (rok[${r}] && j < c1 && visible(iq[${r}], j, tq, tk)) { x = score(pd[${kb} * ${R}u + ${r}], iq[${r}], j, off, slope[${r}]); }
+sc[${kb}] = x;
+mt = nmax(mt, x);`)}
+let any = mt > NEG || mt != mt;
+let mnew = select(m[${r}], select(nmax(m[${r}], mt), mt, mneg[${r}]), any);
+let a = select(1.0, select(exp(m[${r}] - mnew), 0.0, mneg[${r}]), any);
+${slots((x) => `acc[${r} * ${S}u + ${x}u] = acc[${r} * ${S}u + ${x}u] * a;`)}
+var ps = 0.0;
+${rep(KB, (kb) => `let x = sc[${kb}];
+let p = select(0.0, exp(x - mnew), x > NEG || x != x);
+ps = ps + p;
+if (p != 0.0) {
+${slots((x) => `  acc[${r} * ${S}u + ${x}u] = acc[${r} * ${S}u + ${x}u] + p * vf[${kb} * ${S}u + ${x}u];`)}
+}`)}
+l[${r}] = l[${r}] * a + ps;
+m[${r}] = mnew;
+mneg[${r}] = mneg[${r}] && !any;`)}
+  }
+  // merge the teams: the workgroup's row maxima, each team's state rescaled to them, summed
+  workgroupBarrier();
+  if (ln == 0u) {
+    ${rep(R, (r) => `wm[team * ${R}u + ${r}] = select(m[${r}], NEG, mneg[${r}]);`)}
+  }
+  workgroupBarrier();
+  var mw: array<f32, ${R}>;
+  ${rep(R, (r) => `var mx = NEG;
+for (var t = 0u; t < NT; t = t + 1u) { mx = nmax(mx, wm[t * ${R}u + ${r}]); }
+mw[${r}] = mx;
+let f = select(exp(m[${r}] - mx), 0.0, mneg[${r}]);
+l[${r}] = l[${r}] * f;
+${slots((x) => `acc[${r} * ${S}u + ${x}u] = acc[${r} * ${S}u + ${x}u] * f;`)}`)}
+  if (ln == 0u) {
+    ${rep(R, (r) => `wl[team * ${R}u + ${r}] = l[${r}];`)}
+  }
+  for (var t = 0u; t < NT; t = t + 1u) {
+    if (team == t) {
+      ${rep(R, (r) =>
+        slots(
+          (x) => `{
+  let col = ${slotCol(x)};
+  if (col < d) {
+    let o = ${r} * 256u + col;
+    let y = acc[${r} * ${S}u + ${x}u];
+    wbuf[o] = select(wbuf[o], 0.0, t == 0u) + y.x;
+    wbuf[o + 1u] = select(wbuf[o + 1u], 0.0, t == 0u) + y.y;
+    wbuf[o + 2u] = select(wbuf[o + 2u], 0.0, t == 0u) + y.z;
+    wbuf[o + 3u] = select(wbuf[o + 3u], 0.0, t == 0u) + y.w;
+  }
+}`,
+        ),
+      )}
+    }
+    workgroupBarrier();
+  }
+  // partial state of every row: m (−∞ as −3e38 with l = 0), l, acc
+  let stride = d + 2u;
+  let pbase = (gi * P.splits + s) * ${R}u * stride;
+  for (var e = lid; e < ${R}u * d; e = e + ${T}u) {
+    let r = e / d;
+    let c = e % d;
+    part[pbase + r * stride + 2u + c] = wbuf[r * 256u + c];
+  }
+  if (lid == 0u) {
+    ${rep(R, (r) => `var lt = 0.0;
+for (var t = 0u; t < NT; t = t + 1u) { lt = lt + wl[t * ${R}u + ${r}]; }
+part[pbase + ${r} * stride] = mw[${r}];
+part[pbase + ${r} * stride + 1u] = lt;`)}
+  }
+}`;
+}
