@@ -7,5 +7,11 @@ import { createCpuBackend } from './engine.js';
 
 export { CpuBackend, createCpuBackend, DEFAULT_INLINE_BELOW_FLOPS, type CpuEngineOptions } from './engine.js';
 export { chooseTiles, DEFAULT_CPU_CACHE, paddedD, workingSetBytes, type CacheModel, type TileSizes } from './tiles.js';
+// The engine's work units, its thread pool and its deterministic dQ reduction, for engines that
+// bring only their own kernels (@fa/wasm).
+export { planForward } from './forward.js';
+export { planBackward, reducePrivate, type BackwardPlan } from './backward.js';
+export { FWD_UNIT, BWD_UNIT } from './job.js';
+export { WorkerPool, workerExecArgv } from './pool.js';
 
 registerBackend('cpu', () => createCpuBackend(), 0);

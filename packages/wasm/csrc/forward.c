@@ -1,0 +1,144 @@
+/*
+ * The forward pass. One unit is one (batch, kv head, query tile), as in the TypeScript engine
+ * (packages/core/src/cpu/forward.ts): for each query head of the kv head's group,
+ *
+ *   m = -inf, l = 0, acc = 0
+ *   for each key tile some row of the tile sees (tiles outside the mask are never visited):
+ *     S   = Q K^T                       f32_mm_nn_set (Q rows in place, K^T tile packed once)
+ *     S   = logits, -inf where masked   fa_score_tile
+ *     m'  = max(m, rowmax S); P = e^(S - m'); l = e^(m - m') l + rowsum P; acc *= e^(m - m')
+ *     acc += P V                        f32_mm_nn_acc (V rows in place)
+ *   out = acc / l (0 when l = 0), lse = m + log l (-inf when l = 0)
+ *
+ * out overwrites the unit's own rows of q: each query row of a head is read by one unit only,
+ * and written after its last read, so the forward needs no output buffer of its own.
+ */
+#include "fa.h"
+#include "vmath.h"
+#include "scores.h"
+#include "tileio.h"
+#include "gen/f32-gemm.h"
+
+typedef struct {
+  float *s;   /* scores, then probabilities: [br][bc8] */
+  float *acc; /* output accumulator: [br][dp] */
+  float *m, *l;
+} fwd_scratch;
+
+static int32_t align4(int32_t n) { return (n + 3) & ~3; }
+
+static fwd_scratch fwd_layout(const fa_problem *p, float *base) {
+  const int32_t br = p->br, bc8 = fa_bc8(p->bc), dp = fa_dp(p->d);
+  fwd_scratch w;
+  w.s = base;
+  w.acc = w.s + br * bc8;
+  w.m = w.acc + br * dp;
+  w.l = w.m + align4(br);
+  return w;
+}
+
+/* Bytes of per-thread scratch the forward needs (16-byte aligned regions). */
+FA_EXPORT(fa_forward_scratch_bytes) int32_t fa_forward_scratch_bytes(const fa_problem *p) {
+  const int32_t br = p->br, bc8 = fa_bc8(p->bc), dp = fa_dp(p->d);
+  return (br * bc8 + br * dp + 2 * align4(br)) * 4;
+}
+
+/* Packs the K^T tiles of (batch b, kv head kvh) into p->kt. */
+FA_EXPORT(fa_pack_kt) void fa_pack_kt(const fa_problem *p, int32_t b, int32_t kvh) {
+  const int32_t k0 = p->cu_k[b], tk = p->cu_k[b + 1] - k0;
+  const int32_t d = p->d, bc = p->bc, bc8 = fa_bc8(bc), ks = p->hkv * d;
+  const int32_t ntiles = p->kt_first[p->batch];
+  float *kt = (float *)p->kt;
+  for (int32_t t = 0, j0 = 0; j0 < tk; t++, j0 += bc) {
+    float *dst = kt + (int64_t)(kvh * ntiles + p->kt_first[b] + t) * d * bc8;
+    fa_transpose_rows(p->k + (int64_t)(k0 + j0) * ks + kvh * d, ks, fa_min(bc, tk - j0), d, dst, bc8, bc8);
+  }
+}
+
+/* The online-softmax update of rows [0, nr) of a logit tile (online-softmax.ts softmaxTileUpdate). */
+static void softmax_update(float *s, int32_t ld, int32_t nr, int32_t ncols, float *m, float *l, float *acc, int32_t dp) {
+  for (int32_t r = 0; r < nr; r++) {
+    float *row = s + r * ld;
+    v128_t vmax = VSPLAT(m[r]);
+    for (int32_t c = 0; c < ncols; c += 4) vmax = wasm_f32x4_max(vmax, wasm_v128_load(row + c));
+    const float mnew = fa_hmax(vmax);
+    if (mnew == -FA_INF) {
+      /* nothing visible so far: every weight is 0 (and (-inf) - (-inf) is never formed) */
+      fa_zero(row, ncols);
+      continue;
+    }
+    const float alpha = m[r] == mnew ? 1.0f : fa_exp1(m[r] - mnew);
+    const v128_t vm = VSPLAT(mnew);
+    v128_t sum0 = VSPLAT(0.0f), sum1 = VSPLAT(0.0f);
+    int32_t c = 0;
+    for (; c + 8 <= ncols; c += 8) {
+      v128_t p0 = fa_vexp(wasm_f32x4_sub(wasm_v128_load(row + c), vm));
+      v128_t p1 = fa_vexp(wasm_f32x4_sub(wasm_v128_load(row + c + 4), vm));
+      wasm_v128_store(row + c, p0);
+      wasm_v128_store(row + c + 4, p1);
+      sum0 = wasm_f32x4_add(sum0, p0);
+      sum1 = wasm_f32x4_add(sum1, p1);
+    }
+    for (; c < ncols; c += 4) {
+      v128_t p0 = fa_vexp(wasm_f32x4_sub(wasm_v128_load(row + c), vm));
+      wasm_v128_store(row + c, p0);
+      sum0 = wasm_f32x4_add(sum0, p0);
+    }
+    l[r] = l[r] * alpha + fa_hsum(wasm_f32x4_add(sum0, sum1));
+    m[r] = mnew;
+    if (alpha != 1.0f) {
+      const v128_t va = VSPLAT(alpha);
+      float *a = acc + r * dp;
+      for (int32_t x = 0; x < dp; x += 4) wasm_v128_store(a + x, wasm_f32x4_mul(wasm_v128_load(a + x), va));
+    }
+  }
+}
+
+FA_EXPORT(fa_forward_unit) void fa_forward_unit(const fa_problem *p, float *scratch, int32_t b, int32_t kvh, int32_t qt) {
+  const int32_t q0 = p->cu_q[b], tq = p->cu_q[b + 1] - q0;
+  const int32_t k0 = p->cu_k[b], tk = p->cu_k[b + 1] - k0;
+  const int32_t br = p->br, bc = p->bc, bc8 = fa_bc8(bc), d = p->d, dp = fa_dp(d);
+  const int32_t i0 = qt * br, nr = fa_min(br, tq - i0);
+  if (nr <= 0) return;
+  const int32_t g = p->h / p->hkv, qs = p->h * d, ks = p->hkv * d;
+  const int32_t ntiles = p->kt_first[p->batch];
+  fwd_scratch w = fwd_layout(p, scratch);
+  /* key tiles some row of this tile sees (mask.ts tileKeyRange) */
+  int32_t lo, hi, lo2, hi2;
+  fa_key_range(p, i0, tq, tk, &lo, &hi2);
+  fa_key_range(p, i0 + nr - 1, tq, tk, &lo2, &hi);
+  const int32_t kt0 = lo / bc, kt1 = lo <= hi ? hi / bc : -1;
+  for (int32_t hh = 0; hh < g; hh++) {
+    const int32_t h = kvh * g + hh;
+    const float slope = p->alibi ? p->alibi[b * p->h + h] : 0.0f;
+    float *qrow = p->q + (int64_t)(q0 + i0) * qs + h * d;
+    for (int32_t r = 0; r < nr; r++) {
+      w.m[r] = -FA_INF;
+      w.l[r] = 0.0f;
+    }
+    fa_zero(w.acc, nr * dp);
+    for (int32_t kt = kt0; kt <= kt1; kt++) {
+      const int32_t j0 = kt * bc, nc = fa_min(bc, tk - j0);
+      const float *ktile = p->kt + (int64_t)(kvh * ntiles + p->kt_first[b] + kt) * d * bc8;
+      f32_mm_nn_set(nr, bc8, d, qrow, qs, ktile, bc8, w.s, bc8);
+      fa_score_tile(p, w.s, bc8, nr, nc, bc8, i0, j0, tq, tk, slope, 0);
+      softmax_update(w.s, bc8, nr, bc8, w.m, w.l, w.acc, dp);
+      f32_mm_nn_acc(nr, dp, nc, w.s, bc8, p->v + (int64_t)(k0 + j0) * ks + kvh * d, ks, w.acc, dp);
+    }
+    /* finalize (online-softmax.ts finalizeTile): out = acc / l, lse = m + log l */
+    for (int32_t r = 0; r < nr; r++) {
+      float *a = w.acc + r * dp;
+      const float l = w.l[r];
+      const int32_t li = fa_lse_index(p, b, h, i0 + r);
+      if (l == 0.0f) {
+        fa_zero(a, dp);
+        p->lse[li] = -FA_INF;
+      } else {
+        const v128_t inv = VSPLAT(1.0f / l);
+        for (int32_t x = 0; x < dp; x += 4) wasm_v128_store(a + x, wasm_f32x4_mul(wasm_v128_load(a + x), inv));
+        p->lse[li] = (float)((double)w.m[r] + fa_log((double)l));
+      }
+    }
+    fa_store_rows(w.acc, dp, nr, d, qrow, qs);
+  }
+}
