@@ -9,7 +9,7 @@
  *       P  = e^(S - lse)                             (0 for a row that sees nothing)
  *       dV += P^T dO                                 f32_mm_tn_acc
  *       dP = dO V^T                                  f32_mm_nn_set
- *       dS = P (dP - Dvec) [(1 - tanh^2) with softcap] scale
+ *       dS = P (dP - Dvec) [(1 - tanh^2) with softcap]  (scale: in Q, and in dQ at the end)
  *       dK += dS^T Q                                 f32_mm_tn_acc
  *       dQ += dS K                                   f32_mm_nn_set, then added into the accumulator
  *     store dK, dV (over the tile's own rows of k and v when they alias: read for the last time)
@@ -91,9 +91,11 @@ static void probabilities(float *s, int32_t ld, int32_t nr, int32_t ncols, const
   }
 }
 
-/* dS = P (dP - Dvec) [dcap] scale, in place in dp (0 where P is 0 and dP finite). */
-static void dscores(const float *s, float *dp, const float *dcap, int32_t ld, int32_t nr, int32_t ncols, const float *dvec, float scale) {
-  const v128_t vscale = VSPLAT(scale);
+/*
+ * dS' = P (dP - Dvec) [dcap], in place in dp (0 where P is 0 and dP finite). The scale of
+ * dS = dS' scale is in Q (dK += dS'^T (scale Q)) and applied to dQ once at the end.
+ */
+static void dscores(const float *s, float *dp, const float *dcap, int32_t ld, int32_t nr, int32_t ncols, const float *dvec) {
   for (int32_t r = 0; r < nr; r++) {
     const float *pr = s + r * ld;
     float *dr = dp + r * ld;
@@ -102,12 +104,11 @@ static void dscores(const float *s, float *dp, const float *dcap, int32_t ld, in
       const float *cr = dcap + r * ld;
       for (int32_t c = 0; c < ncols; c += 4) {
         v128_t x = wasm_f32x4_mul(wasm_v128_load(pr + c), wasm_f32x4_sub(wasm_v128_load(dr + c), dv));
-        wasm_v128_store(dr + c, wasm_f32x4_mul(wasm_f32x4_mul(x, wasm_v128_load(cr + c)), vscale));
+        wasm_v128_store(dr + c, wasm_f32x4_mul(x, wasm_v128_load(cr + c)));
       }
     } else {
       for (int32_t c = 0; c < ncols; c += 4) {
-        v128_t x = wasm_f32x4_mul(wasm_v128_load(pr + c), wasm_f32x4_sub(wasm_v128_load(dr + c), dv));
-        wasm_v128_store(dr + c, wasm_f32x4_mul(x, vscale));
+        wasm_v128_store(dr + c, wasm_f32x4_mul(wasm_v128_load(pr + c), wasm_f32x4_sub(wasm_v128_load(dr + c), dv)));
       }
     }
   }
@@ -161,7 +162,7 @@ void fa_backward_unit(const fa_problem *p, float *scratch, int32_t b, int32_t kv
           probabilities(w.s, bc8, nr, bc8, lse);
           f32_mm_tn_acc(bc8, dp, nr, w.s, bc8, dorow, qs, w.dv, dp);
           f32_mm_nn_set(nr, bc8, d, dorow, qs, w.vt, bc8, w.dp, bc8);
-          dscores(w.s, w.dp, dcap, bc8, nr, bc8, dvec, p->scale);
+          dscores(w.s, w.dp, dcap, bc8, nr, bc8, dvec);
           f32_mm_tn_acc(bc8, dp, nr, w.dp, bc8, qrow, qs, w.dk, dp);
           f32_mm_nn_set(nr, dp, nc, w.dp, bc8, krow, ks, w.dq, dp);
           fa_add_rows(w.dq, dp, nr, d, dq + (int64_t)i0 * dq_stride + hh * d, dq_stride);

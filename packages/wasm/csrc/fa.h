@@ -30,6 +30,7 @@ typedef struct fa_problem {
   float *q;                     /* queries; the forward overwrites each row with its output */
   const float *k, *v;
   const float *kt;              /* K^T tiles: [hkv][tile][d][bc8], tile = kt_first[b] + kt */
+  const float *vp;              /* V tiles: [hkv][tile][bc][dp], zero-padded */
   const int32_t *kt_first;      /* batch + 1: first tile of each sequence */
   float *lse;                   /* [batch, h, tq] or [h, total_q] (varlen) */
   /* backward (q, lse as above, read only) */
@@ -40,10 +41,10 @@ typedef struct fa_problem {
 } fa_problem;
 
 /* src/params.ts writes this struct field by field: keep the two in step. */
-_Static_assert(sizeof(fa_problem) == 116, "fa_problem layout changed: update src/params.ts");
+_Static_assert(sizeof(fa_problem) == 120, "fa_problem layout changed: update src/params.ts");
 _Static_assert(__builtin_offsetof(fa_problem, scale) == 52, "fa_problem layout changed: update src/params.ts");
 _Static_assert(__builtin_offsetof(fa_problem, cu_q) == 60, "fa_problem layout changed: update src/params.ts");
-_Static_assert(__builtin_offsetof(fa_problem, dq) == 112, "fa_problem layout changed: update src/params.ts");
+_Static_assert(__builtin_offsetof(fa_problem, dq) == 116, "fa_problem layout changed: update src/params.ts");
 
 /* Columns of a score tile: bc rounded up to the 8 columns of a micro-kernel. */
 static inline int32_t fa_bc8(int32_t bc) { return (bc + 7) & ~7; }

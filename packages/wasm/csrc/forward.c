@@ -4,10 +4,10 @@
  *
  *   m = -inf, l = 0, acc = 0
  *   for each key tile some row of the tile sees (tiles outside the mask are never visited):
- *     S   = Q K^T                       f32_mm_nn_set (Q rows in place, K^T tile packed once)
+ *     S   = Q K^T                       f32_mm_nn_set (Q rows in place, scaled by the engine; K^T packed once)
  *     S   = logits, -inf where masked   fa_score_tile
  *     m'  = max(m, rowmax S); P = e^(S - m'); l = e^(m - m') l + rowsum P; acc *= e^(m - m')
- *     acc += P V                        f32_mm_nn_acc (V rows in place)
+ *     acc += P V                        f32_mm_nn_acc (V tile packed once)
  *   out = acc / l (0 when l = 0), lse = m + log l (-inf when l = 0)
  *
  * out overwrites the unit's own rows of q: each query row of a head is read by one unit only,
@@ -43,15 +43,30 @@ FA_EXPORT(fa_forward_scratch_bytes) int32_t fa_forward_scratch_bytes(const fa_pr
   return (br * bc8 + br * dp + 2 * align4(br)) * 4;
 }
 
-/* Packs the K^T tiles of (batch b, kv head kvh) into p->kt. */
-FA_EXPORT(fa_pack_kt) void fa_pack_kt(const fa_problem *p, int32_t b, int32_t kvh) {
+/* x[0..n) *= s: the engine scales q once as it copies it in, so that S = Q K^T is already scaled. */
+FA_EXPORT(fa_scale) void fa_scale(float *x, int32_t n, float s) {
+  const v128_t vs = VSPLAT(s);
+  int32_t i = 0;
+  for (; i + 4 <= n; i += 4) wasm_v128_store(x + i, wasm_f32x4_mul(wasm_v128_load(x + i), vs));
+  for (; i < n; i++) x[i] *= s;
+}
+
+/*
+ * Packs the key tiles of (batch b, kv head kvh) once per call: K^T into p->kt, V into p->vp
+ * (contiguous [bc][dp] rows: read in place, V's rows lie H_kv D floats apart, and 64 of them
+ * fall into a couple of L1 sets).
+ */
+FA_EXPORT(fa_pack_kv) void fa_pack_kv(const fa_problem *p, int32_t b, int32_t kvh) {
   const int32_t k0 = p->cu_k[b], tk = p->cu_k[b + 1] - k0;
-  const int32_t d = p->d, bc = p->bc, bc8 = fa_bc8(bc), ks = p->hkv * d;
+  const int32_t d = p->d, dp = fa_dp(d), bc = p->bc, bc8 = fa_bc8(bc), ks = p->hkv * d;
   const int32_t ntiles = p->kt_first[p->batch];
-  float *kt = (float *)p->kt;
   for (int32_t t = 0, j0 = 0; j0 < tk; t++, j0 += bc) {
-    float *dst = kt + (int64_t)(kvh * ntiles + p->kt_first[b] + t) * d * bc8;
-    fa_transpose_rows(p->k + (int64_t)(k0 + j0) * ks + kvh * d, ks, fa_min(bc, tk - j0), d, dst, bc8, bc8);
+    const int32_t tile = kvh * ntiles + p->kt_first[b] + t, nc = fa_min(bc, tk - j0);
+    const int64_t src = (int64_t)(k0 + j0) * ks + kvh * d;
+    fa_transpose_rows(p->k + src, ks, nc, d, (float *)p->kt + (int64_t)tile * d * bc8, bc8, bc8);
+    float *vt = (float *)p->vp + (int64_t)tile * bc8 * dp;
+    fa_copy_rows(p->v + src, ks, nc, d, vt, dp);
+    fa_zero(vt + nc * dp, (bc8 - nc) * dp);
   }
 }
 
@@ -59,28 +74,41 @@ FA_EXPORT(fa_pack_kt) void fa_pack_kt(const fa_problem *p, int32_t b, int32_t kv
 static void softmax_update(float *s, int32_t ld, int32_t nr, int32_t ncols, float *m, float *l, float *acc, int32_t dp) {
   for (int32_t r = 0; r < nr; r++) {
     float *row = s + r * ld;
-    v128_t vmax = VSPLAT(m[r]);
-    for (int32_t c = 0; c < ncols; c += 4) vmax = wasm_f32x4_max(vmax, wasm_v128_load(row + c));
-    const float mnew = fa_hmax(vmax);
+    /* pmax(acc, x) keeps acc when x is NaN; a NaN score then reaches l through e^(NaN - m) */
+    v128_t vmax0 = VSPLAT(m[r]), vmax1 = vmax0;
+    int32_t c = 0;
+    for (; c + 8 <= ncols; c += 8) {
+      vmax0 = wasm_f32x4_pmax(vmax0, wasm_v128_load(row + c));
+      vmax1 = wasm_f32x4_pmax(vmax1, wasm_v128_load(row + c + 4));
+    }
+    for (; c < ncols; c += 4) vmax0 = wasm_f32x4_pmax(vmax0, wasm_v128_load(row + c));
+    float mnew = fa_hmax(wasm_f32x4_max(vmax0, vmax1));
     if (mnew == -FA_INF) {
-      /* nothing visible so far: every weight is 0 (and (-inf) - (-inf) is never formed) */
-      fa_zero(row, ncols);
-      continue;
+      /* nothing visible so far (weights 0, and (-inf) - (-inf) is never formed), or only NaN */
+      v128_t nan = wasm_f32x4_const_splat(0.0f);
+      for (int32_t x = 0; x < ncols; x += 4) {
+        const v128_t v = wasm_v128_load(row + x);
+        nan = wasm_v128_or(nan, wasm_f32x4_ne(v, v));
+      }
+      if (!wasm_v128_any_true(nan)) {
+        fa_zero(row, ncols);
+        continue;
+      }
+      mnew = __builtin_nanf("");
     }
     const float alpha = m[r] == mnew ? 1.0f : fa_exp1(m[r] - mnew);
     const v128_t vm = VSPLAT(mnew);
     v128_t sum0 = VSPLAT(0.0f), sum1 = VSPLAT(0.0f);
-    int32_t c = 0;
-    for (; c + 8 <= ncols; c += 8) {
-      v128_t p0 = fa_vexp(wasm_f32x4_sub(wasm_v128_load(row + c), vm));
-      v128_t p1 = fa_vexp(wasm_f32x4_sub(wasm_v128_load(row + c + 4), vm));
+    for (c = 0; c + 8 <= ncols; c += 8) {
+      v128_t p0 = fa_vexp_le0(wasm_f32x4_sub(wasm_v128_load(row + c), vm));
+      v128_t p1 = fa_vexp_le0(wasm_f32x4_sub(wasm_v128_load(row + c + 4), vm));
       wasm_v128_store(row + c, p0);
       wasm_v128_store(row + c + 4, p1);
       sum0 = wasm_f32x4_add(sum0, p0);
       sum1 = wasm_f32x4_add(sum1, p1);
     }
     for (; c < ncols; c += 4) {
-      v128_t p0 = fa_vexp(wasm_f32x4_sub(wasm_v128_load(row + c), vm));
+      v128_t p0 = fa_vexp_le0(wasm_f32x4_sub(wasm_v128_load(row + c), vm));
       wasm_v128_store(row + c, p0);
       sum0 = wasm_f32x4_add(sum0, p0);
     }
@@ -96,11 +124,11 @@ static void softmax_update(float *s, int32_t ld, int32_t nr, int32_t ncols, floa
 
 FA_EXPORT(fa_forward_unit) void fa_forward_unit(const fa_problem *p, float *scratch, int32_t b, int32_t kvh, int32_t qt) {
   const int32_t q0 = p->cu_q[b], tq = p->cu_q[b + 1] - q0;
-  const int32_t k0 = p->cu_k[b], tk = p->cu_k[b + 1] - k0;
+  const int32_t tk = p->cu_k[b + 1] - p->cu_k[b];
   const int32_t br = p->br, bc = p->bc, bc8 = fa_bc8(bc), d = p->d, dp = fa_dp(d);
   const int32_t i0 = qt * br, nr = fa_min(br, tq - i0);
   if (nr <= 0) return;
-  const int32_t g = p->h / p->hkv, qs = p->h * d, ks = p->hkv * d;
+  const int32_t g = p->h / p->hkv, qs = p->h * d;
   const int32_t ntiles = p->kt_first[p->batch];
   fwd_scratch w = fwd_layout(p, scratch);
   /* key tiles some row of this tile sees (mask.ts tileKeyRange) */
@@ -119,11 +147,11 @@ FA_EXPORT(fa_forward_unit) void fa_forward_unit(const fa_problem *p, float *scra
     fa_zero(w.acc, nr * dp);
     for (int32_t kt = kt0; kt <= kt1; kt++) {
       const int32_t j0 = kt * bc, nc = fa_min(bc, tk - j0);
-      const float *ktile = p->kt + (int64_t)(kvh * ntiles + p->kt_first[b] + kt) * d * bc8;
-      f32_mm_nn_set(nr, bc8, d, qrow, qs, ktile, bc8, w.s, bc8);
+      const int64_t tile = kvh * ntiles + p->kt_first[b] + kt;
+      f32_mm_nn_set(nr, bc8, d, qrow, qs, p->kt + tile * d * bc8, bc8, w.s, bc8);
       fa_score_tile(p, w.s, bc8, nr, nc, bc8, i0, j0, tq, tk, slope, 0);
       softmax_update(w.s, bc8, nr, bc8, w.m, w.l, w.acc, dp);
-      f32_mm_nn_acc(nr, dp, nc, w.s, bc8, p->v + (int64_t)(k0 + j0) * ks + kvh * d, ks, w.acc, dp);
+      f32_mm_nn_acc(nr, dp, nc, w.s, bc8, p->vp + tile * bc8 * dp, dp, w.acc, dp);
     }
     /* finalize (online-softmax.ts finalizeTile): out = acc / l, lse = m + log l */
     for (int32_t r = 0; r < nr; r++) {

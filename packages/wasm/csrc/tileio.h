@@ -37,7 +37,19 @@ static inline void fa_transpose_rows(const float *src, int32_t stride, int32_t n
     for (int32_t cc = nc; cc < ncols; cc++) dst[dd * ld + cc] = 0.0f;
 }
 
-/* dst[r * stride + c] = src[r * ld + c] * scale for r < nr, c < d. */
+/* dst[r * ld + c] = src[r * stride + c] for r < nr, c < d; columns d..ld are zeroed. */
+static inline void fa_copy_rows(const float *src, int32_t stride, int32_t nr, int32_t d, float *dst, int32_t ld) {
+  for (int32_t r = 0; r < nr; r++) {
+    const float *s = src + r * stride;
+    float *o = dst + r * ld;
+    int32_t c = 0;
+    for (; c + 4 <= d; c += 4) wasm_v128_store(o + c, wasm_v128_load(s + c));
+    for (; c < d; c++) o[c] = s[c];
+    for (; c < ld; c++) o[c] = 0.0f;
+  }
+}
+
+/* dst[r * stride + c] = src[r * ld + c] for r < nr, c < d. */
 static inline void fa_store_rows(const float *src, int32_t ld, int32_t nr, int32_t d, float *dst, int32_t stride) {
   for (int32_t r = 0; r < nr; r++) {
     const float *s = src + r * ld;

@@ -229,7 +229,7 @@ export class WasmBackend implements AttentionBackend {
     const fields: ProblemFields = {
       batch: p.batch, h: p.h, hkv: p.hkv, d: p.d, tq: p.tq, tk: p.tk, totalQ: p.totalQ, totalK: p.totalK, varlen: p.varlen,
       windowLeft: p.windowLeft, windowRight: p.windowRight, br: t.br, bc: t.bc, scale: p.scale, softcap: p.softcap,
-      cuQ, cuK, alibi, q: 0, k: 0, v: 0, kt: 0, ktFirst: 0, lse: 0, dout: 0, dvec: 0, dk: 0, dv: 0, dq: 0,
+      cuQ, cuK, alibi, q: 0, k: 0, v: 0, kt: 0, vp: 0, ktFirst: 0, lse: 0, dout: 0, dvec: 0, dk: 0, dv: 0, dq: 0,
     };
     return { ptr, fields };
   }
@@ -237,6 +237,13 @@ export class WasmBackend implements AttentionBackend {
   private input(t: HostTensor, dtype: DType, what: string): number {
     const ptr = this.arena.alloc(4 * t.data.length, what);
     copyIn(this.arena, t.data, dtype, ptr);
+    return ptr;
+  }
+
+  /** q as float32, multiplied by the scale (so Q K^T needs no pass of its own). */
+  private scaledQ(t: HostTensor, p: AttentionProblem): number {
+    const ptr = this.input(t, p.dtype, 'q');
+    this.kernels.fa_scale(ptr, t.data.length, p.scale);
     return ptr;
   }
 
@@ -274,13 +281,15 @@ export class WasmBackend implements AttentionBackend {
         const first = keyTiles(p, t.bc);
         fields.ktFirst = a.alloc(4 * first.length, 'the key tile index');
         a.i32(fields.ktFirst, first.length).set(first);
-        fields.q = this.input(qh, p.dtype, 'q');
+        fields.q = this.scaledQ(qh, p);
         fields.k = this.input(kh, p.dtype, 'k');
         fields.v = this.input(vh, p.dtype, 'v');
-        fields.kt = a.alloc(4 * p.hkv * first[p.batch] * p.d * ((t.bc + 7) & ~7), 'the K^T tiles');
+        const tileRows = p.hkv * first[p.batch] * ((t.bc + 7) & ~7);
+        fields.kt = a.alloc(4 * tileRows * p.d, 'the K^T tiles');
+        fields.vp = a.alloc(4 * tileRows * ((p.d + 7) & ~7), 'the V tiles');
         fields.lse = a.alloc(4 * p.h * p.totalQ, 'the lse');
         writeProblem(this.memory.buffer, ptr, fields);
-        for (let b = 0; b < p.batch; b++) for (let g = 0; g < p.hkv; g++) this.kernels.fa_pack_kt(ptr, b, g);
+        for (let b = 0; b < p.batch; b++) for (let g = 0; g < p.hkv; g++) this.kernels.fa_pack_kv(ptr, b, g);
         const units = planForward(p, t.br);
         const pooled = this.willUseWorkers(units.length / FWD_UNIT, problemFlops(p));
         await this.execute('forward', ptr, units, [], this.kernels.fa_forward_scratch_bytes(ptr), pooled);
@@ -306,7 +315,7 @@ export class WasmBackend implements AttentionBackend {
         const nq = p.totalQ * p.h * p.d;
         const nk = p.totalK * p.hkv * p.d;
         const nl = p.h * p.totalQ;
-        fields.q = this.input(qh, p.dtype, 'q');
+        fields.q = this.scaledQ(qh, p);
         fields.k = fields.dk = this.input(kh, p.dtype, 'k');
         fields.v = fields.dv = this.input(vh, p.dtype, 'v');
         fields.dout = this.input(dOh, p.dtype, 'dOut');
@@ -328,6 +337,7 @@ export class WasmBackend implements AttentionBackend {
         const pooled = this.willUseWorkers(plan.units.length / BWD_UNIT, flops);
         await this.execute('backward', ptr, plan.units, privates, this.kernels.fa_backward_scratch_bytes(ptr), pooled);
         reducePrivate(p, a.f32(fields.dq, nq), plan, privates.map((at, i) => a.f32(at, plan.privateSizes[i])));
+        this.kernels.fa_scale(fields.dq, nq, p.scale); // dQ = dS' K scale (backward.c)
         // dK, dV overwrite k, v tile by tile; keys of a sequence without queries get no unit: zero them
         for (let b = 0; b < p.batch; b++) {
           const s = segment(p, b);

@@ -26,7 +26,8 @@ export interface WasmJob {
 export interface Kernels {
   readonly fa_forward_scratch_bytes: (problem: number) => number;
   readonly fa_backward_scratch_bytes: (problem: number) => number;
-  readonly fa_pack_kt: (problem: number, b: number, kvh: number) => void;
+  readonly fa_scale: (ptr: number, n: number, s: number) => void;
+  readonly fa_pack_kv: (problem: number, b: number, kvh: number) => void;
   readonly fa_forward_unit: (problem: number, scratch: number, b: number, kvh: number, qt: number) => void;
   readonly fa_dvec: (problem: number, out: number) => void;
   readonly fa_backward_unit: (problem: number, scratch: number, b: number, kvh: number, ktStart: number, ktEnd: number, dqPrivate: number) => void;

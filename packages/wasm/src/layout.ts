@@ -2,8 +2,8 @@
  * How much of the engine's memory a call takes, before it runs: supports() declines problems
  * that cannot fit in wasm32's 4 GiB, and BENCHMARKS/README quote the same numbers.
  *
- *   forward:  q (overwritten by out), k, v as float32; K^T tiles (D x bc8 per key tile and kv
- *             head); lse; per-thread scratch
+ *   forward:  q (overwritten by out), k, v as float32; K^T and V tiles (bc8 x D each per key
+ *             tile and kv head); lse; per-thread scratch
  *   backward: q, k (then dK), v (then dV), dO, the dQ accumulator (first holding out, for Dvec);
  *             lse, Dvec; the private dQ accumulators of split sequences (at most one sequence's
  *             dQ per extra thread); per-thread scratch
@@ -32,8 +32,8 @@ export function scratchBound(p: AttentionProblem, t: TileSizes): number {
 export function forwardBytes(p: AttentionProblem, t: TileSizes, threads: number): number {
   const nq = p.totalQ * p.h * p.d;
   const nk = p.totalK * p.hkv * p.d;
-  const kt = p.hkv * keyTiles(p, t.bc)[p.batch] * p.d * bc8(t.bc);
-  return F * (nq + 2 * nk + kt + p.h * p.totalQ) + threads * scratchBound(p, t);
+  const tileRows = p.hkv * keyTiles(p, t.bc)[p.batch] * bc8(t.bc);
+  return F * (nq + 2 * nk + tileRows * (p.d + dp(p.d)) + p.h * p.totalQ) + threads * scratchBound(p, t);
 }
 
 export function backwardBytes(p: AttentionProblem, t: TileSizes, threads: number): number {

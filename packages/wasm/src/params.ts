@@ -3,7 +3,7 @@
  * struct (fa.h checks its size and a few offsets with _Static_assert; test/kernels.test.ts
  * checks the byte count against the binary's fa_problem_bytes()).
  */
-export const PROBLEM_BYTES = 116;
+export const PROBLEM_BYTES = 120;
 
 /** The fields of fa_problem; pointers are byte addresses in the engine's memory (0 = none). */
 export interface ProblemFields {
@@ -29,6 +29,7 @@ export interface ProblemFields {
   k: number;
   v: number;
   kt: number;
+  vp: number;
   ktFirst: number;
   lse: number;
   dout: number;
@@ -39,7 +40,7 @@ export interface ProblemFields {
 }
 
 const INT_FIELDS = ['batch', 'h', 'hkv', 'd', 'tq', 'tk', 'totalQ', 'totalK', 'varlen', 'windowLeft', 'windowRight', 'br', 'bc'] as const;
-const PTR_FIELDS = ['cuQ', 'cuK', 'alibi', 'q', 'k', 'v', 'kt', 'ktFirst', 'lse', 'dout', 'dvec', 'dk', 'dv', 'dq'] as const;
+const PTR_FIELDS = ['cuQ', 'cuK', 'alibi', 'q', 'k', 'v', 'kt', 'vp', 'ktFirst', 'lse', 'dout', 'dvec', 'dk', 'dv', 'dq'] as const;
 
 export function writeProblem(buffer: ArrayBufferLike, ptr: number, f: ProblemFields): void {
   const view = new DataView(buffer, ptr, PROBLEM_BYTES);
