@@ -1,9 +1,9 @@
 /*
  * Vector math on f32x4: multiply-add, exp, tanh, horizontal max/sum, and a float64 log for the
- * per-row LSE. Accuracy: exp within 2 ulp plus |n| ulp(ln2) in the argument (fa_vexp_le0), 0 below
- * -87.3, e^88 above 88 (NaN stays NaN); tanh within
- * 2 ulp (odd polynomial below 0.625, 1 - 2/(e^2x + 1) above, where the subtraction loses at most
- * one bit). The kit's float32 rule (1e-5 of the norm) leaves two orders of magnitude to spare.
+ * per-row LSE. Accuracy (test/kernels.test.ts): exp within 3 ulp on [-87.3, 88], 0 below, e^88
+ * above (NaN stays NaN); tanh within 4 ulp (odd polynomial below 0.625, 1 - 2/(e^2x + 1) above,
+ * where the subtraction loses at most one bit). The kit's float32 rule (1e-5 of the norm) leaves
+ * two orders of magnitude to spare.
  */
 #ifndef FA_VMATH_H
 #define FA_VMATH_H
@@ -25,16 +25,17 @@
  * e^x = 2^n * e^t with n = round(x * log2 e), t = x - n ln2, e^t by a degree-5 polynomial on
  * [-ln2/2, ln2/2]. The magic constant 1.5*2^23 + 127 rounds x log2 e to an integer in the low
  * mantissa bits with the exponent bias already added, so shifting them into the exponent field
- * gives 2^n. Below -87.34 (2^n subnormal) the result is flushed to 0, which also catches
- * x = -inf; NaN fails every comparison and stays NaN. t carries an error of |n| ulp(ln2) (one
- * ln2 constant, not a hi/lo split): at most 2.4e-7 relative where e^x is below 2^-100 anyway,
- * 3e-8 for x > -10, which is where softmax weights matter.
+ * gives 2^n. ln2 is split in two (Cody-Waite): n ln2_hi is exact, so t is exact to an ulp whether
+ * or not the multiply-add is fused (one constant costs up to 4e-6 relative without fusion:
+ * test/kernels.test.ts). Below -87.34 (2^n subnormal) the result is flushed to 0, which also
+ * catches x = -inf; NaN fails every comparison and stays NaN.
  * For x <= 0 (or -inf, NaN): the online softmax's e^(s - max).
  */
 FA_INLINE v128_t fa_vexp_le0(v128_t x) {
   const v128_t log2e = VSPLAT(0x1.715476p+0f);
   const v128_t magic = VSPLAT(0x1.8000FEp23f);
-  const v128_t mln2 = VSPLAT(-0x1.62E430p-1f);
+  const v128_t mln2hi = VSPLAT(-0x1.62E400p-1f);
+  const v128_t mln2lo = VSPLAT(-0x1.7F7D1Cp-20f);
   const v128_t c5 = VSPLAT(0x1.0F9F9Cp-7f);
   const v128_t c4 = VSPLAT(0x1.573A1Ap-5f);
   const v128_t c3 = VSPLAT(0x1.555A80p-3f);
@@ -44,7 +45,8 @@ FA_INLINE v128_t fa_vexp_le0(v128_t x) {
   v128_t z = VFMA(x, log2e, magic);
   v128_t s = wasm_i32x4_shl(z, 23);
   v128_t n = wasm_f32x4_sub(z, magic);
-  v128_t t = VFMA(n, mln2, x);
+  v128_t t = VFMA(n, mln2hi, x);
+  t = VFMA(n, mln2lo, t);
   v128_t p = VFMA(c5, t, c4);
   p = VFMA(p, t, c3);
   p = VFMA(p, t, c2);

@@ -10,7 +10,8 @@
 #
 # Toolchain: Debian's clang-19 and lld-19 (scripts/setup-wasm.sh installs them). clang 14 emits
 # the pre-standard relaxed-SIMD opcodes (f32x4.fma, 0xfd 0xaf), which no current engine accepts.
-# Usage: bash scripts/build-wasm.sh [OUTDIR]   (default: wasm/)
+# Usage: bash scripts/build-wasm.sh [OUTDIR]   (default: wasm/). The micro-kernel header
+# csrc/gen/f32-gemm.h is regenerated first unless FA_WASM_NO_GEN=1 (the test checks it instead).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-wasm}
@@ -19,9 +20,9 @@ if ! command -v "$cc" >/dev/null 2>&1; then
   echo "build-wasm: $cc not found (bash scripts/setup-wasm.sh from the repository root installs it)" >&2
   exit 1
 fi
-node scripts/gen-kernels.mjs >/dev/null
+[ -n "${FA_WASM_NO_GEN:-}" ] || node scripts/gen-kernels.mjs >/dev/null
 mkdir -p "$out"
-srcs=(csrc/forward.c csrc/backward.c csrc/stack.S)
+srcs=(csrc/forward.c csrc/backward.c csrc/testing.c csrc/stack.S)
 common=(--target=wasm32 -O3 -nostdlib -ffreestanding -fno-ident -msimd128 -mbulk-memory -Wall -Werror
   -Wl,--no-entry -Wl,--import-memory -Wl,--stack-first -Wl,-z,stack-size=65536
   -Wl,--export=__heap_base -Wl,--strip-all)

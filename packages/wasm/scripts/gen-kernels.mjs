@@ -19,9 +19,10 @@
  * And the macro-kernels that tile an M x N product with them: N must be a multiple of 8 (tiles
  * are padded to it); M is any count for nn, a multiple of 4 for tn.
  *
- * Run: node scripts/gen-kernels.mjs (the build script does; the output is committed).
+ * Run: node scripts/gen-kernels.mjs (the build script does; the output is committed);
+ * --check only compares the committed header with the template's output.
  */
-import { writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 const NR = 8;
@@ -89,5 +90,16 @@ parts.push(macroKernel('nn', 'set'), '', macroKernel('nn', 'acc'), '', macroKern
 parts.push('#endif', '');
 
 const out = fileURLToPath(new URL('../csrc/gen/f32-gemm.h', import.meta.url));
-writeFileSync(out, parts.join('\n'));
-console.log(`gen-kernels: wrote ${out}`);
+const text = parts.join('\n');
+if (process.argv.includes('--check')) {
+  // test/build.test.ts: the committed header is what the template generates
+  const have = existsSync(out) ? readFileSync(out, 'utf8') : '';
+  if (have !== text) {
+    console.error(`gen-kernels: ${out} is not what the template generates: run node scripts/gen-kernels.mjs`);
+    process.exit(1);
+  }
+  console.log(`gen-kernels: ${out} is up to date`);
+} else {
+  writeFileSync(out, text);
+  console.log(`gen-kernels: wrote ${out}`);
+}
