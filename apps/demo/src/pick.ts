@@ -1,10 +1,15 @@
 /**
- * Which engine tells the story: cuda, then webgpu on a hardware adapter, then cpu (a software
- * WebGPU adapter such as SwiftShader or lavapipe is slower than the CPU engine). --backend NAME
- * overrides, software adapters included.
+ * Which engine tells the story: cuda, then webgpu on a hardware adapter, then wasm, then cpu (a
+ * software WebGPU adapter such as SwiftShader or lavapipe is slower than the CPU engines).
+ * --backend NAME overrides, software adapters included.
  */
 import { listBackends, resolveBackend, type AttentionBackend } from '@fa/core';
 import { loadOptionalEngines, pickBackend } from './engines.js';
+import { isSoftwareAdapter } from './story/engine-kind.js';
+
+export { isSoftwareAdapter };
+
+const STORY_ORDER = ['cuda', 'webgpu', 'wasm', 'cpu'];
 
 export interface Candidate {
   readonly name: string;
@@ -13,24 +18,18 @@ export interface Candidate {
   backend?: AttentionBackend;
 }
 
-const SOFTWARE = /swiftshader|llvmpipe|lavapipe|software|basic render|microsoft basic/i;
-
-export function isSoftwareAdapter(b: AttentionBackend): boolean {
-  return b.name === 'webgpu' && SOFTWARE.test(b.device);
-}
-
-/** Resolves every engine (cuda, webgpu, cpu) and picks one; `requested` = --backend. */
+/** Resolves every engine (cuda, webgpu, wasm, cpu) and picks one; `requested` = --backend. */
 export async function pickStoryBackend(requested = 'auto'): Promise<{ backend: AttentionBackend; candidates: Candidate[] }> {
   const engines = await loadOptionalEngines(requested);
   if (requested !== 'auto') {
     // --backend NAME: start only that engine (the one-line error for unknown or unavailable names)
     const backend = await pickBackend(requested);
-    const candidates = ['cuda', 'webgpu', 'cpu'].map((name): Candidate => (name === backend.name ? { name, status: 'used', backend } : { name, status: `not tried (--backend ${requested})` }));
+    const candidates = STORY_ORDER.map((name): Candidate => (name === backend.name ? { name, status: 'used', backend } : { name, status: `not tried (--backend ${requested})` }));
     return { backend, candidates };
   }
   const listed = await listBackends(); // starts each engine once (cached by the registry)
   const candidates: Candidate[] = [];
-  for (const name of ['cuda', 'webgpu', 'cpu']) {
+  for (const name of STORY_ORDER) {
     const opt = engines.find((e) => e.name === name);
     const st = listed.find((b) => b.name === name);
     if (opt?.failure) candidates.push({ name, status: `unavailable: ${opt.failure}` });

@@ -74,6 +74,8 @@ describe('fa backends', () => {
     expect(r.stderr).toBe('');
     const lines = r.stdout.trimEnd().split('\n');
     expect(lines.find((l) => l.startsWith('cpu'))).toMatch(/^cpu\s+CPU.*\savailable$/);
+    // the WebAssembly engine is a dependency of the command and runs on every Node it supports
+    expect(lines.find((l) => l.startsWith('wasm '))).toMatch(/^wasm\s+WebAssembly (SIMD128|relaxed SIMD) ×\d+ threads?\s+available$/);
     // the GPU engines are listed too: available, or why not
     for (const name of ['webgpu', 'cuda']) expect(lines.find((l) => l.startsWith(name + ' '))).toMatch(/\s(available|unavailable: .+)$/);
   });
@@ -93,13 +95,13 @@ describe('fa run on NumPy fixtures', () => {
     expect(cases.some((c) => c.dtype === 'bf16')).toBe(true);
   });
 
-  for (const c of cases) {
-    it(`${c.name}: ${c.args.filter((a) => a.startsWith('--') && !['--q', '--k', '--v'].includes(a)).join(' ') || '(defaults)'}`, async () => {
+  for (const backend of ['cpu', 'wasm']) for (const c of cases) {
+    it(`${backend}: ${c.name}: ${c.args.filter((a) => a.startsWith('--') && !['--q', '--k', '--v'].includes(a)).join(' ') || '(defaults)'}`, async () => {
       const out = freshOut();
-      const r = await fa(['run', '--backend', 'cpu', ...c.args, '--out', out]);
+      const r = await fa(['run', '--backend', backend, ...c.args, '--out', out]);
       expect(r.stderr).toBe('');
       expect(r.code).toBe(0);
-      expect(r.stdout).toMatch(/^fa run: cpu \(.+\) q \[.*\] .*forward .* ms/);
+      expect(r.stdout).toMatch(new RegExp(`^fa run: ${backend} \\(.+\\) q \\[.*\\] .*forward .* ms`));
       expect(r.stdout.trim().split('\n')).toHaveLength(1);
       expect(readdirSync(out).sort()).toEqual(c.outputs.map((o) => `${o}.npy`).sort());
       for (const o of c.outputs) {

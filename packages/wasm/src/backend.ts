@@ -171,6 +171,15 @@ export class WasmBackend implements AttentionBackend {
     return this.memory.buffer.byteLength;
   }
 
+  /** The most memory one call used (inputs, outputs, tiles) since resetCallBytesPeak(). */
+  get callBytesPeak(): number {
+    return this.arena.peak;
+  }
+
+  resetCallBytesPeak(): void {
+    this.arena.resetPeak();
+  }
+
   tileSizes(d: number, pass: 'forward' | 'backward'): TileSizes {
     const o = pass === 'forward' ? this.opts.tiles : (this.opts.backwardTiles ?? this.opts.tiles);
     return o ?? chooseWasmTiles(d);

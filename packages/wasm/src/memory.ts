@@ -18,6 +18,8 @@ const align = (n: number, a: number): number => Math.ceil(n / a) * a;
 
 export class Arena {
   private top: number;
+  /** The most bytes allocated above `base` since resetPeak(). */
+  peak = 0;
 
   constructor(
     readonly memory: WebAssembly.Memory,
@@ -30,6 +32,10 @@ export class Arena {
   /** Frees everything allocated since construction (the start of a call). */
   reset(): void {
     this.top = this.base;
+  }
+
+  resetPeak(): void {
+    this.peak = 0;
   }
 
   get used(): number {
@@ -56,6 +62,7 @@ export class Arena {
       }
     }
     this.top = end;
+    if (end - this.base > this.peak) this.peak = end - this.base;
     return p;
   }
 

@@ -14,7 +14,9 @@ import type { Io } from '../io.js';
 import { bufferProbe } from '../memory.js';
 import { isSoftwareAdapter, pickStoryBackend } from '../pick.js';
 import { fmtBytes, fmtInt, fmtSeconds } from '../story/format.js';
+import { onCpu } from '../story/engine-kind.js';
 import { gpuMemoryProbe } from '../story/gpumem.js';
+import { wasmMemoryProbe } from '../story/wasmmem.js';
 import { makeInputs, type MemoryProbe } from '../story/run.js';
 import { fit } from '../story/text.js';
 
@@ -81,7 +83,7 @@ async function finish(b: AttentionBackend, t: Tensor): Promise<void> {
 }
 
 function probe(b: AttentionBackend): MemoryProbe | undefined {
-  return b.name === 'cpu' ? bufferProbe() : gpuMemoryProbe(b);
+  return b.name === 'cpu' ? bufferProbe() : (wasmMemoryProbe(b) ?? gpuMemoryProbe(b));
 }
 
 const bytesOf = (t: Tensor): number => {
@@ -202,7 +204,7 @@ export async function benchCommand(args: readonly string[], io: Io): Promise<num
       if (name === 'all') continue;
       throw new FAError('E_UNSUPPORTED', `backend ${b.name} does not compute ${dtype} (it computes ${b.dtypes.join(', ')})`);
     }
-    const gpu = b.name !== 'cpu' && !isSoftwareAdapter(b);
+    const gpu = !onCpu(b) && !isSoftwareAdapter(b);
     const sizes = sizesFlag ?? (gpu ? [1024, 4096, 16384] : [256, 512, 1024]);
     if (sizes.length === 0) throw argError('--seq needs at least one size');
     const rows: BenchRow[] = [];
@@ -222,8 +224,8 @@ export async function benchCommand(args: readonly string[], io: Io): Promise<num
       ...rows.map((r) => [fmtInt(r.T), fmtBytes(r.hbmNaive), fmtBytes(r.hbmFlash), r.intensityNaive.toFixed(1), r.intensityFlash.toFixed(0)]),
     ]))
       io.out(l);
-    io.out(`  mem: measured peak extra memory (${b.name === 'cpu' ? 'ArrayBuffers' : 'device'}), beyond inputs and outputs.`);
-    if (b.name === 'cpu') io.out('  CPU timings are a rough guide, not GPU figures.');
+    io.out(`  mem: measured peak extra memory (${b.name === 'cpu' ? 'ArrayBuffers' : b.name === 'wasm' ? 'WebAssembly memory' : 'device'}), beyond inputs and outputs.`);
+    if (onCpu(b)) io.out('  CPU timings are a rough guide, not GPU figures.');
   }
   if (p.booleans.has('json')) io.out(JSON.stringify(json, null, 2));
   return 0;

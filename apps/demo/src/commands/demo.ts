@@ -22,7 +22,9 @@ import { progressBar } from '../progress.js';
 import { reportHtml } from '../report.js';
 import { checkRows, sampleRows } from '../story/exact.js';
 import { fmtBytes } from '../story/format.js';
+import { onCpu } from '../story/engine-kind.js';
 import { gpuMemoryProbe } from '../story/gpumem.js';
+import { wasmMemoryProbe } from '../story/wasmmem.js';
 import { naiveMemory } from '../story/model.js';
 import { naiveAttention } from '../story/naive.js';
 import { backwardPart, FULL_T, ioSummary, naivePart, walkthroughPart } from '../story/parts.js';
@@ -31,7 +33,7 @@ import { AttentionRun, makeInputs, type MemoryProbe, type PassOptions } from '..
 import { header, part1, part2, part3, part4, part5, part6 } from '../story/text.js';
 
 const SPEC: FlagSpec = {
-  backend: { type: 'string', value: 'NAME', help: `engine: ${BACKEND_CHOICES.join(', ')} (default auto: cuda, then webgpu on a hardware adapter, then cpu)` },
+  backend: { type: 'string', value: 'NAME', help: `engine: ${BACKEND_CHOICES.join(', ')} (default auto: cuda, then webgpu on a hardware adapter, then wasm, then cpu)` },
   tokens: { type: 'string', value: 'T', help: 'tokens (default: 100000 on a GPU; on a CPU the largest T that fits --budget)' },
   seq: { type: 'string', value: 'T', help: 'same as --tokens' },
   budget: { type: 'string', value: 'SECONDS', help: 'time for forward + backward when T is chosen for you (default 50)' },
@@ -96,10 +98,10 @@ function parseOpts(args: readonly string[]): Opts | 'help' {
 /** Seconds for forward + backward on a CPU: about a minute with calibration and checks, leaving room for setup in the 3-minute quick start. */
 export const DEFAULT_BUDGET = 50;
 
-const isGpu = (b: AttentionBackend) => b.name !== 'cpu' && !isSoftwareAdapter(b);
+const isGpu = (b: AttentionBackend) => !onCpu(b) && !isSoftwareAdapter(b);
 
 function probeFor(b: AttentionBackend): MemoryProbe | undefined {
-  return b.name === 'cpu' ? bufferProbe() : gpuMemoryProbe(b);
+  return b.name === 'cpu' ? bufferProbe() : (wasmMemoryProbe(b) ?? gpuMemoryProbe(b));
 }
 
 /** Forward + backward once at size T (calibration or a throughput entry). */
@@ -163,7 +165,7 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
   const D = o.dim ?? (gpu ? 128 : 64);
   const causal = o.causal;
   const machine = machineInfo(backend);
-  const engine = { name: backend.name, device: backend.device, dtype, onDevice: backend.name !== 'cpu' };
+  const engine = { name: backend.name, device: backend.device, dtype, onDevice: !onCpu(backend) };
 
   // 1. naive attention at 100K tokens
   const available = machine.gpuTotal ?? machine.ramTotal;

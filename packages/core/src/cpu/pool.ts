@@ -72,7 +72,17 @@ export class WorkerPool<J = Job> {
 
   private spawn(): Slot {
     const execArgv = typeof process !== 'undefined' && Array.isArray(process.execArgv) ? workerExecArgv(process.execArgv) : undefined;
-    const worker = new this.WorkerClass(this.url, { name: `fa-${this.label}-${this.slots.length}`, ...(execArgv ? { execArgv } : {}) });
+    const name = `fa-${this.label}-${this.slots.length}`;
+    let worker: NodeWorker;
+    try {
+      worker = new this.WorkerClass(this.url, { name, ...(execArgv ? { execArgv } : {}) });
+    } catch (e) {
+      // V8 flags (`node --experimental-wasm-relaxed-simd app.js`) are process-wide and Node
+      // refuses them in a worker's execArgv: start it without the flags Node names.
+      if ((e as { code?: string }).code !== 'ERR_WORKER_INVALID_EXEC_ARGV' || !execArgv) throw e;
+      const invalid = new Set(String((e as Error).message).replace(/^[^:]*:\s*/, '').split(/,\s*/));
+      worker = new this.WorkerClass(this.url, { name, execArgv: execArgv.filter((a) => !invalid.has(a)) });
+    }
     worker.unref();
     const slot: Slot = { worker, dead: false };
     const fail = (why: string, cause?: unknown) => {
