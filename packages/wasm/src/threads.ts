@@ -54,5 +54,6 @@ export async function createPool(size: number, init: WorkerInit, host: 'node' | 
     }
   }
   const Ctor = WebWasmWorker as unknown as new (url: URL, opts?: { name?: string; execArgv?: string[] }) => NodeWorker;
-  return new WorkerPool<WasmJob>(size, Ctor, new URL('./worker.js', import.meta.url), 'wasm');
+  // The shim ignores the pool's URL (its own literal is what bundlers see); any URL will do.
+  return new WorkerPool<WasmJob>(size, Ctor, new URL(import.meta.url), 'wasm');
 }
