@@ -302,8 +302,8 @@ export class WasmBackend implements AttentionBackend {
         const units = planForward(p, t.br);
         const pooled = this.willUseWorkers(units.length / FWD_UNIT, problemFlops(p));
         await this.execute('forward', ptr, units, [], this.kernels.fa_forward_scratch_bytes(ptr), pooled);
-        const out = copyOut(a, fields.q, p.totalQ * p.h * p.d, p.dtype);
-        const lse = copyOut(a, fields.lse, p.h * p.totalQ, 'f32');
+        const out = copyOut(a, this.kernels, fields.q, p.totalQ * p.h * p.d, p.dtype);
+        const lse = copyOut(a, this.kernels, fields.lse, p.h * p.totalQ, 'f32');
         return { out: tensor(out, p.qShape, p.dtype), lse: tensor(lse, p.lseShape, 'f32') };
       } finally {
         a.reset();
@@ -356,9 +356,9 @@ export class WasmBackend implements AttentionBackend {
           a.f32(fields.dv + 4 * s.k0 * row, s.tk * row).fill(0);
         }
         return {
-          dq: tensor(copyOut(a, fields.dq, nq, p.dtype), p.qShape, p.dtype),
-          dk: tensor(copyOut(a, fields.dk, nk, p.dtype), p.kShape, p.dtype),
-          dv: tensor(copyOut(a, fields.dv, nk, p.dtype), p.kShape, p.dtype),
+          dq: tensor(copyOut(a, this.kernels, fields.dq, nq, p.dtype), p.qShape, p.dtype),
+          dk: tensor(copyOut(a, this.kernels, fields.dk, nk, p.dtype), p.kShape, p.dtype),
+          dv: tensor(copyOut(a, this.kernels, fields.dv, nk, p.dtype), p.kShape, p.dtype),
         };
       } finally {
         a.reset();

@@ -1,10 +1,12 @@
 /**
  * Host tensors in and out of the engine's memory. Inputs are converted to float32 as they are
  * copied in (f16/bf16 decoded exactly, core's decode); outputs are rounded once to the call's
- * dtype as they are copied out (core's encode, ties to even). Results are SharedArrayBuffer-backed
- * where that exists (core's allocHost), as the cpu engine's are.
+ * dtype as they are copied out (csrc/convert.c, in place, with core's encode's rounding: ties to
+ * even). Results are SharedArrayBuffer-backed where that exists (core's allocHost), as the cpu
+ * engine's are.
  */
-import { allocHost, decode, encode, type DType, type HostData } from '@fa/core';
+import { allocHost, decode, type DType, type HostData } from '@fa/core';
+import type { Kernels } from './job.js';
 import type { Arena } from './memory.js';
 
 export function copyIn(a: Arena, src: HostData, dtype: DType, ptr: number): void {
@@ -13,10 +15,14 @@ export function copyIn(a: Arena, src: HostData, dtype: DType, ptr: number): void
   else decode(dtype, src as Uint16Array, dst);
 }
 
-export function copyOut(a: Arena, ptr: number, n: number, dtype: DType): HostData {
-  const src = a.f32(ptr, n);
+/** Copies n float32 values out as `dtype` (rounding f16/bf16 in place: the source is consumed). */
+export function copyOut(a: Arena, k: Kernels, ptr: number, n: number, dtype: DType): HostData {
   const out = allocHost(dtype, n);
-  if (dtype === 'f32') (out as Float32Array).set(src);
-  else encode(dtype, src, out as Uint16Array);
+  if (dtype === 'f32') {
+    (out as Float32Array).set(a.f32(ptr, n));
+  } else {
+    k.fa_encode16(ptr, n, dtype === 'bf16' ? 1 : 0);
+    (out as Uint16Array).set(new Uint16Array(a.memory.buffer, ptr, n));
+  }
   return out;
 }

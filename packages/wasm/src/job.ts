@@ -27,6 +27,7 @@ export interface Kernels {
   readonly fa_forward_scratch_bytes: (problem: number) => number;
   readonly fa_backward_scratch_bytes: (problem: number) => number;
   readonly fa_scale: (ptr: number, n: number, s: number) => void;
+  readonly fa_encode16: (ptr: number, n: number, bf16: number) => void;
   readonly fa_pack_kv: (problem: number, b: number, kvh: number) => void;
   readonly fa_forward_unit: (problem: number, scratch: number, b: number, kvh: number, qt: number) => void;
   readonly fa_dvec: (problem: number, out: number) => void;

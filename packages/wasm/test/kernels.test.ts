@@ -8,11 +8,13 @@
  */
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
+import { encode } from '@fa/core';
 import { binaryUrl, enableRelaxedSimd } from '../dist/index.js';
 import { PROBLEM_BYTES } from '../dist/params.js';
 
 interface TestExports {
   fa_problem_bytes(): number;
+  fa_encode16(ptr: number, n: number, bf16: number): void;
   fa_test_mm(form: number, m: number, n: number, k: number, a: number, lda: number, b: number, ldb: number, c: number, ldc: number): void;
   fa_test_vmath(fn: number, x: number, y: number, n: number): void;
 }
@@ -137,6 +139,36 @@ for (const name of binaries) {
       expect(y[2]).toBe(1);
       expect(y[3]).toBe(1);
     });
+
+    for (const dtype of ['f16', 'bf16'] as const) {
+      it(`float32 -> ${dtype} in place rounds exactly as core's encode (ties to even, subnormals, overflow, NaN)`, () => {
+        const r = rng(dtype === 'f16' ? 11 : 12);
+        const xs: number[] = [0, -0, Infinity, -Infinity, NaN, 65504, 65519.99, 65520, 65536, -65520, 2 ** -24, 2 ** -25, 3 * 2 ** -26, 2 ** -14, 2 ** -15, 1e-45, 3.4e38, -3.4e38];
+        if (dtype === 'bf16') {
+          // for every bf16 pattern: the midpoint to the next one (a tie) and a hair either side
+          const u = new Uint32Array(1);
+          const f = new Float32Array(u.buffer);
+          for (let b = 0; b < 0x10000; b++) {
+            for (const low of [0x8000, 0x8001, 0x7fff]) {
+              u[0] = ((b << 16) | low) >>> 0;
+              xs.push(f[0]);
+            }
+          }
+        } else {
+          // every f16 binade from below the subnormals to past the largest: values and ties
+          for (let e = -26; e <= 16; e++) for (let m = 0; m < 2048; m++) xs.push((1 + m / 2048) * 2 ** e, -(1 + (m + 0.5) / 1024) * 2 ** e);
+        }
+        for (let i = 0; i < 200_000; i++) xs.push(r() * 2 ** Math.floor(r() * 80 - 40));
+        const n = xs.length;
+        const src = Float32Array.from(xs);
+        const want = encode(dtype, src);
+        new Float32Array(mem.buffer, X, n).set(src);
+        ex.fa_encode16(X, n, dtype === 'bf16' ? 1 : 0);
+        const got = new Uint16Array(mem.buffer, X, n);
+        for (let i = 0; i < n; i++) if (got[i] !== want[i]) expect.fail(`${dtype}(${src[i]}): got 0x${got[i].toString(16)}, core's encode gives 0x${want[i].toString(16)}`);
+        expect(n).toBeGreaterThan(100_000);
+      });
+    }
 
     it('tanh: within 4 ulp on [-20, 20], odd, exactly ±1 far out, NaN stays NaN', () => {
       const xs = grid(-20, 20, 400_001);
