@@ -110,7 +110,7 @@ for (const causal of CAUSAL) {
       const feeds = { q: mk(qd), k: mk(kd), v: mk(vd) };
       engines.push(['ort', () => ortP.sessions[causal].run(feeds)]);
     }
-    if (tfw && T <= 4096) {
+    if (tfw && T <= Number(env.FA_BENCH_TFJS_MAX_T ?? 2048)) {
       const { tf } = tfw;
       const tq = tf.tensor(qd, [T, H * D]), tk = tf.tensor(kd, [T, H * D]), tv = tf.tensor(vd, [T, H * D]);
       engines.push(['tfjs-wasm', async () => { const o = tfjsAttention(tf, tq, tk, tv, T, causal); await o.data(); o.dispose(); }]);
