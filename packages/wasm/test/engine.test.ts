@@ -8,6 +8,7 @@ import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { describeProblem, isFAError, tensor, type HostTensor, type Tensor } from '@fa/core';
+import { makeCase, runConformance } from '@fa/core/testing';
 import { createWasmBackend, WASM_PRIORITY } from '../dist/index.js';
 
 function rand(shape: number[], seed: number): HostTensor {
@@ -109,6 +110,21 @@ describe('wasm engine', () => {
     expect(peak).toBeLessThan(512 * 512 * 4 * 2 + 3 * 512 * 2 * 64 * 4 * 3);
     await be.forward(q, k, v);
     expect(be.memoryBytes).toBe(grown);
+    await be.dispose();
+  });
+
+  it('passes the kit with any tile sizes (1×1, odd, wider than the sequences) and any head dim', async () => {
+    for (const tiles of [{ br: 1, bc: 1 }, { br: 5, bc: 7 }, { br: 33, bc: 200 }]) {
+      const be = await createWasmBackend({ threads: 0, tiles, backwardTiles: { br: tiles.bc, bc: tiles.br } });
+      const s = await runConformance(be, { count: 40, seed: 9, extras: false });
+      expect(s.failures.map((f) => f.message), JSON.stringify(tiles)).toEqual([]);
+      await be.dispose();
+    }
+    const be = await createWasmBackend({ inlineBelowFlops: 0 });
+    const cases = [3, 12, 200, 1000].flatMap((d) => [makeCase({ dtype: 'f32', d, tq: 37, tk: 45, h: 2, hkv: 1, causal: true }), makeCase({ dtype: 'bf16', d, tq: 20, h: 2, softcap: 5 })]);
+    const s = await runConformance(be, { cases, extras: false });
+    expect(s.failures.map((f) => f.message)).toEqual([]);
+    expect(s.passed).toBe(cases.length);
     await be.dispose();
   });
 
