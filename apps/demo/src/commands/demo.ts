@@ -175,13 +175,14 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
 
   // 2. calibrate, choose T, run
   const software = isSoftwareAdapter(backend);
-  const calT = Math.min(o.tokens ?? Infinity, gpu ? 8192 : 1024);
+  // calibrate where the engine's per-call costs (copies, thread round trips) no longer dominate
+  const calT = Math.min(o.tokens ?? Infinity, gpu ? 8192 : backend.name === 'wasm' ? 4096 : 1024);
   const points: MemoryPoint[] = [];
   const headerLines = header({ engine, candidates: pre.candidates, config: { T: 0, D, causal, seed: o.seed, budgetSeconds: o.budget, tokensFrom: 'flag' } });
   say(io, o.json, [...headerLines, ...part1(pre)]);
 
   // warm-up (worker threads, JIT, shader pipelines), then the calibration run
-  const warmTs = gpu ? [Math.min(calT, 1024)] : [...new Set([256, 512].map((t) => Math.min(t, calT)))].filter((t) => t < calT || calT <= 256);
+  const warmTs = gpu ? [Math.min(calT, 1024)] : [...new Set([256, 512, calT / 4].map((t) => Math.min(t, calT)))].filter((t) => t < calT || calT <= 256);
   for (const t of warmTs) {
     const w = await measure(backend, t, D, dtype, causal, o.seed + 100 + t, probeFor(backend));
     if (w.fwdExtra !== undefined) points.push({ T: t, flash: w.fwdExtra });
