@@ -40,76 +40,17 @@ import { copyIn, copyOut } from './io.js';
 import { runJob, type Kernels, type WasmJob } from './job.js';
 import { backwardBytes, forwardBytes, keyTiles, STACK_BYTES } from './layout.js';
 import { binaryUrl, compileBinary } from './loader.js';
-import { Arena, fmt, PAGE, WASM32_MAX_BYTES } from './memory.js';
+import { Arena, fmt, WASM32_MAX_BYTES } from './memory.js';
+import { checkOptions, createMemory, DEFAULT_INLINE_BELOW_FLOPS, defaultThreads, type WasmBackendOptions } from './options.js';
 import { PROBLEM_BYTES, writeProblem, type ProblemFields } from './params.js';
 import { createPool, type WasmPool } from './threads.js';
-import { checkWasmTiles, chooseWasmTiles } from './tiles.js';
+import { chooseWasmTiles } from './tiles.js';
 
-export interface WasmBackendOptions {
-  /**
-   * Worker threads. Default: os.availableParallelism() in Node; in a browser
-   * navigator.hardwareConcurrency when the page is cross-origin isolated, else 0.
-   * 0 runs everything on the calling thread.
-   */
-  readonly threads?: number;
-  /**
-   * 'auto' (default): relaxed SIMD (fused multiply-add) when the runtime accepts it as it is
-   * (Node 22+, Chrome 114+). true: require it; in Node 20 this sets V8's
-   * --experimental-wasm-relaxed-simd for the whole process. false: SIMD128 only.
-   */
-  readonly relaxedSimd?: boolean | 'auto';
-  /** Tile sizes (query rows br, key rows bc); default chooseWasmTiles(D). */
-  readonly tiles?: TileSizes;
-  /** Tile sizes of the backward; default `tiles`, else chooseWasmTiles(D). */
-  readonly backwardTiles?: TileSizes;
-  /** Problems with fewer forward FLOPs than this run on the calling thread. Default 2^24. */
-  readonly inlineBelowFlops?: number;
-  /** Folder (URL) the .wasm binaries are served from; default the package's own wasm/ folder. */
-  readonly wasmPath?: string | URL;
-  /** Most WebAssembly memory the engine may use, in bytes (default and at most 4 GiB). */
-  readonly maxMemoryBytes?: number;
-}
-
-export const DEFAULT_INLINE_BELOW_FLOPS = 2 ** 24;
 const MAIN_STACK_BYTES = 64 * 1024;
-
-const importNode = (name: string): Promise<unknown> => import(/* @vite-ignore */ /* webpackIgnore: true */ name);
-
-async function defaultThreads(f: Features): Promise<number> {
-  if (!f.threads) return 0;
-  if (f.host === 'node') {
-    const os = (await importNode('node:os')) as typeof import('node:os');
-    return typeof os.availableParallelism === 'function' ? os.availableParallelism() : os.cpus().length;
-  }
-  return (globalThis as { navigator?: { hardwareConcurrency?: number } }).navigator?.hardwareConcurrency ?? 1;
-}
 
 function host(t: Tensor, what: string): HostTensor {
   if (isHostTensor(t)) return t;
   throw new FAError('E_ARG', `${what} is a device tensor of backend "${t.backend}"; the wasm backend takes host tensors (read() it from its backend first)`);
-}
-
-function checkOptions(o: WasmBackendOptions): void {
-  if (typeof o !== 'object' || o === null) throw new FAError('E_ARG', 'wasm engine options must be an object');
-  if (o.threads !== undefined && !(Number.isSafeInteger(o.threads) && o.threads >= 0)) throw new FAError('E_ARG', `wasm engine option threads must be an integer >= 0, got ${String(o.threads)}`);
-  if (o.relaxedSimd !== undefined && o.relaxedSimd !== 'auto' && typeof o.relaxedSimd !== 'boolean') throw new FAError('E_ARG', `wasm engine option relaxedSimd must be true, false or 'auto', got ${String(o.relaxedSimd)}`);
-  if (o.inlineBelowFlops !== undefined && !(typeof o.inlineBelowFlops === 'number' && o.inlineBelowFlops >= 0)) throw new FAError('E_ARG', `wasm engine option inlineBelowFlops must be a number >= 0, got ${String(o.inlineBelowFlops)}`);
-  if (o.maxMemoryBytes !== undefined && !(typeof o.maxMemoryBytes === 'number' && o.maxMemoryBytes >= 16 * PAGE)) throw new FAError('E_ARG', `wasm engine option maxMemoryBytes must be a number >= ${16 * PAGE}, got ${String(o.maxMemoryBytes)}`);
-  if (o.tiles !== undefined) checkWasmTiles(o.tiles, 'tiles');
-  if (o.backwardTiles !== undefined) checkWasmTiles(o.backwardTiles, 'backwardTiles');
-}
-
-/** A shared memory needs a maximum; ask for the most, and less where the runtime refuses to reserve it. */
-function createMemory(maxBytes: number, shared: boolean): WebAssembly.Memory {
-  let pages = Math.floor(maxBytes / PAGE);
-  for (;;) {
-    try {
-      return new WebAssembly.Memory({ initial: 16, maximum: pages, shared });
-    } catch (e) {
-      if (pages <= 4096) throw new FAError('E_OOM', `wasm backend: could not reserve a WebAssembly memory: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
-      pages = Math.floor(pages / 2);
-    }
-  }
 }
 
 export class WasmBackend implements AttentionBackend {
@@ -154,9 +95,8 @@ export class WasmBackend implements AttentionBackend {
     }
     if (!features.threads) note = `one thread: ${features.threadsWhy ?? 'no worker threads'}`;
     const shared = threads > 0;
-    const maxBytes = Math.min(opts.maxMemoryBytes ?? WASM32_MAX_BYTES, WASM32_MAX_BYTES);
     const module = await compileBinary(binaryUrl(binaryName(isa, shared), opts.wasmPath));
-    const memory = createMemory(maxBytes, shared);
+    const { memory, maxBytes } = createMemory(Math.min(opts.maxMemoryBytes ?? WASM32_MAX_BYTES, WASM32_MAX_BYTES), shared);
     const instance = await WebAssembly.instantiate(module, { env: { memory } });
     const kernels = instance.exports as unknown as Kernels;
     // The main thread's stack sits just above the module's static data; calls allocate above it.

@@ -5,9 +5,11 @@
  * unavailable where the runtime has no WebAssembly SIMD.
  */
 import { registerBackend } from '@fa/core';
-import { WasmBackend, type WasmBackendOptions } from './backend.js';
+import { WasmBackend } from './backend.js';
+import type { WasmBackendOptions } from './options.js';
 
-export { WasmBackend, DEFAULT_INLINE_BELOW_FLOPS, type WasmBackendOptions } from './backend.js';
+export { WasmBackend } from './backend.js';
+export { DEFAULT_INLINE_BELOW_FLOPS, type WasmBackendOptions } from './options.js';
 export { probeFeatures, binaryName, chooseIsa, enableRelaxedSimd, type Features, type Isa } from './features.js';
 export { binaryUrl } from './loader.js';
 export { chooseWasmTiles } from './tiles.js';
