@@ -13,7 +13,8 @@
  *
  * Peers: bash bench/install-peers.sh (never part of the workspace install). A peer that is
  * missing is reported and skipped. Output: one line per row on stdout, JSON in bench/results/,
- * and BENCHMARKS.md rewritten with the tables (FA_BENCH_WRITE=0 leaves it alone).
+ * and BENCHMARKS.md rewritten with the tables when the ORT peer ran (FA_BENCH_WRITE=0 leaves it
+ * alone).
  */
 import { execSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -177,7 +178,8 @@ const file = `${here}results/run-${new Date().toISOString().replace(/[:.]/g, '-'
 writeFileSync(file, JSON.stringify({ date: new Date().toISOString(), node: process.versions.node, cpu: cpus()[0]?.model, device: wasm.device, ort: ortP?.version, tfjsWasm: tfw?.version, loadStart: startLoad, loadEnd: load(), rows }, null, 1));
 console.log(`# load ${startLoad} → ${load()}; raw: ${file}`);
 
-if (env.FA_BENCH_WRITE !== '0') {
+if (env.FA_BENCH_WRITE !== '0' && !ortP) console.log('# BENCHMARKS.md left as it is: its table needs the ORT peer (bash bench/install-peers.sh)');
+if (env.FA_BENCH_WRITE !== '0' && ortP) {
   const git = (c) => { try { return execSync(`git ${c}`, { cwd: here, encoding: 'utf8' }).trim(); } catch { return '?'; } };
   const dirty = git('status --porcelain -- .') ? ' (with uncommitted changes in packages/wasm)' : '';
   const f1 = (x) => (x === undefined ? '–' : x.toFixed(1));
