@@ -8,11 +8,18 @@
       "target_name": "fa_cuda",
       "sources": [
         "csrc/binding.cc",
+        "csrc/cp_binding.cc",
+        "csrc/nccl_comm.cc",
+        "csrc/cp_kernels.cu",
         "csrc/fa_api.cu",
         "csrc/fa_fwd_bf16.cu",
         "csrc/fa_fwd_f16.cu",
         "csrc/fa_bwd_bf16.cu",
-        "csrc/fa_bwd_f16.cu"
+        "csrc/fa_bwd_f16.cu",
+        "csrc/fa_fwd_f32.cu",
+        "csrc/fa_bwd_f32.cu",
+        "csrc/fa_prep.cu",
+        "csrc/fa_ffma.cu"
       ],
       "include_dirs": [
         "<!(node -p \"require('node-addon-api').include_dir\")",

@@ -5,7 +5,7 @@
  */
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { FAError, registerBackend, registeredBackendNames, resolveBackend, type AttentionBackend } from '@fa/core';
+import { askSupports, FAError, fallbackNote, isKVCacheProblem, registerBackend, registeredBackendNames, resolveBackend, resolveBackendFor, type AttentionBackend, type ChoiceProblem } from '@fa/core';
 
 export interface OptionalEngine {
   readonly name: string;
@@ -110,4 +110,24 @@ export async function pickBackend(name: string): Promise<AttentionBackend> {
     throw new FAError('E_ARG', `unknown backend "${name}"; choose one of ${[...new Set([...BACKEND_CHOICES, ...registered])].join(', ')}`);
   }
   return resolveBackend(name);
+}
+
+/**
+ * The backend for --backend NAME that computes `problem` (a dense call's, or a KV-cache call's:
+ * then supportsKVCache() decides). auto: the highest-priority engine that accepts it, with a
+ * one-line note when an engine above it declined (engines that did not start are `fa backends`'
+ * news); a named engine that declines is E_UNSUPPORTED.
+ */
+export async function pickBackendFor(name: string, problem: ChoiceProblem): Promise<{ backend: AttentionBackend; note?: string }> {
+  if (name === 'auto') {
+    await loadOptionalEngines(name);
+    const r = await resolveBackendFor(problem);
+    const note = fallbackNote(r);
+    return note === undefined ? { backend: r.backend } : { backend: r.backend, note };
+  }
+  const backend = await pickBackend(name);
+  const s = askSupports(backend, problem);
+  const what = isKVCacheProblem(problem) ? 'this KV-cache call' : 'this problem';
+  if (!s.ok) throw new FAError('E_UNSUPPORTED', `backend ${name} cannot compute ${what}: ${s.reason} (--backend auto picks an engine that can)`);
+  return { backend };
 }

@@ -1,11 +1,16 @@
-/** Where a command writes: stdout lines (tests pass their own). */
+/** Where a command writes: stdout lines, and notes for stderr (tests pass their own). */
 export interface Io {
   out(line: string): void;
+  /** A one-line note that is not the result (e.g. an engine declined and another one ran). */
+  note?(line: string): void;
 }
 
 export const processIo: Io = {
   out: (line) => {
     process.stdout.write(line + '\n');
+  },
+  note: (line) => {
+    process.stderr.write(`fa: note: ${line}\n`);
   },
 };
 

@@ -1,9 +1,11 @@
 /**
  * Which engine tells the story: cuda, then webgpu on a hardware adapter, then wasm, then cpu (a
- * software WebGPU adapter such as SwiftShader or lavapipe is slower than the CPU engines).
- * --backend NAME overrides, software adapters included.
+ * software WebGPU adapter such as SwiftShader or lavapipe is slower than the CPU engines),
+ * passing over an engine whose supports() declines the story's problem (core's choice by
+ * problem, askSupports). --backend NAME overrides, software adapters included; a named engine
+ * that declines is E_UNSUPPORTED.
  */
-import { listBackends, resolveBackend, type AttentionBackend } from '@fa/core';
+import { askSupports, FAError, listBackends, resolveBackend, type AttentionBackend, type AttentionProblem } from '@fa/core';
 import { loadOptionalEngines, pickBackend } from './engines.js';
 import { isSoftwareAdapter } from './story/engine-kind.js';
 
@@ -18,12 +20,20 @@ export interface Candidate {
   backend?: AttentionBackend;
 }
 
-/** Resolves every engine (cuda, webgpu, wasm, cpu) and picks one; `requested` = --backend. */
-export async function pickStoryBackend(requested = 'auto'): Promise<{ backend: AttentionBackend; candidates: Candidate[] }> {
+/** The problem a command would run on an engine (its dtype and sizes may depend on the engine). */
+export type ProblemFor = (b: AttentionBackend) => AttentionProblem;
+
+/**
+ * Resolves every engine (cuda, webgpu, wasm, cpu) and picks the first that computes
+ * `problemFor(it)`; `requested` = --backend.
+ */
+export async function pickStoryBackend(requested = 'auto', problemFor?: ProblemFor): Promise<{ backend: AttentionBackend; candidates: Candidate[] }> {
   const engines = await loadOptionalEngines(requested);
   if (requested !== 'auto') {
     // --backend NAME: start only that engine (the one-line error for unknown or unavailable names)
     const backend = await pickBackend(requested);
+    const s = problemFor ? askSupports(backend, problemFor(backend)) : { ok: true as const };
+    if (!s.ok) throw new FAError('E_UNSUPPORTED', `backend ${requested} cannot compute this problem: ${s.reason} (--backend auto picks an engine that can)`);
     const candidates = STORY_ORDER.map((name): Candidate => (name === backend.name ? { name, status: 'used', backend } : { name, status: `not tried (--backend ${requested})` }));
     return { backend, candidates };
   }
@@ -44,10 +54,23 @@ export async function pickStoryBackend(requested = 'auto'): Promise<{ backend: A
       c.status = `skipped: software adapter (${c.backend.device}); --backend webgpu uses it`;
       continue;
     }
+    const s = problemFor ? askSupports(c.backend, problemFor(c.backend)) : { ok: true as const };
+    if (!s.ok) {
+      c.status = `skipped: declines this problem (${s.reason})`;
+      continue;
+    }
     chosen = c.backend;
     c.status = 'used';
     break;
   }
-  chosen ??= await pickBackend('cpu');
+  if (!chosen) {
+    // only a software adapter or declining engines: the cpu engine, if it computes the problem
+    const cpu = await pickBackend('cpu');
+    const s = problemFor ? askSupports(cpu, problemFor(cpu)) : { ok: true as const };
+    if (!s.ok) throw new FAError('E_UNSUPPORTED', `no engine computes this problem (${candidates.map((c) => `${c.name}: ${c.status}`).join('; ')})`);
+    chosen = cpu;
+    const c = candidates.find((x) => x.name === 'cpu');
+    if (c) c.status = 'used';
+  }
   return { backend: chosen, candidates };
 }

@@ -23,10 +23,10 @@ interface Result {
   stderr: string;
 }
 
-/** Runs `node dist/cli.js ...args` in the fixtures folder. */
-function fa(args: string[], cwd = FIX): Promise<Result> {
+/** Runs `node [...nodeArgs] dist/cli.js ...args` in the fixtures folder. */
+function fa(args: string[], cwd = FIX, nodeArgs: string[] = []): Promise<Result> {
   return new Promise((resolve, reject) => {
-    const p = spawn(process.execPath, [CLI, ...args], { cwd, env: { ...process.env, NODE_OPTIONS: '' } });
+    const p = spawn(process.execPath, [...nodeArgs, CLI, ...args], { cwd, env: { ...process.env, NODE_OPTIONS: '' } });
     let stdout = '';
     let stderr = '';
     p.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -92,6 +92,7 @@ describe('fa run on NumPy fixtures', () => {
   it('covers every option flag', () => {
     const flags = new Set(cases.flatMap((c) => c.args.filter((a) => a.startsWith('--'))));
     for (const f of ['--causal', '--window', '--softcap', '--scale', '--alibi', '--cu-seqlens-q', '--cu-seqlens-k', '--dtype', '--dout']) expect(flags).toContain(f);
+    for (const f of ['--k-cache', '--v-cache', '--block-table', '--cache-seqlens', '--k-new', '--v-new']) expect(flags).toContain(f);
     expect(cases.some((c) => c.dtype === 'bf16')).toBe(true);
   });
 
@@ -134,6 +135,19 @@ describe('fa run on NumPy fixtures', () => {
     expect(e).toBeLessThanOrEqual(1e-5);
   });
 
+  it('a KV-cache run leaves the input files alone and writes the appended rows into k_cache.npy', async () => {
+    const before = readFileSync(join(FIX, 'kc_paged.npy'));
+    const out = freshOut();
+    const r = await fa(['run', '--q', 'q1.npy', '--k-cache', 'kc_paged.npy', '--v-cache', 'vc_paged.npy', '--block-table', 'bt.npy', '--cache-seqlens', 'lens_decode.npy', '--k-new', 'kn1.npy', '--v-new', 'vn1.npy', '--out', out]);
+    expect(r.code).toBe(0);
+    expect(readFileSync(join(FIX, 'kc_paged.npy')).equals(before)).toBe(true);
+    // sequence 0 appended at position 6: block bt[0][1] = 1, row 2
+    const kc = readNpy(join(out, 'k_cache.npy')).data as Float32Array;
+    const kn = readNpy(join(FIX, 'kn1.npy')).data as Float32Array;
+    const w = 2 * 16;
+    expect([...kc.subarray((1 * 4 + 2) * w, (1 * 4 + 2) * w + w)]).toEqual([...kn.subarray(0, w)]);
+  });
+
   it('bf16 is really computed in bf16: the result differs from f32 by bf16-sized amounts', async () => {
     const o32 = readNpy(join(FIX, 'expected/basic/out.npy')).data as Float32Array;
     const out = freshOut();
@@ -151,6 +165,7 @@ describe('fa run on NumPy fixtures', () => {
 
 describe('fa: bad invocations print one line "fa: E_CODE: message" and exit non-zero', () => {
   const run = (...a: string[]) => ['run', '--q', 'q.npy', '--k', 'k.npy', '--v', 'v.npy', '--out', join(tmp, 'bad-out'), ...a];
+  const kv = (...a: string[]) => ['run', '--q', 'q1.npy', '--k-cache', 'kc_paged.npy', '--v-cache', 'vc_paged.npy', '--out', join(tmp, 'bad-out'), ...a];
   const table: [string, string[], string][] = [
     ['no command', [], 'E_ARG'],
     ['unknown command', ['frobnicate'], 'E_ARG'],
@@ -195,6 +210,16 @@ describe('fa: bad invocations print one line "fa: E_CODE: message" and exit non-
     ['alibi as int32', run('--alibi', 'cu_q.npy'), 'E_DTYPE'],
     ['alibi of rank 4', run('--alibi', 'q.npy'), 'E_SHAPE'],
     ['output directory under a file', ['run', '--q', 'q.npy', '--k', 'k.npy', '--v', 'v.npy', '--out', join(FIX, 'cases.json', 'sub')], 'E_IO'],
+    // KV cache
+    ['KV cache without --cache-seqlens', kv(), 'E_ARG'],
+    ['KV cache with --k as well', kv('--cache-seqlens', 'lens_decode.npy', '--k', 'k.npy'), 'E_ARG'],
+    ['KV cache with --dout', kv('--cache-seqlens', 'lens_decode.npy', '--dout', 'q1.npy'), 'E_ARG'],
+    ['--k-new without --v-new', kv('--cache-seqlens', 'lens_decode.npy', '--k-new', 'kn1.npy'), 'E_ARG'],
+    ['lengths as float32', kv('--cache-seqlens', 'bad/lens_f32.npy'), 'E_DTYPE'],
+    ['a 1-d block table', kv('--cache-seqlens', 'lens_decode.npy', '--block-table', 'bad/bt_1d.npy'), 'E_SHAPE'],
+    ['a block index outside the cache', kv('--cache-seqlens', 'lens_decode.npy', '--block-table', 'bad/bt_out_of_range.npy'), 'E_ARG'],
+    ['a length past the contiguous cache', ['run', '--q', 'q1.npy', '--k-cache', 'kc_contig.npy', '--v-cache', 'vc_contig.npy', '--cache-seqlens', 'bad/lens_past_capacity.npy', '--k-new', 'kn1.npy', '--v-new', 'vn1.npy', '--out', join(tmp, 'x')], 'E_ARG'],
+    ['new keys of the wrong shape', kv('--cache-seqlens', 'lens_decode.npy', '--block-table', 'bt.npy', '--k-new', 'q1.npy', '--v-new', 'q1.npy'), 'E_SHAPE'],
   ];
 
   it('has at least 10 cases', () => expect(table.length).toBeGreaterThanOrEqual(10));
@@ -269,5 +294,76 @@ describe('help, demo and bench', () => {
       expect(r.code).toBe(1);
       expect(r.stderr).toMatch(/^fa: E_[A-Z_]+: [^\n]+\n$/);
     }
+  });
+});
+
+describe('an engine that declines the problem (a fake cuda without f32, preloaded with --import)', () => {
+  const REASON = 'f32 is not computed natively on this GPU; use f16 or bf16';
+  const faDeclining = (args: string[]) => fa(args, FIX, ['--import', './declining-cuda.mjs']);
+
+  it('is listed as available', async () => {
+    const r = await faDeclining(['backends']);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout.split('\n').find((l) => l.startsWith('cuda '))).toMatch(/fake GPU \(declines f32\)\s+available$/);
+  });
+
+  it('run --backend auto passes it over for f32 with one note on stderr, and the result is exact', async () => {
+    const out = freshOut();
+    const r = await faDeclining(['run', '--backend', 'auto', '--q', 'q.npy', '--k', 'k.npy', '--v', 'v.npy', '--dout', 'dout.npy', '--out', out]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toBe(`fa: note: cuda declines this problem (${REASON}); running it on cpu\n`);
+    expect(r.stdout).toMatch(/^fa run: cpu \(/);
+    expect(r.stdout.trim().split('\n')).toHaveLength(1);
+    for (const o of ['out', 'lse', 'dq', 'dk', 'dv']) {
+      const e = relErr(readNpy(join(out, `${o}.npy`)).data as Float32Array, readNpy(join(FIX, 'expected/basic', `${o}.npy`)).data as Float32Array);
+      expect(e, o).toBeLessThanOrEqual(1e-5);
+    }
+  });
+
+  it('run --backend auto uses it for a problem it accepts, without a note', async () => {
+    const r = await faDeclining(['run', '--q', 'q.npy', '--k', 'k.npy', '--v', 'v.npy', '--dtype', 'bf16', '--out', freshOut()]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toMatch(/^fa run: cuda \(fake GPU \(declines f32\)\) .* bf16/);
+  });
+
+  it('run --backend cuda on a problem it declines: one line, exit 1, no outputs', async () => {
+    const out = freshOut();
+    const r = await faDeclining(['run', '--backend', 'cuda', '--q', 'q.npy', '--k', 'k.npy', '--v', 'v.npy', '--out', out]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(`fa: E_UNSUPPORTED: backend cuda cannot compute this problem: ${REASON} (--backend auto picks an engine that can)\n`);
+    expect(existsSync(out)).toBe(false);
+  });
+
+  it('a KV-cache run with --backend auto passes it over (it has no KV-cache kernels) with one note; the result is exact', async () => {
+    const KV_REASON = 'this fake GPU has no KV-cache kernels';
+    const c = cases.find((x) => x.name === 'kv_paged_decode_bf16')!;
+    const out = freshOut();
+    const r = await faDeclining(['run', ...c.args, '--out', out]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toBe(`fa: note: cuda declines this problem (${KV_REASON}); running it on cpu\n`);
+    expect(r.stdout).toMatch(/^fa run: cpu \(.*KV cache/);
+    for (const o of c.outputs) {
+      const e = relErr(readNpy(join(out, `${o}.npy`)).data as Float32Array, readNpy(join(FIX, `expected/${c.name}`, `${o}.npy`)).data as Float32Array);
+      expect(e, o).toBeLessThanOrEqual(TOL.bf16);
+    }
+    const named = freshOut();
+    const n = await faDeclining(['run', '--backend', 'cuda', ...c.args, '--out', named]);
+    expect(n.code).toBe(1);
+    expect(n.stderr).toBe(`fa: E_UNSUPPORTED: backend cuda cannot compute this KV-cache call: ${KV_REASON} (--backend auto picks an engine that can)\n`);
+    expect(existsSync(named)).toBe(false);
+  });
+
+  it('demo and bench pass it over too, and name it when asked for it', async () => {
+    const d = await faDeclining(['demo', '--dtype', 'f32', '--seq', '40', '--dim', '16', '--rows', '4']);
+    expect(d.code, d.stderr).toBe(0);
+    expect(d.stdout).toMatch(/^\s+cuda\s+skipped: declines this problem \(f32 is not computed natively/m);
+    expect(d.stdout).toMatch(/Engine: cpu/);
+    const b = await faDeclining(['bench', '--dtype', 'f32', '--seq', '16', '--heads', '1', '--dim', '8', '--repeat', '1']);
+    expect(b.code, b.stderr).toBe(0);
+    expect(b.stdout).toMatch(/^fa bench: cpu /m);
+    const n = await faDeclining(['bench', '--backend', 'cuda', '--dtype', 'f32', '--seq', '16', '--dim', '8']);
+    expect(n.code).toBe(1);
+    expect(n.stderr).toBe(`fa: E_UNSUPPORTED: backend cuda cannot compute this problem: ${REASON} (--backend auto picks an engine that can)\n`);
   });
 });

@@ -45,7 +45,7 @@ describe('fa demo', () => {
     json = await fa(['demo', '--backend', 'cpu', '--tokens', '384', '--dim', '32', '--causal', '--json', '--rows', '40']);
   }, 240_000);
 
-  it('tells all six parts, verified exact, in at most 80 columns', () => {
+  it('tells all eight parts, verified exact, in at most 80 columns', () => {
     expect(text.code, text.stderr).toBe(0);
     const out = text.stdout;
     for (const h of [
@@ -55,6 +55,8 @@ describe('fa demo', () => {
       /^4\. Memory, traffic and time/m,
       /^5\. The online softmax, step by step/m,
       /^6\. The backward pass: recompute instead of storing P/m,
+      /^7\. Generating with a KV cache/m,
+      /^8\. Past one GPU: context parallelism \(ring attention\)/m,
     ])
       expect(out).toMatch(h);
     expect(out).toMatch(/bf16\s+20\.0 GB\s+40\.0 GB/);
@@ -64,6 +66,13 @@ describe('fa demo', () => {
     expect(out).toMatch(/e\^\(3−4\) = 0\.3679/);
     expect(out).toMatch(/forward\s+512 tokens/);
     expect(out).toMatch(/LSE \(f32, one a row\)/);
+    // 7. generation with the cache at the run's size (--tokens 512), checked against recomputing
+    expect(out).toMatch(/512 tokens of context here, 8 query heads over 2 kv heads/);
+    expect(out).toMatch(/per token \(median of 8\)/);
+    expect(out).toMatch(/Checked: every step equals attention recomputed over the whole sequence/);
+    // 8. the zigzag plan: two ranks, half the causal pairs each, one engine call per ring step
+    expect(out).toMatch(/^\s+0\s+0–24,999, 75,000–99,999\s+2,500,025,000 \(50%\)\s+1, 1$/m);
+    expect(out).toMatch(/NCCL here: /);
     const long = out.split('\n').filter((l) => width(l) > 80);
     expect(long).toEqual([]);
   });
@@ -72,7 +81,7 @@ describe('fa demo', () => {
     expect(json.code, json.stderr).toBe(0);
     const r = JSON.parse(json.stdout);
     expect(r.schema).toBe('fa-demo/1');
-    for (const k of ['naive', 'run', 'exactness', 'memory', 'walkthrough', 'backward']) expect(r).toHaveProperty(k);
+    for (const k of ['naive', 'run', 'exactness', 'memory', 'walkthrough', 'backward', 'generation', 'parallel']) expect(r).toHaveProperty(k);
     expect(r.engine).toMatchObject({ name: 'cpu', dtype: 'f32' });
     expect(r.config).toMatchObject({ T: 384, D: 32, causal: true, tokensFrom: 'flag' });
     // 1. naive at 100K
@@ -104,6 +113,17 @@ describe('fa demo', () => {
     expect(r.backward.storedPBytes100k).toBe(4e10);
     expect(r.backward.lseBytes100k).toBe(4e5);
     expect(r.throughput[0]).toMatchObject({ backend: 'cpu', T: 384 });
+    // 7. generation with a KV cache: context 384 (--tokens), 8 steps, bytes per token as the model says
+    expect(r.generation).toMatchObject({ context: 384, steps: 8, h: 8, hkv: 2, d: 32, dtype: 'f32', pass: true });
+    expect(r.generation.perToken).toHaveLength(8);
+    expect(r.generation.bytesPerToken).toBe(2 * 392 * 2 * 32 * 4 + 8 * 32 * 4);
+    expect(r.generation.cacheBytes).toBe(2 * 2 * 256 * 2 * 32 * 4);
+    expect(r.generation.scoresBytesPerHead).toBe(4 * 392 * 392);
+    expect(r.generation.referenceRel).toBeLessThanOrEqual(1e-5);
+    expect(r.generation.copy.bytesPerSecond).toBeGreaterThan(0);
+    // 8. past one GPU
+    expect(r.parallel.ranks).toBe(2);
+    expect(r.parallel.perRank.reduce((a: number, x: { pairs: number }) => a + x.pairs, 0)).toBe(r.parallel.totalPairs);
   });
 
   it('--report writes one self-contained HTML file with SVG charts', () => {
@@ -116,7 +136,7 @@ describe('fa demo', () => {
     expect(html).toMatch(/<polyline class="series"/);
     expect(html).toMatch(/<circle class="point"/);
     expect(html).toMatch(/verified exact/);
-    for (const n of [1, 2, 3, 4, 5, 6]) expect(html).toMatch(new RegExp(`<h2>${n}\\. `));
+    for (const n of [1, 2, 3, 4, 5, 6, 7, 8]) expect(html).toMatch(new RegExp(`<h2>${n}\\. `));
     expect(text.stdout).toMatch(/Report with charts written to/);
   });
 

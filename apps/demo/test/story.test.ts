@@ -1,10 +1,11 @@
 /**
  * The story's building blocks: the per-row float64 gradient and naive-in-dtype rows against
  * @fa/core's full reference and naive simulation, the sampled-row check, chunked runs, the
- * charts, the formatting and the budget rule.
+ * charts, the formatting and the budget rule, and part 7's generation with a KV cache.
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { naiveBackward, referenceBackward, resetBackends, resolveBackend, type DType, type HostTensor } from '@fa/core';
+import { naiveBackward, referenceBackward, resetBackends, resolveBackend, type AttentionBackend, type DType, type HostTensor } from '@fa/core';
+import { runGeneration, type GenerationResult } from '../src/story/generate.js';
 import { tokensForBudget } from '../src/commands/demo.js';
 import { missingVulkanDriver } from '../src/engines.js';
 import { barChart, lineChart } from '../src/story/charts.js';
@@ -197,5 +198,29 @@ describe('starting Dawn only when Vulkan has a driver', () => {
     expect(missingVulkanDriver({ ...none, VK_ICD_FILENAMES: '/x/icd.json' })).toBeUndefined();
     expect(missingVulkanDriver({ ...none, VK_DRIVER_FILES: '/x/icd.json' })).toBeUndefined();
     expect(missingVulkanDriver({ ...none, FA_WEBGPU_PROBE: '1' })).toBeUndefined();
+  });
+});
+
+describe('part 7: generation with a KV cache', () => {
+  it('passes on the CPU engine, in bf16 too', async () => {
+    const be = await resolveBackend('cpu');
+    for (const dtype of ['f32', 'bf16'] as const) {
+      const g = await runGeneration(be, { context: 600, steps: 3, d: 16, dtype, seed: 3 });
+      expect('skipped' in g).toBe(false);
+      const r = g as GenerationResult;
+      expect(r.pass, `${dtype}: ${r.maxRelDiff} ${r.referenceRel}`).toBe(true);
+      expect(r.perToken).toHaveLength(3);
+    }
+  });
+
+  it('fails an engine whose cache drops the appended token, and reports a decline as skipped', async () => {
+    const be = await resolveBackend('cpu');
+    const forgetful: AttentionBackend = Object.create(be);
+    forgetful.forwardWithKVCache = (q, kc, vc, o) => be.forwardWithKVCache(q, kc, vc, { ...o, kNew: undefined, vNew: undefined });
+    const g = (await runGeneration(forgetful, { context: 300, steps: 2, d: 8, dtype: 'f32', seed: 4 })) as GenerationResult;
+    expect(g.pass).toBe(false);
+    const shy: AttentionBackend = Object.create(be);
+    shy.supportsKVCache = () => ({ ok: false, reason: 'no KV cache here' });
+    expect(await runGeneration(shy, { context: 300, steps: 2, d: 8, dtype: 'f32', seed: 4 })).toEqual({ skipped: 'no KV cache here' });
   });
 });

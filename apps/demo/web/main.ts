@@ -11,7 +11,7 @@
  * URL parameters (for links and the browser test): T, D, causal=1,
  * engine=auto|webgpu|wasm|cpu, autorun=1.
  */
-import type { AttentionBackend } from '@fa/core';
+import { askSupports, describeProblemShapes, type AttentionBackend } from '@fa/core';
 import { intensityChart, ioChart, memoryChart, throughputChart } from '../src/story/figures.js';
 import { fmtBytes, fmtInt, fmtRate, fmtSeconds } from '../src/story/format.js';
 import { backwardPart, FULL_T, ioSummary, naivePart, walkthroughPart } from '../src/story/parts.js';
@@ -42,6 +42,8 @@ const setStatus = (s: string) => {
 
 let engine: Engine | undefined;
 let webgpuFailure: string | undefined;
+/** Why this run left a started WebGPU engine for a CPU worker (choice by problem). */
+let declined: string | undefined;
 const rates = new Map<string, number>();
 
 async function startWebGPU(): Promise<Engine | string> {
@@ -103,6 +105,35 @@ async function chooseEngine(pref: string): Promise<Engine> {
   return startWorker('cpu');
 }
 
+/**
+ * The engine for this run: choice by problem, as `fa` and resolveBackend() do. On "auto", a
+ * WebGPU engine that declines the run's problem (a buffer larger than the adapter allows, say)
+ * hands it to the wasm worker (the cpu worker where wasm is missing), and the engine line says
+ * why; asked for by name, it is an error.
+ */
+async function engineFor(e: Engine, pref: string, req: RunRequest): Promise<Engine> {
+  if (e.kind !== 'webgpu') return e;
+  const s = askSupports(e.backend, describeProblemShapes([1, req.T, 1, req.D], [1, req.T, 1, req.D], 'f32', { causal: req.causal }));
+  if (s.ok) {
+    if (declined !== undefined) {
+      declined = undefined;
+      showEngine(e);
+    }
+    return e;
+  }
+  if (pref === 'webgpu') throw new Error(`webgpu cannot compute this problem: ${s.reason}`);
+  let cpu: Engine;
+  try {
+    cpu = await startWorker('wasm');
+  } catch (err) {
+    wasmFailure = err instanceof Error ? err.message : String(err);
+    cpu = await startWorker('cpu');
+  }
+  declined = `webgpu declines this problem (${s.reason}); running it on ${engineName(cpu)}`;
+  showEngine(cpu);
+  return cpu;
+}
+
 function engineName(e: Engine): string {
   return e.kind === 'webgpu' ? 'webgpu' : e.name;
 }
@@ -110,7 +141,7 @@ function engineName(e: Engine): string {
 function showEngine(e: Engine): void {
   const el = $('#engine');
   el.dataset.engine = engineName(e);
-  const gpuNote = webgpuFailure ? ` — WebGPU unavailable: ${webgpuFailure}` : '';
+  const gpuNote = declined ? ` — ${declined}` : webgpuFailure ? ` — WebGPU unavailable: ${webgpuFailure}` : '';
   if (e.kind === 'webgpu') el.textContent = `Engine: webgpu on ${e.device}`;
   else if (e.name === 'wasm') el.textContent = `Engine: wasm, @fa/wasm's WebAssembly SIMD engine in a Web Worker: ${e.device}${gpuNote}`;
   else el.textContent = `Engine: cpu, @fa/core's CPU engine in a Web Worker (one thread; the page stays responsive)${wasmFailure ? ` — wasm unavailable: ${wasmFailure}` : ''}${gpuNote}`;
@@ -262,7 +293,7 @@ async function runNow(): Promise<void> {
       renderPart1(engine);
     }
     const req = request();
-    const e = engine;
+    const e = await engineFor(engine, pref, req);
     const t0 = performance.now();
     const r = e.kind === 'webgpu' ? await runOnBackend(e.backend, req, onProgress) : await runOnWorker(e.worker, req, onProgress);
     rates.set(engineName(e), (r.forward.flops + (r.backward?.flops ?? 0)) / (r.forward.seconds + (r.backward?.seconds ?? 0)));

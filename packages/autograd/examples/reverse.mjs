@@ -13,8 +13,14 @@
  *   pnpm --filter @fa/autograd build && node packages/autograd/examples/reverse.mjs
  *   node packages/autograd/examples/reverse.mjs --backend webgpu      # imports @fa/webgpu
  *   node packages/autograd/examples/reverse.mjs --backend cuda --dtype bf16
+ *   node packages/autograd/examples/reverse.mjs --backend auto        # every installed engine;
+ *        each attention call runs on the first that computes it (a note says when one declined)
+ *   node packages/autograd/examples/reverse.mjs --backend cuda,cpu    # names in order of preference
+ *
+ * An engine that cannot run the model (not installed, no driver, declines its attention
+ * problem) ends the run with one line "reverse: E_CODE: message" and exit status 1.
  */
-import '@fa/core'; // registers the "cpu" backend
+import { FAError, isFAError, registeredBackendNames } from '@fa/core'; // @fa/core registers the "cpu" backend
 import { pathToFileURL } from 'node:url';
 import { AdamW, Embedding, LayerNorm, Linear, Module, Rng, TransformerBlock, add, crossEntropy, noGrad } from '@fa/autograd';
 
@@ -29,6 +35,7 @@ export const CONFIG = {
   lr: 3e-3,
   heldOut: 500,
   seed: 7,
+  /** A registered name, 'auto', or comma-separated names in order of preference. */
   backend: 'cpu',
   /** The dtype attention computes in: 'f32', or 'bf16' / 'f16' (for engines such as @fa/cuda). */
   dtype: /** @type {import('@fa/core').DType} */ ('f32'),
@@ -45,7 +52,8 @@ export class Reverser extends Module {
     this.cfg = cfg;
     this.tok = new Embedding(cfg.vocab, cfg.dModel, { rng, std: 0.5 });
     this.pos = new Embedding(cfg.length, cfg.dModel, { rng, std: 0.5 });
-    this.blocks = Array.from({ length: cfg.layers }, () => new TransformerBlock(cfg.dModel, cfg.heads, { rng, mlpRatio: 2, attention: { backend: cfg.backend, dtype: cfg.dtype } }));
+    const backend = cfg.backend.includes(',') ? cfg.backend.split(',') : cfg.backend;
+    this.blocks = Array.from({ length: cfg.layers }, () => new TransformerBlock(cfg.dModel, cfg.heads, { rng, mlpRatio: 2, attention: { backend, dtype: cfg.dtype } }));
     this.ln = new LayerNorm(cfg.dModel);
     this.head = new Linear(cfg.dModel, cfg.vocab, { rng });
   }
@@ -151,21 +159,38 @@ function parseArgs(/** @type {string[]} */ argv) {
   const out = {};
   for (let i = 0; i < argv.length; i += 2) {
     const key = argv[i].replace(/^--/, '');
-    if (!(key in CONFIG)) throw new Error(`unknown option ${argv[i]}; options: ${Object.keys(CONFIG).map((k) => `--${k}`).join(' ')}`);
+    if (!(key in CONFIG)) throw new FAError('E_ARG', `unknown option ${argv[i]}; options: ${Object.keys(CONFIG).map((k) => `--${k}`).join(' ')}`);
     const v = argv[i + 1];
     out[key] = typeof CONFIG[/** @type {keyof typeof CONFIG} */ (key)] === 'number' ? Number(v) : v;
   }
   return /** @type {Partial<typeof CONFIG>} */ (out);
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const args = parseArgs(process.argv.slice(2));
-  // Engines other than cpu register themselves when imported: @fa/webgpu, @fa/cuda (installed,
-  // or built in this monorepo).
-  if (args.backend && args.backend !== 'cpu') {
-    await import(`@fa/${args.backend}`).catch(() => import(new URL(`../../${args.backend}/dist/index.js`, import.meta.url).href));
+/** Imports the engine packages a --backend choice needs (a name registered already, e.g. by --import, is used as it is). */
+async function loadEngines(/** @type {string} */ choice) {
+  const wanted = choice === 'auto' ? ['webgpu', 'cuda'] : choice.split(',');
+  for (const name of wanted) {
+    if (name === 'cpu' || registeredBackendNames().includes(name)) continue;
+    // @fa/webgpu, @fa/cuda: installed, or built in this monorepo
+    const loaded = await import(`@fa/${name}`).then(
+      () => true,
+      () => import(new URL(`../../${name}/dist/index.js`, import.meta.url).href).then(() => true, () => false),
+    );
+    if (!loaded && choice !== 'auto') throw new FAError('E_DEVICE', `backend ${name} is not installed (npm install @fa/${name})`);
   }
-  const r = await train(args, (line) => console.log(line));
-  console.log(JSON.stringify({ tokenAccuracy: r.tokenAccuracy, sequenceAccuracy: r.sequenceAccuracy, seconds: r.seconds, parameters: r.parameters }));
-  process.exit(r.tokenAccuracy >= 0.95 ? 0 : 1);
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  try {
+    const args = parseArgs(process.argv.slice(2));
+    await loadEngines(String(args.backend ?? CONFIG.backend));
+    const r = await train(args, (line) => console.log(line));
+    console.log(JSON.stringify({ tokenAccuracy: r.tokenAccuracy, sequenceAccuracy: r.sequenceAccuracy, seconds: r.seconds, parameters: r.parameters }));
+    process.exit(r.tokenAccuracy >= 0.95 ? 0 : 1);
+  } catch (e) {
+    // A bad option, or an engine that is missing or declines the model's attention: one line.
+    if (!isFAError(e)) throw e;
+    console.error(`reverse: ${e.code}: ${e.message}`);
+    process.exit(1);
+  }
 }

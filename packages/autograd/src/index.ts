@@ -32,3 +32,4 @@ export { attention, setDefaultBackend, getDefaultBackend, pickBackend, type Atte
 export { Module } from './nn/module.js';
 export { Linear, LayerNorm, Embedding, type InitOptions } from './nn/layers.js';
 export { SelfAttention, TransformerBlock, type SelfAttentionOptions, type TransformerBlockOptions } from './nn/transformer.js';
+export { KVCache, type KVCacheConfig } from './nn/kvcache.js';

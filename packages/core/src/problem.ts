@@ -3,10 +3,9 @@
  * of "what to compute" that every engine, the reference and the CLI share. Every rule of
  * DESIGN.md's conventions that concerns shapes and options is enforced here, once.
  */
-import { check, FAError } from './errors.js';
+import { check } from './errors.js';
 import type { DType } from './dtype.js';
-import { isDType } from './dtype.js';
-import { describeValue, isDeviceTensor, isHostTensor, checkHostData, type Tensor } from './tensor.js';
+import { checkTensorLike, resolveScores, shapeStr, toInt32 } from './validate.js';
 
 export interface AttentionOptions {
   /** Bottom-right aligned causal mask: query i sees key j iff j <= i + Tk - Tq. */
@@ -78,12 +77,6 @@ export function lseIndex(p: AttentionProblem, b: number, h: number, i: number): 
   return p.varlen ? h * p.totalQ + p.cuSeqlensQ[b] + i : (b * p.h + h) * p.tq + i;
 }
 
-function toInt32(x: unknown, what: string): Int32Array {
-  if (x instanceof Int32Array) return x;
-  if (Array.isArray(x) && x.every((v) => Number.isSafeInteger(v) && v >= -(2 ** 31) && v < 2 ** 31)) return Int32Array.from(x as number[]);
-  throw new FAError('E_DTYPE', `${what} must be an Int32Array (or an array of integers), got ${describeValue(x)}`);
-}
-
 function checkCuSeqlens(cu: Int32Array, total: number, what: string): void {
   check(cu.length >= 2, 'E_SHAPE', `${what} must have length B+1 >= 2, got length ${cu.length}`);
   check(cu[0] === 0, 'E_ARG', `${what} must start at 0, got ${cu[0]}`);
@@ -92,22 +85,6 @@ function checkCuSeqlens(cu: Int32Array, total: number, what: string): void {
   }
   check(cu[cu.length - 1] === total, 'E_SHAPE', () => `${what} ends at ${cu[cu.length - 1]} but the packed tensor has ${total} tokens`);
 }
-
-function checkTensorLike(t: unknown, what: string): Tensor {
-  if (isHostTensor(t)) {
-    checkHostData(t.data, t.shape, t.dtype, what);
-    check(isDType(t.dtype), 'E_DTYPE', `${what}: unknown dtype ${JSON.stringify(t.dtype)}`);
-    return t;
-  }
-  if (isDeviceTensor(t)) {
-    check(!t.disposed, 'E_ARG', `${what} is a device tensor that was already disposed`);
-    check(isDType(t.dtype), 'E_DTYPE', `${what}: unknown dtype ${JSON.stringify(t.dtype)}`);
-    return t;
-  }
-  throw new FAError('E_ARG', `${what} must be a tensor (use tensor(data, shape, dtype)), got ${describeValue(t)}`);
-}
-
-const shapeStr = (s: readonly number[]) => `[${s.join(', ')}]`;
 
 /**
  * Validates q, k, v and the options, and resolves them into an AttentionProblem.
@@ -168,57 +145,26 @@ export function describeProblem(qIn: unknown, kIn: unknown, vIn: unknown, opts: 
     }
   }
 
-  let scale = 1 / Math.sqrt(d);
-  if (opts.scale !== undefined) {
-    check(typeof opts.scale === 'number' && Number.isFinite(opts.scale), 'E_ARG', `scale must be a finite number, got ${String(opts.scale)}`);
-    scale = opts.scale;
-  }
-  check(opts.causal === undefined || typeof opts.causal === 'boolean', 'E_ARG', `causal must be true or false, got ${String(opts.causal)}`);
-  const causal = opts.causal === true;
-  let left = -1;
-  let right = -1;
-  if (opts.window !== undefined) {
-    const w = opts.window as unknown;
-    check(Array.isArray(w) && w.length === 2, 'E_ARG', `window must be [left, right], got ${JSON.stringify(w)}`);
-    for (const x of w as number[]) {
-      check(Number.isSafeInteger(x) && x >= -1, 'E_ARG', `window entries must be integers >= -1 (-1 = unbounded), got [${(w as number[]).join(', ')}]`);
-    }
-    [left, right] = w as [number, number];
-  }
-  if (causal) right = 0;
-  let softcap = 0;
-  if (opts.softcap !== undefined) {
-    check(typeof opts.softcap === 'number' && Number.isFinite(opts.softcap) && opts.softcap > 0, 'E_ARG', `softcap must be a finite number > 0 (leave it out for none), got ${String(opts.softcap)}`);
-    softcap = opts.softcap;
-  }
-  let alibi: Float32Array | undefined;
-  if (opts.alibiSlopes !== undefined) {
-    const s = opts.alibiSlopes as unknown;
-    check(s instanceof Float32Array || Array.isArray(s), 'E_DTYPE', `alibiSlopes must be a Float32Array or an array of numbers, got ${describeValue(s)}`);
-    const arr = s as ArrayLike<number>;
-    check(arr.length === h || arr.length === batch * h, 'E_SHAPE', `alibiSlopes must have H (${h}) or B*H (${batch * h}) entries, got ${arr.length}`);
-    alibi = new Float32Array(batch * h);
-    for (let i = 0; i < alibi.length; i++) {
-      const x = arr.length === h ? arr[i % h] : arr[i];
-      check(typeof x === 'number' && Number.isFinite(x), 'E_ARG', `alibiSlopes must be finite numbers; entry ${i % arr.length} is ${String(x)}`);
-      alibi[i] = x;
-    }
-  }
-  check(opts.deterministic === undefined || typeof opts.deterministic === 'boolean', 'E_ARG', 'deterministic must be true or false');
+  const sc = resolveScores(opts, batch, h, d);
   return {
     dtype: q.dtype,
     batch, h, hkv, d, tq, tk, totalQ, totalK, varlen,
     cuSeqlensQ: cuQ,
     cuSeqlensK: cuK,
-    scale, causal,
-    windowLeft: left,
-    windowRight: right,
-    softcap, alibi,
-    deterministic: opts.deterministic === true,
+    ...sc,
     qShape: [...q.shape],
     kShape: [...k.shape],
     lseShape: varlen ? [h, totalQ] : [batch, h, tq],
   };
+}
+
+/**
+ * The problem of q/k/v of these shapes and dtype (v has k's shape), without their data: to ask
+ * engines (supports(), resolveBackendFor()) about a call before allocating its inputs.
+ */
+export function describeProblemShapes(qShape: readonly number[], kShape: readonly number[], dtype: DType, opts: AttentionOptions = {}): AttentionProblem {
+  const shell = (shape: readonly number[]) => ({ kind: 'device' as const, backend: 'none (shape only)', dtype, shape, handle: null, disposed: false });
+  return describeProblem(shell(qShape), shell(kShape), shell(kShape), opts);
 }
 
 /**

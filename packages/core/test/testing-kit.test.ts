@@ -5,7 +5,7 @@ const refOf = (q: HostTensor, k: HostTensor, v: HostTensor, o: AttentionOptions)
 import {
   caseInputs, caseProblem, CASE_HEAD_DIMS, checkBadInputs, checkCase, checkNaNPropagation, checkRepeatable, compareLse, compareTensor,
   conformanceCases, defineConformanceSuite, EDGE_LENGTHS, formatSummary, makeCase, MAX_CASE_WORK, QUICK_CASE_WORK,
-  referenceBackend, runConformance, type ConformanceCase,
+  referenceBackend, runConformance, type ConformanceCase, kvCacheCases, EXTRA_CHECKS, KV_EXTRA_CHECKS,
 } from '../dist/testing/index.js';
 import { flashSimBackend } from './helpers/flash-sim.js';
 import { hostBackend, WRONG_ENGINES } from './helpers/engines.js';
@@ -136,12 +136,12 @@ describe('tolerance policy', () => {
 });
 
 describe('the kit accepts correct engines', () => {
-  it(`the float64 reference as a backend passes all ${cases.length} cases and the extra checks`, async () => {
+  it(`the float64 reference as a backend passes all ${cases.length} cases, the KV-cache cases and the extra checks`, async () => {
     const s = await runConformance(referenceBackend());
     console.log(formatSummary(s));
     expect(s.failures).toEqual([]);
     expect(s.skipped).toEqual([]);
-    expect(s.passed).toBe(cases.length + 3);
+    expect(s.passed).toBe(cases.length + kvCacheCases().length + EXTRA_CHECKS.length + KV_EXTRA_CHECKS.length);
   });
 
   for (const roundP of [false, true]) {

@@ -6,6 +6,9 @@ export interface FuzzStats {
   badCodes: number;
   resolved: number;
   samples: Map<string, number>;
+  /** What was mutated in the first calls that resolved (a healthy run has none). */
+  resolvedCalls: string[];
 }
-export function validSpec(ctx: NativeContext, backward?: boolean): Record<string, unknown>;
+export const FUZZ_BASES: readonly { readonly dtype: 'f32' | 'f16' | 'bf16'; readonly d: number }[];
+export function validSpec(ctx: NativeContext, backward?: boolean, base?: { dtype?: 'f32' | 'f16' | 'bf16'; d?: number }): Record<string, unknown>;
 export function fuzzBinding(binding: NativeBinding, ctx: NativeContext, other: NativeContext, count?: number, seed?: number): Promise<FuzzStats>;

@@ -16,18 +16,35 @@ function detachedI32(n) {
   return a;
 }
 
-/** A valid forward/backward spec (B=2, H=4, Hkv=2, d=64, Tq=5, Tk=7) on `ctx`. */
-export function validSpec(ctx, backward = false) {
-  const B = 2, H = 4, Hkv = 2, d = 64, tq = 5, tk = 7;
-  const nq = B * tq * H * d * 2, nk = B * tk * Hkv * d * 2, nl = B * H * tq * 4;
+/** The valid specs the fuzz mutates: 16-bit and f32, head dims on and off the kernels' multiples of 8. */
+export const FUZZ_BASES = [
+  { dtype: 'bf16', d: 64 },
+  { dtype: 'f32', d: 64 },
+  { dtype: 'f16', d: 13 },
+  { dtype: 'f32', d: 1 },
+  { dtype: 'f32', d: 200 },
+];
+
+/** A valid forward/backward spec (B=2, H=4, Hkv=2, d=64 unless given, Tq=5, Tk=7) on `ctx`. */
+export function validSpec(ctx, backward = false, { dtype = 'bf16', d = 64 } = {}) {
+  const B = 2, H = 4, Hkv = 2, tq = 5, tk = 7;
+  const es = dtype === 'f32' ? 4 : 2;
+  const nq = B * tq * H * d * es, nk = B * tk * Hkv * d * es, nl = B * H * tq * 4;
   const s = {
-    dtype: 'bf16', B, H, Hkv, d, totalQ: B * tq, totalK: B * tk, varlen: false,
+    dtype, B, H, Hkv, d, totalQ: B * tq, totalK: B * tk, varlen: false,
     cuSeqlensQ: Int32Array.from([0, tq, 2 * tq]), cuSeqlensK: Int32Array.from([0, tk, 2 * tk]),
     alibi: null, scale: 0.125, softcap: 0, windowLeft: -1, windowRight: -1, deterministic: false,
     q: ctx.alloc(nq), k: ctx.alloc(nk), v: ctx.alloc(nk), out: ctx.alloc(nq), lse: ctx.alloc(nl),
   };
   if (backward) Object.assign(s, { dout: ctx.alloc(nq), dq: ctx.alloc(nq), dk: ctx.alloc(nk), dv: ctx.alloc(nk) });
   return s;
+}
+
+function describe(v) {
+  if (v === null || v === undefined || typeof v === 'number' || typeof v === 'boolean') return String(v);
+  if (typeof v === 'string') return JSON.stringify(v);
+  if (ArrayBuffer.isView(v)) return `${v.constructor.name}(${v.length})`;
+  return typeof v;
 }
 
 /**
@@ -38,8 +55,8 @@ export function validSpec(ctx, backward = false) {
 export async function fuzzBinding(binding, ctx, other, count = 10000, seed = 1) {
   const r = rng(seed);
   const pick = (a) => a[Math.floor(r() * a.length)];
-  const fwd = validSpec(ctx, false);
-  const bwd = validSpec(ctx, true);
+  const bases = FUZZ_BASES.map((b) => ({ ...b, fwd: validSpec(ctx, false, b), bwd: validSpec(ctx, true, b) }));
+  const { fwd } = bases[0];
   const disposed = ctx.alloc(64); disposed.dispose();
   const foreign = other.alloc(fwd.q.bytes);
   const wrong = ctx.alloc(fwd.q.bytes + 2);
@@ -47,13 +64,14 @@ export async function fuzzBinding(binding, ctx, other, count = 10000, seed = 1) 
   const thrower = new Proxy({}, { get() { throw new Error('getter boom'); } });
   const junk = [undefined, null, NaN, Infinity, -Infinity, -1, 1.5, 2 ** 31, 2 ** 53, 1e300, '3', '', {}, [], () => 0, true, Symbol('x'), 10n, thrower, new Float64Array(3), new DataView(new ArrayBuffer(8))];
   const badBuffers = [disposed, foreign, wrong, fake, {}, new Uint16Array(4), null, undefined, 0, ctx, thrower];
-  // field -> invalid values (each makes the call invalid on its own)
+  // field -> invalid values (each makes the call invalid on its own, for every base)
   const badFields = {
-    dtype: ['f32', 'F16', '', 'bfloat16', 1, null, undefined, {}, thrower],
+    dtype: ['F16', '', 'bfloat16', 'f64', 1, null, undefined, {}, thrower],
     B: [0, -1, 1.5, NaN, Infinity, 65536, 3, '2', null, undefined, 2 ** 53, thrower],
     H: [0, -4, 3, 8, 65536, NaN, '4', null, 2 ** 40],
     Hkv: [0, 3, 8, -1, 1, NaN, '2', null],
-    d: [0, 7, 12, 264, 1e9, -64, 32, 128, NaN, '64', null],
+    d: [0, 264, 1e9, -64, 1.5, NaN, '64', null],
+    f32Path: ['fast', 'FFMA', '', 1, null, {}, thrower],
     totalQ: [-1, 11, 9, 2 ** 31, 1.5, NaN, null, '10'],
     totalK: [-1, 15, 13, 2 ** 31, 1.5, NaN, null],
     varlen: ['yes', 1, {}, null],
@@ -70,7 +88,8 @@ export async function fuzzBinding(binding, ctx, other, count = 10000, seed = 1) 
   };
   const bwdOnly = { dout: badBuffers, dq: badBuffers, dk: badBuffers, dv: badBuffers };
   const fields = Object.keys(badFields);
-  const stats = { calls: 0, threw: 0, notErrors: 0, badCodes: 0, resolved: 0, samples: new Map() };
+  const stats = { calls: 0, threw: 0, notErrors: 0, badCodes: 0, resolved: 0, samples: new Map(), resolvedCalls: [] };
+  let what = '';
   const record = (e) => {
     stats.threw++;
     if (!(e instanceof Error)) stats.notErrors++;
@@ -91,22 +110,42 @@ export async function fuzzBinding(binding, ctx, other, count = 10000, seed = 1) 
     try {
       await p;
       stats.resolved++;
+      if (stats.resolvedCalls.length < 10) stats.resolvedCalls.push(what);
     } catch (e) {
       record(e);
     }
+  };
+  // per base: the other dtypes of another element size, and other head dims (byte sizes then
+  // disagree), but never a head dim whose bytes per row equal the base's in some dtype (f32 d = 1
+  // and bf16 d = 2 describe the same buffers: mutating both fields would make a valid call)
+  const badFor = (b, f) => {
+    if (f === 'dtype') return [...badFields.dtype, ...(b.dtype === 'f32' ? ['f16', 'bf16'] : ['f32'])];
+    if (f === 'd') {
+      const rowBytes = b.d * (b.dtype === 'f32' ? 4 : 2);
+      const other = [b.d + 1, b.d === 1 ? 8 : b.d - 1, Math.min(256, b.d * 2 + 8), 3, 100].filter((x) => x !== b.d && 2 * x !== rowBytes && 4 * x !== rowBytes);
+      return [...badFields.d, ...other];
+    }
+    return badFields[f] ?? bwdOnly[f];
   };
   for (let i = 0; i < count; i++) {
     const kind = r();
     if (kind < 0.7) {
       const backward = r() < 0.4;
-      const base = backward ? bwd : fwd;
-      const s = { ...base };
+      const b = pick(bases);
+      const s = { ...(backward ? b.bwd : b.fwd) };
       const nmut = 1 + Math.floor(r() * 3);
+      what = `${backward ? 'backward' : 'forward'} ${b.dtype} d=${b.d}:`;
       for (let m = 0; m < nmut; m++) {
         const f = backward && r() < 0.25 ? pick(Object.keys(bwdOnly)) : pick(fields);
-        s[f] = pick((badFields[f] ?? bwdOnly[f]));
+        s[f] = pick(badFor(b, f));
+        what += ` ${f}=${describe(s[f])}`;
       }
-      if (r() < 0.05) s.out = s.q; // aliasing output and input
+      // aliasing an output with an input (in a backward, out is an input: alias dq instead)
+      if (r() < 0.05) {
+        if (backward) s.dq = s.q;
+        else s.out = s.q;
+        what += backward ? ' dq=q' : ' out=q';
+      }
       await call(() => (backward ? ctx.backward(s) : ctx.forward(s)));
     } else if (kind < 0.8) {
       const bad = pick([null, 42, 'spec', [], () => 0, thrower, undefined, Symbol('s')]);
@@ -123,7 +162,7 @@ export async function fuzzBinding(binding, ctx, other, count = 10000, seed = 1) 
   }
   // new DeviceBuffer() from JS is refused
   await call(() => new (Object.getPrototypeOf(fwd.q).constructor)(1));
-  for (const b of [...Object.values(fwd), ...Object.values(bwd)]) if (b && typeof b.dispose === 'function') b.dispose();
+  for (const base of bases) for (const b of [...Object.values(base.fwd), ...Object.values(base.bwd)]) if (b && typeof b.dispose === 'function') b.dispose();
   foreign.dispose();
   wrong.dispose();
   return stats;

@@ -13,9 +13,11 @@
 //     ctx.alloc(bytes)              -> Buffer (device memory, stream-ordered)
 //     ctx.upload(buf, typedArray)   -> Promise<void>   (byteLength must equal buf.bytes)
 //     ctx.download(buf, typedArray) -> Promise<void>
-//     ctx.forward(spec)             -> Promise<{ splits }>
+//     ctx.forward(spec)             -> Promise<{ splits }>   spec: dtype 'f32' | 'f16' | 'bf16', any head dim
+//                                   1..256, f32Path 'auto' | 'tensor-cores' | 'ffma' (f32 only)
 //     ctx.backward(spec)            -> Promise<void>
 //     ctx.memInfo()                 -> { free, total }
+//     ctx.smemNeeds(d, dtype?, f32Path?, limit?) -> { fwd, bwd, bwdDeterministic, limit }
 //     ctx.synchronize()             -> Promise<void>
 //     ctx.dispose()
 //   Buffer: .bytes, .disposed, .dispose()   (a finalizer frees it too)
@@ -32,6 +34,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "binding_bridge.h"
 #include "fa_api.h"
 
 namespace {
@@ -185,6 +188,23 @@ bool GetBool(Napi::Env env, Napi::Object o, const char* key) {
   if (v.IsUndefined()) return false;
   if (!v.IsBoolean()) Throw(env, "E_ARG", std::string(key) + " must be a boolean");
   return v.As<Napi::Boolean>().Value();
+}
+int ParseDtype(Napi::Env env, Napi::Value v) {
+  if (!v.IsString()) Throw(env, "E_DTYPE", "dtype must be 'f32', 'f16' or 'bf16'");
+  const std::string s = v.As<Napi::String>().Utf8Value();
+  if (s == "f32") return fa::kF32;
+  if (s == "f16") return fa::kF16;
+  if (s == "bf16") return fa::kBF16;
+  Throw(env, "E_DTYPE", "dtype must be 'f32', 'f16' or 'bf16', got '" + s + "'");
+}
+int ParseF32Path(Napi::Env env, Napi::Value v) {
+  if (v.IsUndefined()) return fa::kF32Auto;
+  if (!v.IsString()) Throw(env, "E_ARG", "f32Path must be 'auto', 'tensor-cores' or 'ffma'");
+  const std::string s = v.As<Napi::String>().Utf8Value();
+  if (s == "auto") return fa::kF32Auto;
+  if (s == "tensor-cores") return fa::kF32TensorCores;
+  if (s == "ffma") return fa::kF32Ffma;
+  Throw(env, "E_ARG", "f32Path must be 'auto', 'tensor-cores' or 'ffma', got '" + s + "'");
 }
 // Copies a typed array of the given type and exact length into a vector (so a later detach or
 // resize of the JS buffer cannot matter).
@@ -376,8 +396,9 @@ class AttnOp : public Op {
     // everywhere, FA_CUDA_NO_WGMMA_BWD=1 only for the backward.
     args.arch = EnvFlag("FA_CUDA_NO_WGMMA") ? 0 : ctx_->arch;
     args.no_wgmma_bwd = EnvFlag("FA_CUDA_NO_WGMMA_BWD") ? 1 : 0;
+    args.smem_limit = ctx_->smem_optin;
     {  // supports() declines these first; this keeps a direct binding call from a launch failure
-      const fa::SmemNeeds need = fa::smem_needs(args.arch, args.d, args.no_wgmma_bwd);
+      const fa::SmemNeeds need = fa::smem_needs(args);
       const size_t n = !backward_ ? need.fwd : args.deterministic ? need.bwd_deterministic : need.bwd;
       if (n > ctx_->smem_optin) {
         cleanup();
@@ -517,18 +538,14 @@ class Context : public Napi::ObjectWrap<Context> {
   // Validates a forward/backward spec into an AttnOp. Throws before any CUDA call.
   AttnOp* Parse(Napi::Env env, Napi::Value specv, bool backward) {
     Napi::Object o = AsObject(env, specv, "spec");
-    Napi::Value dt = o.Get("dtype");
-    if (!dt.IsString()) Throw(env, "E_DTYPE", "dtype must be 'f16' or 'bf16'");
-    const std::string dts = dt.As<Napi::String>().Utf8Value();
-    if (dts != "f16" && dts != "bf16") Throw(env, "E_DTYPE", "dtype must be 'f16' or 'bf16' (f32 is not computed natively on CUDA), got '" + dts + "'");
     fa::FaArgs a{};
-    a.dtype = dts == "bf16" ? fa::kBF16 : fa::kF16;
+    a.dtype = ParseDtype(env, o.Get("dtype"));
+    a.f32_path = ParseF32Path(env, o.Get("f32Path"));
     a.B = static_cast<int>(GetInt(env, o, "B", 1, 65535));
     a.H = static_cast<int>(GetInt(env, o, "H", 1, 65535));
     a.Hkv = static_cast<int>(GetInt(env, o, "Hkv", 1, 65535));
     a.d = static_cast<int>(GetInt(env, o, "d", 1, 256));
     if (a.H % a.Hkv != 0) Throw(env, "E_SHAPE", "H must be a multiple of Hkv");
-    if (fa::head_dim_bucket(a.d) == 0) Throw(env, "E_UNSUPPORTED", "head dim d must be a multiple of 8 and at most 256 on CUDA, got " + std::to_string(a.d));
     a.total_q = static_cast<int>(GetInt(env, o, "totalQ", 0, 2147483647));
     a.total_k = static_cast<int>(GetInt(env, o, "totalK", 0, 2147483647));
     a.varlen = GetBool(env, o, "varlen") ? 1 : 0;
@@ -565,8 +582,9 @@ class Context : public Napi::ObjectWrap<Context> {
       for (float x : alibi)
         if (!std::isfinite(x)) Throw(env, "E_ARG", "alibi slopes must be finite");
     }
-    // exact buffer sizes (all factors < 2^31 * 2^16 * 2^8: no 64-bit overflow)
-    const uint64_t nq = static_cast<uint64_t>(a.total_q) * a.H * a.d * 2, nk = static_cast<uint64_t>(a.total_k) * a.Hkv * a.d * 2;
+    // exact buffer sizes (all factors < 2^31 * 2^16 * 2^8 * 4: no 64-bit overflow)
+    const uint64_t es = a.dtype == fa::kF32 ? 4 : 2;
+    const uint64_t nq = static_cast<uint64_t>(a.total_q) * a.H * a.d * es, nk = static_cast<uint64_t>(a.total_k) * a.Hkv * a.d * es;
     const uint64_t nl = static_cast<uint64_t>(a.total_q) * a.H * 4;
     auto op = std::make_unique<AttnOp>(env, state_, backward);
     std::vector<Buffer*> inputs, outputs;
@@ -615,17 +633,30 @@ class Context : public Napi::ObjectWrap<Context> {
     op->Start();
     return p;
   }
-  // { fwd, bwd, bwdDeterministic, limit } in bytes for head dim d on this context's GPU (limit 0
-  // in a dry run). Honours FA_CUDA_NO_WGMMA / FA_CUDA_NO_WGMMA_BWD like the launches do.
+  // { fwd, bwd, bwdDeterministic, limit } in bytes of the kernels a call with head dim d, dtype
+  // (default 'bf16') and f32Path (default 'auto') runs on this context's GPU (limit 0 in a dry run:
+  // then f32 counts as fitting the split kernels). Honours FA_CUDA_NO_WGMMA / FA_CUDA_NO_WGMMA_BWD
+  // like the launches do. `limit` (tests) plans as if the GPU allowed that many bytes per block.
   Napi::Value SmemNeeds(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     CheckLive(env);
-    if (info.Length() < 1 || !info[0].IsNumber()) Throw(env, "E_ARG", "smemNeeds(d): d must be a number");
+    if (info.Length() < 1 || !info[0].IsNumber()) Throw(env, "E_ARG", "smemNeeds(d, dtype?, f32Path?): d must be a number");
     const double d = info[0].As<Napi::Number>().DoubleValue();
-    if (!(d >= 1 && d <= 256) || d != static_cast<int>(d) || static_cast<int>(d) % 8 != 0)
-      Throw(env, "E_ARG", "smemNeeds(d): d must be a multiple of 8 from 8 to 256");
-    const int arch = EnvFlag("FA_CUDA_NO_WGMMA") ? 0 : state_->arch;
-    const fa::SmemNeeds n = fa::smem_needs(arch, static_cast<int>(d), EnvFlag("FA_CUDA_NO_WGMMA_BWD") ? 1 : 0);
+    if (!(d >= 1 && d <= 256) || d != static_cast<int>(d)) Throw(env, "E_ARG", "smemNeeds(d, dtype?, f32Path?): d must be an integer from 1 to 256");
+    fa::FaArgs a{};
+    a.d = static_cast<int>(d);
+    a.dtype = info.Length() > 1 && !info[1].IsUndefined() ? ParseDtype(env, info[1]) : fa::kBF16;
+    a.f32_path = info.Length() > 2 ? ParseF32Path(env, info[2]) : fa::kF32Auto;
+    a.arch = EnvFlag("FA_CUDA_NO_WGMMA") ? 0 : state_->arch;
+    a.no_wgmma_bwd = EnvFlag("FA_CUDA_NO_WGMMA_BWD") ? 1 : 0;
+    a.smem_limit = state_->smem_optin;
+    if (info.Length() > 3 && !info[3].IsUndefined()) {  // plan as if the GPU allowed this many bytes (tests)
+      if (!info[3].IsNumber()) Throw(env, "E_ARG", "smemNeeds: limit must be a number");
+      const double lim = info[3].As<Napi::Number>().DoubleValue();
+      if (!(lim >= 0 && lim <= 1e9) || lim != std::floor(lim)) Throw(env, "E_ARG", "smemNeeds: limit must be an integer number of bytes");
+      a.smem_limit = static_cast<size_t>(lim);
+    }
+    const fa::SmemNeeds n = fa::smem_needs(a);
     Napi::Object r = Napi::Object::New(env);
     r.Set("fwd", Napi::Number::New(env, static_cast<double>(n.fwd)));
     r.Set("bwd", Napi::Number::New(env, static_cast<double>(n.bwd)));
@@ -725,9 +756,54 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("probe", Napi::Function::New(env, Probe, "probe"));
   exports.Set("Context", Context::Init(env));
   exports.Set("version", Napi::String::New(env, "0.1.0"));
+  fa_bridge::InitShardOps(env, exports);
+  fa_bridge::InitNccl(env, exports);
   return exports;
 }
 
 }  // namespace
+
+// The bridge to the context-parallel files (binding_bridge.h).
+namespace fa_bridge {
+namespace {
+struct Token {
+  Buffer* buffer;
+  Napi::ObjectReference ref;
+};
+}  // namespace
+
+Napi::Error MakeError(Napi::Env env, const std::string& code, const std::string& msg) { return ::MakeError(env, code, msg); }
+
+HeldBuffer Hold(Napi::Env env, Napi::Value v, const std::string& what) {
+  void* raw = nullptr;
+  std::shared_ptr<CtxState> owner;
+  if (v.IsObject() && napi_unwrap(env, v, &raw) == napi_ok && g_live_buffers.count(raw)) owner = static_cast<Buffer*>(raw)->ctx_;
+  Buffer* b = UnwrapBuffer(env, v, owner, what);  // the usual checks and messages
+  b->inflight_++;
+  HeldBuffer h;
+  h.ptr = b->ptr_;
+  h.bytes = b->bytes_;
+  h.device = b->ctx_->device;
+  h.dry = b->ctx_->dry;
+  h.stream = b->ctx_->stream;
+  h.context = b->ctx_.get();
+  h.id = b;
+  h.keep = b->ctx_;
+  h.token = new Token{b, Napi::Persistent(v.As<Napi::Object>())};
+  return h;
+}
+
+void Release(HeldBuffer& h) {
+  auto* t = static_cast<Token*>(h.token);
+  if (t == nullptr) return;
+  h.token = nullptr;
+  if (g_live_buffers.count(t->buffer)) {
+    t->buffer->inflight_--;
+    if (t->buffer->disposed_) t->buffer->Release();
+  }
+  t->ref.Reset();
+  delete t;
+}
+}  // namespace fa_bridge
 
 NODE_API_MODULE(fa_cuda, Init)

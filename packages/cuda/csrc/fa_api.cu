@@ -1,123 +1,228 @@
-// Host entry points: head-dim buckets, the split-KV heuristic, workspaces, dtype dispatch.
+// Host entry points: the plan of a call (fa_api.h), head-dim buckets, the split-KV heuristic,
+// workspaces, operand preparation and dtype dispatch.
 #include <algorithm>
 
-#include "fa_smem.cuh"
+#include "fa_host.h"
+#include "fa_launch.cuh"
 
 namespace fa {
 
-cudaError_t fwd_bf16(FaArgs* a, const FaTensors& t, cudaStream_t st);
-cudaError_t fwd_f16(FaArgs* a, const FaTensors& t, cudaStream_t st);
-cudaError_t bwd_bf16(FaArgs* a, const FaTensors& t, cudaStream_t st);
-cudaError_t bwd_f16(FaArgs* a, const FaTensors& t, cudaStream_t st);
-
 int head_dim_bucket(int d) {
-  if (d <= 0 || d % 8 != 0 || d > 256) return 0;
+  if (d <= 0 || d > 256) return 0;
   return d <= 64 ? 64 : d <= 128 ? 128 : 256;
 }
 
-static size_t align256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
+namespace {
 
-size_t fwd_workspace_bytes_splits(FaArgs* a, int splits) {
-  a->num_splits = std::max(1, splits);
-  if (a->num_splits == 1) return 0;
-  const size_t rows = static_cast<size_t>(a->total_q) * a->H * a->num_splits;
-  return align256(rows * a->d * sizeof(float)) + align256(rows * sizeof(float));
+size_t align256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
+
+// Shared memory of the tensor-core kernels one direction runs, for head-dim bucket D and policy.
+template <int D, bool SPLIT>
+SmemNeeds tc_needs(int arch, int no_wgmma_bwd) {
+  constexpr int NP = SPLIT ? 2 : 1;
+  SmemNeeds n{};
+  n.fwd = fwd_smem_bytes<FwdTraits<D, SPLIT>, NP>();
+  n.bwd = bwd_smem_bytes<BwdTraits<D, SPLIT>, NP>();
+  if constexpr (has_wgmma_fwd(D)) {
+    if (runs_wgmma_fwd(arch, D)) n.fwd = fwd_wg_smem_bytes<FwdWgTraits<D, SPLIT>, NP>();
+  }
+  if constexpr (has_wgmma_bwd(D)) {
+    if (runs_wgmma_bwd(arch, D, no_wgmma_bwd)) n.bwd = bwd_wg_smem_bytes<BwdWgTraits<D, SPLIT>, NP>();
+  }
+  n.bwd_deterministic = std::max(n.bwd, dq_smem_bytes<D, SPLIT>());
+  return n;
+}
+SmemNeeds tc_needs(int arch, int d, bool split, int no_wgmma_bwd) {
+  switch (head_dim_bucket(d)) {
+    case 64: return split ? tc_needs<64, true>(arch, no_wgmma_bwd) : tc_needs<64, false>(arch, no_wgmma_bwd);
+    case 128: return split ? tc_needs<128, true>(arch, no_wgmma_bwd) : tc_needs<128, false>(arch, no_wgmma_bwd);
+    case 256: return split ? tc_needs<256, true>(arch, no_wgmma_bwd) : tc_needs<256, false>(arch, no_wgmma_bwd);
+    default: return SmemNeeds{0, 0, 0};
+  }
 }
 
+// What one direction of a call runs (see fa_api.h).
+struct Plan {
+  bool ffma;   // f32 on the FFMA kernels, on the caller's tensors
+  bool split;  // f32 on the tensor cores: operands split into f16 (hi, lo) planes
+  bool pad;    // f16/bf16 operands copied with zero columns up to kd
+  int kd;      // the kernels' head dim (a multiple of 8)
+};
+Plan plan_of(const FaArgs& a, bool backward) {
+  Plan p{};
+  p.kd = (a.d + 7) / 8 * 8;
+  if (a.dtype != kF32) {
+    p.pad = p.kd != a.d;
+    return p;
+  }
+  if (a.f32_path == kF32Ffma) {
+    p.ffma = true;
+  } else if (a.f32_path == kF32TensorCores || a.smem_limit == 0) {
+    p.split = true;
+  } else {
+    const SmemNeeds n = tc_needs(a.arch, p.kd, true, a.no_wgmma_bwd);
+    const size_t need = !backward ? n.fwd : a.deterministic ? n.bwd_deterministic : n.bwd;
+    p.split = need <= a.smem_limit;
+    p.ffma = !p.split;
+  }
+  if (p.ffma) p.kd = a.d;
+  return p;
+}
+// The kernel view of a call: operand layout d = kd, outputs in the caller's d.
+FaArgs kernel_args(const FaArgs& a, const Plan& p) {
+  FaArgs k = a;
+  k.d = p.kd;
+  k.d_out = a.d;
+  return k;
+}
+size_t prep_size(const FaArgs& a, const Plan& p, bool backward) { return p.split || p.pad ? prep_bytes(a, p.kd, p.split, backward) : 0; }
+
 // The forward's tile (query rows x keys per CTA) for head-dim bucket D, as launch_fwd picks it.
-template <int D>
-static void fwd_tile(int arch, int* BM, int* BN) {
+template <int D, bool SPLIT>
+void fwd_tile(int arch, int* BM, int* BN) {
   if constexpr (has_wgmma_fwd(D)) {
     if (runs_wgmma_fwd(arch, D)) {
-      *BM = WgTraits<D>::BM;
-      *BN = WgTraits<D>::BN;
+      *BM = FwdWgTraits<D, SPLIT>::BM;
+      *BN = FwdWgTraits<D, SPLIT>::BN;
       return;
     }
   }
-  *BM = FwdTraits<D>::BM;
-  *BN = FwdTraits<D>::BN;
+  *BM = FwdTraits<D, SPLIT>::BM;
+  *BN = FwdTraits<D, SPLIT>::BN;
+}
+template <bool SPLIT>
+void fwd_tile(int arch, int D, int* BM, int* BN) {
+  if (D == 64) fwd_tile<64, SPLIT>(arch, BM, BN);
+  else if (D == 128) fwd_tile<128, SPLIT>(arch, BM, BN);
+  else fwd_tile<256, SPLIT>(arch, BM, BN);
+}
+
+size_t split_kv_bytes(const FaArgs& a, int kd) {
+  if (a.num_splits <= 1) return 0;
+  const size_t rows = static_cast<size_t>(a.total_q) * a.H * a.num_splits;
+  return align256(rows * kd * sizeof(float)) + align256(rows * sizeof(float));
+}
+
+}  // namespace
+
+size_t fwd_workspace_bytes_splits(FaArgs* a, int splits) {
+  const Plan p = plan_of(*a, false);
+  a->num_splits = p.ffma ? 1 : std::max(1, splits);
+  return prep_size(*a, p, false) + split_kv_bytes(*a, p.kd);
 }
 
 size_t fwd_workspace_bytes(FaArgs* a) {
-  const int D = head_dim_bucket(a->d);
-  int BM, BN;
-  if (D == 64) fwd_tile<64>(a->arch, &BM, &BN);
-  else if (D == 128) fwd_tile<128>(a->arch, &BM, &BN);
-  else fwd_tile<256>(a->arch, &BM, &BN);
-  const int64_t mblocks = (a->max_tq + BM - 1) / BM;
-  const int64_t ctas = mblocks * a->H * a->B;
-  const int64_t nblocks = (a->max_tk + BN - 1) / BN;
+  const Plan p = plan_of(*a, false);
   int splits = 1;
-  const int sms = a->num_sms > 0 ? a->num_sms : 132;
-  if (ctas > 0 && ctas < sms && nblocks >= 8) {
-    int64_t want = (2 * sms + ctas - 1) / ctas;
-    want = std::min<int64_t>(want, nblocks / 4);
-    want = std::min<int64_t>(want, 64);
-    want = std::min<int64_t>(want, 65535 / std::max(1, a->B));
-    splits = static_cast<int>(std::max<int64_t>(1, want));
+  if (!p.ffma) {
+    int BM, BN;
+    const int D = head_dim_bucket(p.kd);
+    if (p.split) fwd_tile<true>(a->arch, D, &BM, &BN);
+    else fwd_tile<false>(a->arch, D, &BM, &BN);
+    const int64_t mblocks = (a->max_tq + BM - 1) / BM;
+    const int64_t ctas = mblocks * a->H * a->B;
+    const int64_t nblocks = (a->max_tk + BN - 1) / BN;
+    const int sms = a->num_sms > 0 ? a->num_sms : 132;
+    if (ctas > 0 && ctas < sms && nblocks >= 8) {
+      int64_t want = (2 * sms + ctas - 1) / ctas;
+      want = std::min<int64_t>(want, nblocks / 4);
+      want = std::min<int64_t>(want, 64);
+      want = std::min<int64_t>(want, 65535 / std::max(1, a->B));
+      splits = static_cast<int>(std::max<int64_t>(1, want));
+    }
   }
   return fwd_workspace_bytes_splits(a, splits);
 }
 
 cudaError_t fwd(FaArgs* a, const FaTensors& t, void* ws, cudaStream_t st) {
-  if (a->num_splits > 1) {
+  const Plan p = plan_of(*a, false);
+  FaArgs k = kernel_args(*a, p);
+  if (p.ffma) {
+    a->num_splits = k.num_splits = 1;
+    k.oaccum = k.lseaccum = nullptr;
+    if (a->total_q == 0) return cudaSuccess;
+    return ffma_fwd(&k, t, st);
+  }
+  char* w = static_cast<char*>(ws);
+  const size_t prep = prep_size(*a, p, false);
+  if (k.num_splits > 1) {
     const size_t rows = static_cast<size_t>(a->total_q) * a->H * a->num_splits;
-    a->oaccum = static_cast<float*>(ws);
-    a->lseaccum = reinterpret_cast<float*>(static_cast<char*>(ws) + align256(rows * a->d * sizeof(float)));
+    k.oaccum = reinterpret_cast<float*>(w + prep);
+    k.lseaccum = reinterpret_cast<float*>(w + prep + align256(rows * p.kd * sizeof(float)));
   } else {
-    a->oaccum = nullptr;
-    a->lseaccum = nullptr;
+    k.oaccum = nullptr;
+    k.lseaccum = nullptr;
   }
   if (a->total_q == 0) return cudaSuccess;
-  return a->dtype == kBF16 ? fwd_bf16(a, t, st) : fwd_f16(a, t, st);
+  FaTensors kt = t;
+  if (prep > 0) {
+    cudaError_t e = prepare_operands(&k, &kt, t, p.split, false, w, st);
+    if (e != cudaSuccess) return e;
+  }
+  switch (a->dtype) {
+    case kBF16: return fwd_bf16(&k, kt, st);
+    case kF16: return fwd_f16(&k, kt, st);
+    default: return fwd_f32(&k, kt, st);
+  }
 }
 
 size_t bwd_workspace_bytes(const FaArgs* a) {
+  const Plan p = plan_of(*a, true);
   const size_t rows = static_cast<size_t>(a->total_q) * a->H;
-  size_t n = 2 * align256(rows * sizeof(float));
-  if (!a->deterministic) n += align256(rows * a->d * sizeof(float));
+  size_t n = prep_size(*a, p, true) + 2 * align256(rows * sizeof(float));
+  if (!a->deterministic && !p.ffma) n += align256(rows * p.kd * sizeof(float));
   return n;
 }
 
 void bwd_setup(FaArgs* a, void* ws) {
+  const Plan p = plan_of(*a, true);
   const size_t rows = static_cast<size_t>(a->total_q) * a->H;
-  char* p = static_cast<char*>(ws);
-  a->lse2 = reinterpret_cast<float*>(p);
-  p += align256(rows * sizeof(float));
-  a->dsum = reinterpret_cast<float*>(p);
-  p += align256(rows * sizeof(float));
-  a->dq_accum = a->deterministic ? nullptr : reinterpret_cast<float*>(p);
+  char* w = static_cast<char*>(ws) + prep_size(*a, p, true);
+  a->lse2 = reinterpret_cast<float*>(w);
+  w += align256(rows * sizeof(float));
+  a->dsum = reinterpret_cast<float*>(w);
+  w += align256(rows * sizeof(float));
+  a->dq_accum = a->deterministic || p.ffma ? nullptr : reinterpret_cast<float*>(w);
 }
 
-// The kernels launch_fwd / launch_bwd (fa_launch.cuh) pick, by the same predicates.
-template <int D>
-static SmemNeeds smem_needs_for(int arch, int no_wgmma_bwd) {
+SmemNeeds smem_needs(const FaArgs& a) {
+  const Plan f = plan_of(a, false);
   SmemNeeds n{};
-  n.fwd = fwd_smem_bytes<FwdTraits<D>>();
-  n.bwd = bwd_smem_bytes<BwdTraits<D>>();
-  if constexpr (has_wgmma_fwd(D)) {
-    if (runs_wgmma_fwd(arch, D)) n.fwd = fwd_wg_smem_bytes<WgTraits<D>>();
-  }
-  if constexpr (has_wgmma_bwd(D)) {
-    if (runs_wgmma_bwd(arch, D, no_wgmma_bwd)) n.bwd = bwd_wg_smem_bytes<BwdWgCfg<D>>();
-  }
-  n.bwd_deterministic = std::max(n.bwd, dq_smem_bytes<D>());
+  if (f.ffma) n.fwd = ffma_fwd_smem_bytes(a.d);
+  else n.fwd = tc_needs(a.arch, f.kd, f.split, a.no_wgmma_bwd).fwd;
+  // plan_of decides the backward per determinism; ask for both
+  FaArgs nd = a, dt = a;
+  nd.deterministic = 0;
+  dt.deterministic = 1;
+  const Plan bn = plan_of(nd, true), bd = plan_of(dt, true);
+  n.bwd = bn.ffma ? ffma_bwd_smem_bytes(a.d) : tc_needs(a.arch, bn.kd, bn.split, a.no_wgmma_bwd).bwd;
+  n.bwd_deterministic = bd.ffma ? ffma_bwd_smem_bytes(a.d) : tc_needs(a.arch, bd.kd, bd.split, a.no_wgmma_bwd).bwd_deterministic;
   return n;
 }
 
-SmemNeeds smem_needs(int arch, int d, int no_wgmma_bwd) {
-  switch (head_dim_bucket(d)) {
-    case 64: return smem_needs_for<64>(arch, no_wgmma_bwd);
-    case 128: return smem_needs_for<128>(arch, no_wgmma_bwd);
-    case 256: return smem_needs_for<256>(arch, no_wgmma_bwd);
-    default: return SmemNeeds{0, 0, 0};
-  }
-}
-
 cudaError_t bwd(FaArgs* a, const FaTensors& t, void* ws, cudaStream_t st) {
+  const Plan p = plan_of(*a, true);
   bwd_setup(a, ws);
   if (a->total_q == 0 && a->total_k == 0) return cudaSuccess;
-  return a->dtype == kBF16 ? bwd_bf16(a, t, st) : bwd_f16(a, t, st);
+  FaArgs k = kernel_args(*a, p);
+  FaTensors kt = t;
+  kt.dout_src = t.dout;
+  if (p.ffma) {
+    if (a->total_q > 0) {
+      bwd_preprocess_kernel<float><<<static_cast<unsigned>((static_cast<int64_t>(a->total_q) * a->H + 7) / 8), 256, 0, st>>>(k, kt);
+      FA_CHECK_LAUNCH();
+    }
+    return ffma_bwd(&k, kt, st);
+  }
+  if (prep_size(*a, p, true) > 0) {
+    cudaError_t e = prepare_operands(&k, &kt, t, p.split, true, ws, st);
+    if (e != cudaSuccess) return e;
+  }
+  switch (a->dtype) {
+    case kBF16: return bwd_bf16(&k, kt, st);
+    case kF16: return bwd_f16(&k, kt, st);
+    default: return bwd_f32(&k, kt, st);
+  }
 }
 
 }  // namespace fa

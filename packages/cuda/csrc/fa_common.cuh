@@ -1,6 +1,7 @@
-// Shared pieces of the @fa CUDA kernels: PTX wrappers (cp.async, ldmatrix, mma.sync m16n8k16),
-// the swizzled shared-memory layout, per-head-dim tile traits and the score/mask rules of
-// DESIGN.md (scale -> softcap -> ALiBi -> mask; bottom-right aligned windows).
+// Shared pieces of the @fa tensor-core kernels: the mma.sync m16n8k16 wrappers, the products and
+// register packing of the element policies (fa_traits.cuh; split f32 included), the score/mask
+// rules of DESIGN.md (scale -> softcap -> ALiBi -> mask; bottom-right aligned windows) and the
+// two epilogues that write outputs in the caller's layout and dtype.
 //
 // Fragment conventions (mma.sync.m16n8k16, g = lane / 4, t = lane % 4):
 //   C/D (16x8 f32):  c0,c1 = (row g,   cols 2t, 2t+1)   c2,c3 = (row g+8, cols 2t, 2t+1)
@@ -15,42 +16,13 @@
 #include <stdint.h>
 
 #include "fa_api.h"
+#include "fa_tile.cuh"
+#include "fa_traits.cuh"
 
 namespace fa {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-
-// ---------------------------------------------------------------------------------------------
-// PTX wrappers
-// ---------------------------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte async copy global -> shared; src_bytes = 0 zero-fills the destination.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
-  const int n = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-__device__ __forceinline__ void ldsm_x4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(smem_u32(p)));
-}
 
 template <typename T>
 struct Mma;
@@ -88,90 +60,101 @@ struct Mma<__half> {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Swizzled tile layout: a tile of R rows x C columns (C a multiple of 64 elements = 128 bytes)
-// is stored row-major with each 16-byte chunk c of row r placed at chunk (c ^ (r & 7)). Eight
-// consecutive rows read at the same logical chunk then hit eight different bank groups, so both
-// ldmatrix and the cp.async writes are conflict-free.
+// Products and packing per element policy (fa_traits.cuh). A split operand is a pair of f16
+// planes (hi, lo); its MMA runs the two cross products first (the small terms) and hi·hi last.
 // ---------------------------------------------------------------------------------------------
-template <int C>
-__device__ __forceinline__ int swz(int r, int c) {  // c: column in elements, multiple of 8 for chunk starts
-  return r * C + ((((c >> 3) ^ (r & 7))) << 3) + (c & 7);
-}
 
-// Loads a tile of R rows x C (bucket) columns from global memory (row stride `ld` elements) into
-// swizzled shared memory. Rows >= nrows and columns >= ncols (a multiple of 8) are zero-filled.
-template <int R, int C, int NT, typename T>
-__device__ __forceinline__ void load_tile(T* s, const T* g, int64_t ld, int nrows, int ncols, int tid) {
-  constexpr int CPR = C / 8;
-#pragma unroll
-  for (int it = 0; it < (R * CPR + NT - 1) / NT; ++it) {
-    const int i = tid + it * NT;
-    if ((R * CPR) % NT == 0 || i < R * CPR) {
-      const int r = i / CPR, c = (i % CPR) * 8;
-      const bool ok = r < nrows && c < ncols;
-      cp_async16(s + swz<C>(r, c), ok ? (const void*)(g + r * ld + c) : (const void*)g, ok);
-    }
+// P is split as P·kPScale: P <= 1, so its hi part stays at most 2^15 (< 65504, the f16 maximum)
+// and the remainder of every P above 2^-25 stays a normal f16.
+constexpr float kPScale = 32768.f;
+
+// The unscaling factors of a call: read from the device for split f32, exactly 1 otherwise
+// (the compiler folds the multiplications away).
+template <typename E>
+__device__ __forceinline__ SplitScales split_scales(const FaArgs& a) {
+  if constexpr (E::SPLIT) {
+    return *a.scales;
+  } else {
+    return SplitScales{1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 1.f};
   }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Tile traits, one place per head-dim bucket.
-// ---------------------------------------------------------------------------------------------
-// Which kernel family a call runs: the Hopper wgmma kernels on sm_90 for the 64 and 128 head-dim
-// buckets, mma.sync elsewhere. One definition for the launchers (fa_launch.cuh), the split-KV
-// heuristic and smem_needs() (fa_api.cu). FA_NO_WGMMA_BWD builds without the wgmma backward.
-constexpr bool has_wgmma_fwd(int D) { return D == 64 || D == 128; }
-constexpr bool has_wgmma_bwd(int D) {
-#ifdef FA_NO_WGMMA_BWD
-  return false;
-#else
-  return D == 64 || D == 128;
-#endif
+// c += A·B for one 16x8 tile: a[p] the A fragment of plane p, b[p][2h], b[p][2h+1] the B
+// fragment of plane p (h picks one of the two n8 tiles an ldmatrix.x4 brings).
+template <typename E>
+__device__ __forceinline__ void mma_e(float* c, const uint32_t (&a)[E::NP][4], const uint32_t (&b)[E::NP][4], int h) {
+  using M = Mma<typename E::T>;
+  if constexpr (E::SPLIT) {
+    M::run(c, a[0], b[1][2 * h], b[1][2 * h + 1]);
+    M::run(c, a[1], b[0][2 * h], b[0][2 * h + 1]);
+  }
+  M::run(c, a[0], b[0][2 * h], b[0][2 * h + 1]);
 }
-constexpr bool runs_wgmma_fwd(int arch, int D) { return arch == 90 && has_wgmma_fwd(D); }
-constexpr bool runs_wgmma_bwd(int arch, int D, int no_wgmma_bwd) { return arch == 90 && has_wgmma_bwd(D) && !no_wgmma_bwd; }
 
-// Forward: BM = 16 * NW * MT query rows per CTA (each warp owns MT row tiles of 16), BN keys per
-// step; QREG keeps Q's fragments in registers (only with MT == 1).
-template <int D_, int BM_, int BN_, int NW_, int MT_, bool QREG_>
-struct FwdCfg {
-  static constexpr int D = D_, BM = BM_, BN = BN_, NW = NW_, MT = MT_;
-  static constexpr bool QREG = QREG_;
-  static_assert(BM == 16 * NW * MT, "rows per CTA");
+// x ≈ hi + lo, both f16 rounded to nearest (x - hi is exact in float32). For x below 2^-14 the
+// parts are subnormal: the absolute error stays below 2^-25.
+__device__ __forceinline__ void split_pair(float x, float y, uint32_t& hi, uint32_t& lo) {
+  const __half2 h = __floats2half2_rn(x, y);
+  const float2 hf = __half22float2(h);
+  const __half2 l = __floats2half2_rn(x - hf.x, y - hf.y);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = *reinterpret_cast<const uint32_t*>(&l);
+}
+
+// Packs two float32 values into one A/B-fragment register per plane; split values are first
+// multiplied by `mul` (a power of two: kPScale for P, SplitScales::ds for dS). Without a split
+// only `hi` is written (callers pass the same register twice).
+template <typename E>
+__device__ __forceinline__ void pack_e(float x, float y, float mul, uint32_t& hi, uint32_t& lo) {
+  if constexpr (E::SPLIT) {
+    split_pair(x * mul, y * mul, hi, lo);
+  } else {
+    hi = Mma<typename E::T>::pack(x, y);
+  }
+}
+
+// Input element loads in the caller's dtype.
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// Output element stores in the caller's dtype.
+template <typename TO>
+struct Out;
+template <>
+struct Out<float> {
+  __device__ __forceinline__ static void one(float* p, float x) { *p = x; }
+  __device__ __forceinline__ static void two(float* p, float x, float y) { *reinterpret_cast<float2*>(p) = make_float2(x, y); }
 };
-template <int D>
-struct FwdTraits;
-template <>
-struct FwdTraits<64> : FwdCfg<64, 64, 128, 4, 1, true> {};
-template <>
-struct FwdTraits<128> : FwdCfg<128, 128, 64, 8, 1, true> {};
-template <>
-struct FwdTraits<256> : FwdCfg<256, 64, 32, 4, 1, false> {};
-
-// Backward: a CTA owns BN keys; WK warps along keys (16 keys each), NW / WK along the query /
-// head-dim direction. BM query rows per inner step.
-template <int D_, int BM_, int BN_, int NW_, int WK_>
-struct BwdCfg {
-  static constexpr int D = D_, BM = BM_, BN = BN_, NW = NW_, WK = WK_;
+template <typename T>
+struct Out {
+  __device__ __forceinline__ static void one(T* p, float x) { *p = Mma<T>::from_float(x); }
+  __device__ __forceinline__ static void two(T* p, float x, float y) { *reinterpret_cast<uint32_t*>(p) = Mma<T>::pack(x, y); }
 };
-template <int D>
-struct BwdTraits;
-template <>
-struct BwdTraits<64> : BwdCfg<64, 64, 128, 8, 8> {};
-template <>
-struct BwdTraits<128> : BwdCfg<128, 64, 128, 8, 8> {};
-template <>
-struct BwdTraits<256> : BwdCfg<256, 64, 64, 8, 4> {};
-
-// The deterministic dQ kernel: a CTA owns BM query rows (16 per warp) and walks the key tiles.
-template <int D>
-struct DqTraits;
-template <>
-struct DqTraits<64> { static constexpr int BM = 64, BN = 64, NW = 4; };
-template <>
-struct DqTraits<128> { static constexpr int BM = 64, BN = 64, NW = 4; };
-template <>
-struct DqTraits<256> { static constexpr int BM = 64, BN = 32, NW = 4; };
+// Columns c (even) and c + 1 of an output row of d_out columns, those that exist. With d_out even
+// the pair is one aligned vector store (ODD = false); with d_out odd rows start at odd offsets, so
+// one by one. Callers test d_out's parity once per row, outside their column loops: a test per
+// pair cost the bf16 D = 64 forward up to 3% at T = 512 (200 more instructions per CTA).
+template <bool ODD, typename TO>
+__device__ __forceinline__ void store_cols(TO* row, int c, int d_out, float x, float y) {
+  if constexpr (!ODD) {
+    if (c < d_out) Out<TO>::two(row + c, x, y);
+  } else {
+    if (c < d_out) Out<TO>::one(row + c, x);
+    if (c + 1 < d_out) Out<TO>::one(row + c + 1, y);
+  }
+}
+// Row r of NTD column pairs: v(n, j) is column 8n + 2(lane % 4) + j, offset by c0.
+template <int NTD, typename TO, typename V>
+__device__ __forceinline__ void store_row(TO* row, int c0, int lane, int d_out, V v) {
+  if ((d_out & 1) == 0) {
+#pragma unroll
+    for (int n = 0; n < NTD; ++n) store_cols<false>(row, c0 + n * 8 + 2 * (lane & 3), d_out, v(n, 0), v(n, 1));
+  } else {
+#pragma unroll
+    for (int n = 0; n < NTD; ++n) store_cols<true>(row, c0 + n * 8 + 2 * (lane & 3), d_out, v(n, 0), v(n, 1));
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Sequences, masks and score modifiers.
@@ -265,29 +248,28 @@ __device__ __forceinline__ int64_t lse_index(const FaArgs& a, int b, int h, int 
 
 // ---------------------------------------------------------------------------------------------
 // The forward epilogue shared by fwd_kernel and fwd_wgmma_kernel: normalises one thread's two
-// rows of the O accumulator and writes O and the LSE (or, split-KV, the float32 partials).
-// Layout (the mma.sync C layout, also wgmma's): o4[4n + 2rr + j] holds row r + 8rr, column
-// 8n + 2(lane % 4) + j; row_max in log2 units, row_sum per thread (summed over the quad here).
+// rows of the O accumulator and writes O (caller's layout and dtype) and the LSE, or, split-KV,
+// the float32 partials (kernel layout). Layout (the mma.sync C layout, also wgmma's):
+// o4[4n + 2rr + j] holds row r + 8rr, column 8n + 2(lane % 4) + j; row_max in log2 units, row_sum
+// per thread (summed over the quad here); `unscale` turns the accumulator into P·V.
 // ---------------------------------------------------------------------------------------------
-template <typename T, int NTD>
-__device__ __forceinline__ void store_forward_rows(const FaArgs& a, const FaTensors& t, const SeqInfo& s, int b, int h, int split, int64_t ldq,
-                                                   int r, int lane, const float* o4, const float* row_max, const float* row_sum) {
+template <typename E, int NTD>
+__device__ __forceinline__ void store_forward_rows(const FaArgs& a, const FaTensors& t, const SeqInfo& s, int b, int h, int split, int r, int lane,
+                                                   const float* o4, const float* row_max, const float* row_sum, float unscale) {
+  using TO = typename E::TO;
+  const int64_t ldo = static_cast<int64_t>(a.H) * a.d_out;
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
     const float l = quad_sum(row_sum[rr]);
-    const float inv = l == 0.f ? 0.f : 1.f / l;  // NaN stays NaN
+    const float inv = l == 0.f ? 0.f : unscale / l;  // NaN stays NaN
     const float m_use = row_max[rr] == -INFINITY ? 0.f : row_max[rr];
     const float lse = l == 0.f ? -INFINITY : (m_use + log2f(l)) * kLn2;
     const int i = r + rr * 8;
     if (i >= s.tq) continue;
     const int64_t row = s.q0 + i;
     if (a.num_splits == 1) {
-      T* Og = static_cast<T*>(t.o) + row * ldq + static_cast<int64_t>(h) * a.d;
-#pragma unroll
-      for (int n = 0; n < NTD; ++n) {
-        const int c = n * 8 + 2 * (lane & 3);
-        if (c < a.d) *reinterpret_cast<uint32_t*>(Og + c) = Mma<T>::pack(o4[4 * n + 2 * rr] * inv, o4[4 * n + 2 * rr + 1] * inv);
-      }
+      TO* Og = static_cast<TO*>(t.o) + row * ldo + static_cast<int64_t>(h) * a.d_out;
+      store_row<NTD>(Og, 0, lane, a.d_out, [&](int n, int j) { return o4[4 * n + 2 * rr + j] * inv; });
       if ((lane & 3) == 0) t.lse[lse_index(a, b, h, s.q0, i)] = lse;
     } else {
       float* Oa = a.oaccum + ((static_cast<int64_t>(split) * a.total_q + row) * a.H + h) * a.d;
@@ -302,26 +284,21 @@ __device__ __forceinline__ void store_forward_rows(const FaArgs& a, const FaTens
 }
 
 // The backward epilogue shared by bwd_kernel and bwd_wgmma_kernel: writes one thread's two key
-// rows of dK (times the softmax scale) and dV. Same accumulator layout as store_forward_rows:
-// dk4[4n + 2rr + j] holds key row r + 8rr, column c0 + 8n + 2(lane % 4) + j.
-template <typename T, int NTD>
-__device__ __forceinline__ void store_dkdv_rows(const FaArgs& a, const FaTensors& t, const SeqInfo& s, int hk, int64_t ldk, int r, int c0, int lane,
-                                                const float* dk4, const float* dv4) {
+// rows of dK (times dk_mul: the softmax scale and the split unscaling) and dV (times dv_mul).
+// Same accumulator layout as store_forward_rows: dk4[4n + 2rr + j] holds key row r + 8rr, column
+// c0 + 8n + 2(lane % 4) + j.
+template <typename E, int NTD>
+__device__ __forceinline__ void store_dkdv_rows(const FaArgs& a, const FaTensors& t, const SeqInfo& s, int hk, int r, int c0, int lane,
+                                                const float* dk4, const float* dv4, float dk_mul, float dv_mul) {
+  using TO = typename E::TO;
+  const int64_t ldo = static_cast<int64_t>(a.Hkv) * a.d_out;
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
     const int j = r + rr * 8;
     if (j >= s.tk) continue;
-    const int64_t off = (s.k0 + j) * ldk + static_cast<int64_t>(hk) * a.d;
-    T* dK = static_cast<T*>(t.dk) + off;
-    T* dV = static_cast<T*>(t.dv) + off;
-#pragma unroll
-    for (int n = 0; n < NTD; ++n) {
-      const int c = c0 + n * 8 + 2 * (lane & 3);
-      if (c < a.d) {
-        *reinterpret_cast<uint32_t*>(dK + c) = Mma<T>::pack(dk4[4 * n + 2 * rr] * a.scale, dk4[4 * n + 2 * rr + 1] * a.scale);
-        *reinterpret_cast<uint32_t*>(dV + c) = Mma<T>::pack(dv4[4 * n + 2 * rr], dv4[4 * n + 2 * rr + 1]);
-      }
-    }
+    const int64_t off = (s.k0 + j) * ldo + static_cast<int64_t>(hk) * a.d_out;
+    store_row<NTD>(static_cast<TO*>(t.dk) + off, c0, lane, a.d_out, [&](int n, int jj) { return dk4[4 * n + 2 * rr + jj] * dk_mul; });
+    store_row<NTD>(static_cast<TO*>(t.dv) + off, c0, lane, a.d_out, [&](int n, int jj) { return dv4[4 * n + 2 * rr + jj] * dv_mul; });
   }
 }
 

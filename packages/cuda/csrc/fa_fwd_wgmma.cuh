@@ -3,49 +3,15 @@
 // wgmma with both operands in shared memory, the online softmax runs on the S accumulator in
 // registers, and O += P V runs as wgmma with P from registers (the accumulator layout re-packs
 // into the A-fragment layout) and V from shared memory read transposed (MN-major).
-// Tiles are stored 128B-swizzled in column blocks of 64 elements (the canonical wgmma layout):
-// element (r, c) of an R-row tile lives at (c/64)*R*64 + r*64 + (((c%64)/8) ^ (r%8))*8 + c%8.
-// Same semantics, masking and epilogue as fwd_kernel (fa_fwd.cuh).
+// Tiles are stored 128B-swizzled in column blocks of 64 elements (swz128, fa_tile.cuh).
+// Same semantics, masking and epilogue as fwd_kernel (fa_fwd.cuh). With the split f32 policy every
+// operand tile has two planes (hi, lo) and each product issues three wgmmas into one accumulator
+// (hi·lo, lo·hi, then hi·hi); P is split in registers.
 #pragma once
 #include "fa_common.cuh"
 #include "fa_wgmma.cuh"
 
 namespace fa {
-
-template <int R>
-__device__ __forceinline__ int swz128(int r, int c) {
-  return (c >> 6) * R * 64 + r * 64 + ((((c & 63) >> 3) ^ (r & 7)) << 3) + (c & 7);
-}
-
-template <int R, int C, int NT, typename T>
-__device__ __forceinline__ void load_tile128(T* s, const T* g, int64_t ld, int nrows, int ncols, int tid) {
-  constexpr int CPR = C / 8;
-#pragma unroll
-  for (int it = 0; it < (R * CPR + NT - 1) / NT; ++it) {
-    const int i = tid + it * NT;
-    if ((R * CPR) % NT == 0 || i < R * CPR) {
-      const int r = i / CPR, c = (i % CPR) * 8;
-      const bool ok = r < nrows && c < ncols;
-      cp_async16(s + swz128<R>(r, c), ok ? (const void*)(g + r * ld + c) : (const void*)g, ok);
-    }
-  }
-}
-
-// STAGES: K/V buffers. ROT: each CTA starts its key walk at a different tile (spreads L2
-// traffic when many CTAs stream one head's keys). PIPE: software-pipelined loop (below).
-template <int D_, int BN_, int NWG_, int STAGES_ = 2, bool ROT_ = false, bool PIPE_ = false>
-struct WgCfg {
-  static constexpr int D = D_, BN = BN_, NWG = NWG_, BM = 64 * NWG_, STAGES = STAGES_;
-  static constexpr bool ROT = ROT_, PIPE = PIPE_;
-};
-
-// Hopper tiles per head-dim bucket (64 and 128; 256 stays on fwd_kernel).
-template <int D>
-struct WgTraits;
-template <>
-struct WgTraits<64> : WgCfg<64, 128, 2, 4, false, true> {};
-template <>
-struct WgTraits<128> : WgCfg<128, 128, 2, 2, false, true> {};
 
 // Two loop schedules over the key tiles j = 0..n-1 of one CTA:
 //
@@ -60,21 +26,22 @@ struct WgTraits<128> : WgCfg<128, 128, 2, 2, false, true> {};
 //   Loads run ST - 1 tiles ahead for K and ST - 2 for V: at tile j the kernel loads K_{j+ST-1}
 //   into the buffer of K_{j-1} and V_{j+ST-2} into that of V_{j-2}, both retired before the
 //   barrier that starts tile j.
-template <typename T, typename Tr>
+template <typename E, typename Tr>
 __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, FaTensors t) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   // ---- roles and sizes --------------------------------------------------------------------
+  using T = typename E::T;
+  constexpr int NP = E::NP;
   constexpr int D = Tr::D, BN = Tr::BN, NWG = Tr::NWG, BM = Tr::BM, NT = NWG * 128;
   constexpr int NS = BN / 2;  // S accumulator floats per thread (64 x BN per warpgroup)
   constexpr int NO = D / 2;   // O accumulator floats per thread (64 x D per warpgroup)
-  using M = Mma<T>;
   using OpS = wg::Op<T, BN>;
   using OpO = wg::Op<T, D>;
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_raw);
-  T* sK = sQ + BM * D;               // [STAGES][BN][D]
-  T* sV = sK + Tr::STAGES * BN * D;  // [STAGES][BN][D]
+  T* sQ = reinterpret_cast<T*>(smem_raw);  // [NP][BM][D]
+  T* sK = sQ + NP * BM * D;                // [STAGES][NP][BN][D]
+  T* sV = sK + Tr::STAGES * NP * BN * D;   // [STAGES][NP][BN][D]
 
   const int tid = threadIdx.x, wgi = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
   const int m_block = blockIdx.x, h = blockIdx.y;
@@ -84,12 +51,23 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
   if (m0 >= s.tq) return;
   const int hk = h / (a.H / a.Hkv);
   const int64_t ldq = static_cast<int64_t>(a.H) * a.d, ldk = static_cast<int64_t>(a.Hkv) * a.d;
-  const T* Qg = static_cast<const T*>(t.q) + (s.q0 + m0) * ldq + static_cast<int64_t>(h) * a.d;
-  const T* Kg = static_cast<const T*>(t.k) + s.k0 * ldk + static_cast<int64_t>(hk) * a.d;
-  const T* Vg = static_cast<const T*>(t.v) + s.k0 * ldk + static_cast<int64_t>(hk) * a.d;
+  const int64_t qoff = (s.q0 + m0) * ldq + static_cast<int64_t>(h) * a.d;
+  const int64_t koff = s.k0 * ldk + static_cast<int64_t>(hk) * a.d;
+  const T* Qg[NP];
+  const T* Kg[NP];
+  const T* Vg[NP];
+  Qg[0] = static_cast<const T*>(t.q) + qoff;
+  Kg[0] = static_cast<const T*>(t.k) + koff;
+  Vg[0] = static_cast<const T*>(t.v) + koff;
+  if constexpr (NP == 2) {
+    Qg[1] = static_cast<const T*>(t.q_lo) + qoff;
+    Kg[1] = static_cast<const T*>(t.k_lo) + koff;
+    Vg[1] = static_cast<const T*>(t.v_lo) + koff;
+  }
+  const SplitScales ss = split_scales<E>(a);
   const float slope = a.alibi ? a.alibi[b * a.H + h] : 0.f;
   const bool plain = a.softcap <= 0.f && slope == 0.f;
-  const float scale_log2 = a.scale * kLog2e;
+  const float scale_log2 = a.scale * kLog2e * ss.qk;
   const bool fold = plain && a.scale > 0.f;
   const float sfac = fold ? scale_log2 : 1.f;
 
@@ -107,20 +85,27 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
   const int n_tiles = nb_hi - nb_lo;
   const int rot = (Tr::ROT && n_tiles > 0) ? m_block % n_tiles : 0;
   auto tile_of = [&](int idx) { return nb_lo + (idx + rot >= n_tiles ? idx + rot - n_tiles : idx + rot); };
-  // One cp.async group per call, empty when idx is outside 0..n-1 (keeps the wait counts fixed).
+  // One cp.async group per call (every plane), empty when idx is outside 0..n-1 (keeps the wait
+  // counts fixed).
   auto load_k = [&](int idx) {
     if (idx >= 0 && idx < n_tiles) {
       const int n1 = tile_of(idx) * BN;
-      load_tile128<BN, D, NT>(sK + (idx % ST) * BN * D, Kg + n1 * ldk, ldk, s.tk - n1, a.d, tid);
+#pragma unroll
+      for (int p = 0; p < NP; ++p) load_tile128<BN, D, NT>(sK + ((idx % ST) * NP + p) * BN * D, Kg[p] + n1 * ldk, ldk, s.tk - n1, a.d, tid);
     }
     cp_async_commit();
   };
   auto load_v = [&](int idx) {
     if (idx >= 0 && idx < n_tiles) {
       const int n1 = tile_of(idx) * BN;
-      load_tile128<BN, D, NT>(sV + (idx % ST) * BN * D, Vg + n1 * ldk, ldk, s.tk - n1, a.d, tid);
+#pragma unroll
+      for (int p = 0; p < NP; ++p) load_tile128<BN, D, NT>(sV + ((idx % ST) * NP + p) * BN * D, Vg[p] + n1 * ldk, ldk, s.tk - n1, a.d, tid);
     }
     cp_async_commit();
+  };
+  auto load_q = [&]() {
+#pragma unroll
+    for (int p = 0; p < NP; ++p) load_tile128<BM, D, NT>(sQ + p * BM * D, Qg[p], ldq, s.tq - m0, a.d, tid);
   };
 
   float o[NO];
@@ -128,25 +113,34 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
   for (int i = 0; i < NO; ++i) o[i] = 0.f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
   const int r_lo = m0 + wgi * 64 + warp * 16 + (lane >> 2);
-  const uint32_t q_addr = smem_u32(sQ) + wgi * 64 * 64 * 2;  // this warpgroup's 64 rows in column block 0
+  // this warpgroup's 64 rows in column block 0 of plane 0; planes are BM * D * 2 bytes apart
+  const uint32_t q_addr = smem_u32(sQ) + wgi * 64 * 64 * 2;
+  constexpr uint32_t QPLANE = BM * D * 2, KPLANE = BN * D * 2;
 
   // ---- the tile steps shared by both schedules ----------------------------------------------
   auto issue_qk = [&](float* sc, int buf) {  // S = Q K^T, SS-wgmma, committed as one group
-    const uint32_t k_addr = smem_u32(sK + buf * BN * D);
+    const uint32_t k_addr = smem_u32(sK + buf * NP * BN * D);
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      const uint64_t da = wg::desc(q_addr + (ks >> 2) * BM * 128 + (ks & 3) * 32, 16, 1024);
-      const uint64_t db = wg::desc(k_addr + (ks >> 2) * BN * 128 + (ks & 3) * 32, 16, 1024);
-      OpS::ss(sc, da, db, ks > 0 ? 1 : 0);
+      const uint32_t qo = (ks >> 2) * BM * 128 + (ks & 3) * 32, ko = (ks >> 2) * BN * 128 + (ks & 3) * 32;
+      if constexpr (E::SPLIT) {
+        OpS::ss(sc, wg::desc(q_addr + QPLANE + qo, 16, 1024), wg::desc(k_addr + ko, 16, 1024), ks > 0 ? 1 : 0);  // lo·hi
+        OpS::ss(sc, wg::desc(q_addr + qo, 16, 1024), wg::desc(k_addr + KPLANE + ko, 16, 1024), 1);             // hi·lo
+      }
+      OpS::ss(sc, wg::desc(q_addr + qo, 16, 1024), wg::desc(k_addr + ko, 16, 1024), (E::SPLIT || ks > 0) ? 1 : 0);
     }
     wg::commit();
   };
-  auto issue_pv = [&](uint32_t (*pf)[4], int buf) {  // O += P V, RS-wgmma, one group
-    const uint32_t v_addr = smem_u32(sV + buf * BN * D);
+  auto issue_pv = [&](uint32_t (*pf)[BN / 16][4], int buf) {  // O += P V, RS-wgmma, one group
+    const uint32_t v_addr = smem_u32(sV + buf * NP * BN * D);
 #pragma unroll
     for (int ks = 0; ks < BN / 16; ++ks) {
       const uint64_t db = wg::desc(v_addr + ks * 16 * 128, BN * 128, 1024);
-      OpO::rs(o, pf[ks], db, 1);
+      if constexpr (E::SPLIT) {
+        OpO::rs(o, pf[NP - 1][ks], db, 1);                                             // lo·hi
+        OpO::rs(o, pf[0][ks], wg::desc(v_addr + KPLANE + ks * 16 * 128, BN * 128, 1024), 1);  // hi·lo
+      }
+      OpO::rs(o, pf[0][ks], db, 1);
     }
     wg::commit();
   };
@@ -161,7 +155,7 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
       } else {
 #pragma unroll
         for (int i = 0; i < NS; ++i)
-          sc[i] = score_log2(a, sc[i], slope, r_lo + ((i >> 1) & 1) * 8, n0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1), s.off, nullptr);
+          sc[i] = score_log2(a, sc[i] * ss.qk, slope, r_lo + ((i >> 1) & 1) * 8, n0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1), s.off, nullptr);
       }
     }
     if (tile_needs_mask(a, s, m0, BM, n0, BN)) {
@@ -203,22 +197,25 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
       o[4 * i + 3] *= alpha[1];
     }
   };
-  auto pack_p = [&](const float* sc, uint32_t (*pf)[4]) {  // accumulator layout = A-fragment layout
+  auto pack_p = [&](const float* sc, uint32_t (*pf)[BN / 16][4]) {  // accumulator layout = A-fragment layout
 #pragma unroll
-    for (int ks = 0; ks < BN / 16; ++ks) {
-      pf[ks][0] = M::pack(sc[8 * ks + 0], sc[8 * ks + 1]);
-      pf[ks][1] = M::pack(sc[8 * ks + 2], sc[8 * ks + 3]);
-      pf[ks][2] = M::pack(sc[8 * ks + 4], sc[8 * ks + 5]);
-      pf[ks][3] = M::pack(sc[8 * ks + 6], sc[8 * ks + 7]);
-    }
+    for (int ks = 0; ks < BN / 16; ++ks)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) pack_e<E>(sc[8 * ks + 2 * r], sc[8 * ks + 2 * r + 1], kPScale, pf[0][ks][r], pf[NP - 1][ks][r]);
+  };
+  auto fence_p = [&](uint32_t (*pf)[BN / 16][4]) {
+#pragma unroll
+    for (int p = 0; p < NP; ++p)
+#pragma unroll
+      for (int ks = 0; ks < BN / 16; ++ks) wg::fence_operands_u(pf[p][ks]);
   };
 
-  uint32_t pf[BN / 16][4];
+  uint32_t pf[NP][BN / 16][4];
   float sc[NS], alpha[2];
   if constexpr (!Tr::PIPE) {
     constexpr int PF = ST - 1;
     auto load_kv = [&](int idx) { load_k(idx); load_v(idx); };
-    load_tile128<BM, D, NT>(sQ, Qg, ldq, s.tq - m0, a.d, tid);
+    load_q();
 #pragma unroll
     for (int i = 0; i < PF; ++i) load_kv(i);
     for (int idx = 0; idx < n_tiles; ++idx) {
@@ -248,7 +245,7 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
     cp_async_wait<0>();
   } else {
     static_assert(ST >= 2, "the pipelined loop needs two K/V buffers");
-    load_tile128<BM, D, NT>(sQ, Qg, ldq, s.tq - m0, a.d, tid);  // joins K_0's group
+    load_q();  // joins K_0's group
 #pragma unroll
     for (int i = -(ST - 1); i < 0; ++i) { load_k(i + ST - 1); load_v(i + ST - 2); }
     for (int idx = 0; idx < n_tiles; ++idx) {
@@ -270,8 +267,7 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
       softmax_step(sc, alpha);
       wg::wait<0>();
       wg::fence_operands<NO>(o);
-#pragma unroll
-      for (int ks = 0; ks < BN / 16; ++ks) wg::fence_operands_u(pf[ks]);
+      fence_p(pf);
       rescale_o(alpha);
       pack_p(sc, pf);
     }
@@ -288,7 +284,7 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
   }
 
   // ---- epilogue -----------------------------------------------------------------------------
-  store_forward_rows<T, NO / 4>(a, t, s, b, h, split, ldq, r_lo, lane, o, row_max, row_sum);
+  store_forward_rows<E, NO / 4>(a, t, s, b, h, split, r_lo, lane, o, row_max, row_sum, E::SPLIT ? ss.pv : 1.f);
 #else
   __trap();
 #endif

@@ -1,19 +1,18 @@
-// Launchers for one dtype; included once per dtype by fa_fwd_<dtype>.cu / fa_bwd_<dtype>.cu so
-// that the template instantiations spread over several files (parallel builds).
+// Launchers for one element policy (fa_traits.cuh); included once per policy by
+// fa_fwd_<dtype>.cu / fa_bwd_<dtype>.cu so that the template instantiations spread over several
+// files (parallel builds). They take the kernel view of a call (fa_api.cu: operands in the
+// kernel layout, d a multiple of 8, d_out the caller's head dim).
 #pragma once
+#include <algorithm>
+
 #include "fa_bwd.cuh"
 #include "fa_bwd_wgmma.cuh"
 #include "fa_fwd.cuh"
 #include "fa_fwd_wgmma.cuh"
+#include "fa_host.h"
 #include "fa_smem.cuh"
 
 namespace fa {
-
-#define FA_CHECK_LAUNCH()                      \
-  do {                                         \
-    cudaError_t e_ = cudaGetLastError();       \
-    if (e_ != cudaSuccess) return e_;          \
-  } while (0)
 
 template <typename K>
 static cudaError_t set_smem(K kernel, size_t bytes) {
@@ -24,127 +23,127 @@ static cudaError_t set_smem(K kernel, size_t bytes) {
 static_assert(sizeof(__nv_bfloat16) == 2 && sizeof(__half) == 2, "fa_smem.cuh counts 2-byte elements");
 
 // Split-KV: merges the partial results of the splits through their LSEs.
-template <typename T>
+template <typename E>
 cudaError_t launch_combine(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   if (a->num_splits <= 1) return cudaSuccess;
   const int64_t items = static_cast<int64_t>(a->total_q) * a->H;
-  fwd_combine_kernel<T><<<static_cast<unsigned>((items + 7) / 8), 256, 0, st>>>(*a, t);
+  fwd_combine_kernel<E><<<static_cast<unsigned>((items + 7) / 8), 256, 0, st>>>(*a, t);
   FA_CHECK_LAUNCH();
   return cudaSuccess;
 }
 
-template <typename T, typename Tr>
+template <typename E, typename Tr>
 cudaError_t launch_fwd_cfg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
-  const size_t smem = fwd_smem_bytes<Tr>();
-  cudaError_t e = set_smem(fwd_kernel<T, Tr>, smem);
+  const size_t smem = fwd_smem_bytes<Tr, E::NP>();
+  cudaError_t e = set_smem(fwd_kernel<E, Tr>, smem);
   if (e != cudaSuccess) return e;
   dim3 grid((a->max_tq + Tr::BM - 1) / Tr::BM, a->H, a->B * a->num_splits);
-  fwd_kernel<T, Tr><<<grid, Tr::NW * 32, smem, st>>>(*a, t);
+  fwd_kernel<E, Tr><<<grid, Tr::NW * 32, smem, st>>>(*a, t);
   FA_CHECK_LAUNCH();
-  return launch_combine<T>(a, t, st);
+  return launch_combine<E>(a, t, st);
 }
-template <typename T, typename Tr>
+template <typename E, typename Tr>
 cudaError_t launch_fwd_wg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
-  const size_t smem = fwd_wg_smem_bytes<Tr>();
-  cudaError_t e = set_smem(fwd_wgmma_kernel<T, Tr>, smem);
+  const size_t smem = fwd_wg_smem_bytes<Tr, E::NP>();
+  cudaError_t e = set_smem(fwd_wgmma_kernel<E, Tr>, smem);
   if (e != cudaSuccess) return e;
   dim3 grid((a->max_tq + Tr::BM - 1) / Tr::BM, a->H, a->B * a->num_splits);
-  fwd_wgmma_kernel<T, Tr><<<grid, Tr::NWG * 128, smem, st>>>(*a, t);
+  fwd_wgmma_kernel<E, Tr><<<grid, Tr::NWG * 128, smem, st>>>(*a, t);
   FA_CHECK_LAUNCH();
-  return launch_combine<T>(a, t, st);
+  return launch_combine<E>(a, t, st);
 }
-template <typename T, int D>
+template <typename E, int D>
 cudaError_t launch_fwd(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   if constexpr (has_wgmma_fwd(D)) {
-    if (runs_wgmma_fwd(a->arch, D)) return launch_fwd_wg<T, WgTraits<D>>(a, t, st);
+    if (runs_wgmma_fwd(a->arch, D)) return launch_fwd_wg<E, FwdWgTraits<D, E::SPLIT>>(a, t, st);
   }
-  return launch_fwd_cfg<T, FwdTraits<D>>(a, t, st);
+  return launch_fwd_cfg<E, FwdTraits<D, E::SPLIT>>(a, t, st);
 }
 
-template <typename T>
+template <typename E>
 cudaError_t bwd_pre(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   const int64_t items = static_cast<int64_t>(a->total_q) * a->H;
   if (items > 0) {
-    bwd_preprocess_kernel<T><<<static_cast<unsigned>((items + 7) / 8), 256, 0, st>>>(*a, t);
+    bwd_preprocess_kernel<typename E::TO><<<static_cast<unsigned>((items + 7) / 8), 256, 0, st>>>(*a, t);
     FA_CHECK_LAUNCH();
   }
   return cudaSuccess;
 }
-template <typename T, int D>
+template <typename E, int D>
 cudaError_t bwd_post(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   const int64_t items = static_cast<int64_t>(a->total_q) * a->H;
   if (a->deterministic) {
-    using Tq = DqTraits<D>;
-    const size_t smem = dq_smem_bytes<D>();
-    cudaError_t e = set_smem(bwd_dq_kernel<T, D>, smem);
+    using Tq = DqTraits<D, E::SPLIT>;
+    const size_t smem = dq_smem_bytes<D, E::SPLIT>();
+    cudaError_t e = set_smem(bwd_dq_kernel<E, D>, smem);
     if (e != cudaSuccess) return e;
     dim3 grid((a->max_tq + Tq::BM - 1) / Tq::BM, a->H, a->B);
     if (a->max_tq > 0) {
-      bwd_dq_kernel<T, D><<<grid, Tq::NW * 32, smem, st>>>(*a, t);
+      bwd_dq_kernel<E, D><<<grid, Tq::NW * 32, smem, st>>>(*a, t);
       FA_CHECK_LAUNCH();
     }
   } else if (items > 0) {
     const int64_t n = items * a->d / 2;
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65536));
-    bwd_convert_dq_kernel<T><<<blocks, 256, 0, st>>>(*a, t);
+    bwd_convert_dq_kernel<E><<<blocks, 256, 0, st>>>(*a, t);
     FA_CHECK_LAUNCH();
   }
   return cudaSuccess;
 }
 
-template <typename T, typename Tr, int D = Tr::D>
+template <typename E, typename Tr>
 cudaError_t launch_bwd_cfg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
-  cudaError_t e = bwd_pre<T>(a, t, st);
+  cudaError_t e = bwd_pre<E>(a, t, st);
   if (e != cudaSuccess) return e;
-  const size_t smem = bwd_smem_bytes<Tr, D>();
-  e = set_smem(bwd_kernel<T, Tr>, smem);
+  const size_t smem = bwd_smem_bytes<Tr, E::NP>();
+  e = set_smem(bwd_kernel<E, Tr>, smem);
   if (e != cudaSuccess) return e;
   dim3 grid((a->max_tk + Tr::BN - 1) / Tr::BN, a->Hkv, a->B);
   if (a->max_tk > 0) {
-    bwd_kernel<T, Tr><<<grid, Tr::NW * 32, smem, st>>>(*a, t);
+    bwd_kernel<E, Tr><<<grid, Tr::NW * 32, smem, st>>>(*a, t);
     FA_CHECK_LAUNCH();
   }
-  return bwd_post<T, D>(a, t, st);
+  return bwd_post<E, Tr::D>(a, t, st);
 }
 
-template <typename T, typename Tr, int D = Tr::D>
+template <typename E, typename Tr>
 cudaError_t launch_bwd_wg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
-  cudaError_t e = bwd_pre<T>(a, t, st);
+  cudaError_t e = bwd_pre<E>(a, t, st);
   if (e != cudaSuccess) return e;
-  const size_t smem = bwd_wg_smem_bytes<Tr, D>();
-  e = set_smem(bwd_wgmma_kernel<T, Tr>, smem);
+  const size_t smem = bwd_wg_smem_bytes<Tr, E::NP>();
+  e = set_smem(bwd_wgmma_kernel<E, Tr>, smem);
   if (e != cudaSuccess) return e;
   dim3 grid((a->max_tk + Tr::BN - 1) / Tr::BN, a->Hkv, a->B);
   if (a->max_tk > 0) {
-    bwd_wgmma_kernel<T, Tr><<<grid, Tr::NWG * 128, smem, st>>>(*a, t);
+    bwd_wgmma_kernel<E, Tr><<<grid, Tr::NWG * 128, smem, st>>>(*a, t);
     FA_CHECK_LAUNCH();
   }
-  return bwd_post<T, D>(a, t, st);
+  return bwd_post<E, Tr::D>(a, t, st);
 }
 
-template <typename T, int D>
+template <typename E, int D>
 cudaError_t launch_bwd(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   if constexpr (has_wgmma_bwd(D)) {
-    if (runs_wgmma_bwd(a->arch, D, a->no_wgmma_bwd)) return launch_bwd_wg<T, BwdWgCfg<D>>(a, t, st);
+    if (runs_wgmma_bwd(a->arch, D, a->no_wgmma_bwd)) return launch_bwd_wg<E, BwdWgTraits<D, E::SPLIT>>(a, t, st);
   }
-  return launch_bwd_cfg<T, BwdTraits<D>>(a, t, st);
+  return launch_bwd_cfg<E, BwdTraits<D, E::SPLIT>>(a, t, st);
 }
 
-template <typename T>
+template <typename E>
 cudaError_t dispatch_fwd(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   switch (head_dim_bucket(a->d)) {
-    case 64: return launch_fwd<T, 64>(a, t, st);
-    case 128: return launch_fwd<T, 128>(a, t, st);
-    case 256: return launch_fwd<T, 256>(a, t, st);
+    case 64: return launch_fwd<E, 64>(a, t, st);
+    case 128: return launch_fwd<E, 128>(a, t, st);
+    case 256: return launch_fwd<E, 256>(a, t, st);
     default: return cudaErrorInvalidValue;
   }
 }
-template <typename T>
+template <typename E>
 cudaError_t dispatch_bwd(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   switch (head_dim_bucket(a->d)) {
-    case 64: return launch_bwd<T, 64>(a, t, st);
-    case 128: return launch_bwd<T, 128>(a, t, st);
-    case 256: return launch_bwd<T, 256>(a, t, st);
+    case 64: return launch_bwd<E, 64>(a, t, st);
+    case 128: return launch_bwd<E, 128>(a, t, st);
+    case 256: return launch_bwd<E, 256>(a, t, st);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -1,11 +1,22 @@
 /**
- * The CUDA engine: an AttentionBackend over the native addon. f16 and bf16 are computed natively
- * (float32 accumulation); f32 problems are declined by supports() with the reason.
- * Inputs may be host tensors (copied for you, results copied back) or this backend's device
- * tensors (results stay on the device).
+ * The CUDA engine: an AttentionBackend over the native addon. f16 and bf16 run on the tensor
+ * cores with float32 accumulation; f32 runs on the tensor cores too, each operand split into two
+ * f16 parts (exact to the conformance kit's f32 rule), or on plain FFMA kernels where the split
+ * kernels' tiles do not fit the GPU (or when asked: `createCudaBackend({ f32: 'ffma' })`). Every
+ * head dim from 1 to 256. Inputs may be host tensors (copied for you, results copied back) or
+ * this backend's device tensors (results stay on the device).
  */
 import {
   allocHost,
+  describeKVCacheProblem,
+  hostIndexTensor,
+  isDeviceIndexTensor,
+  writeHostIndex,
+  type DeviceIndexTensor,
+  type HostIndexTensor,
+  type IndexData,
+  type KVCacheOptions,
+  type KVCacheProblem,
   checkHostData,
   describeBackward,
   describeProblem,
@@ -25,7 +36,7 @@ import {
   type Support,
   type Tensor,
 } from '@fa/core';
-import { loadNative, type NativeAttnSpec, type NativeBuffer, type NativeContext, type NativeProbe } from './native.js';
+import { loadNative, type NativeAttnSpec, type NativeBuffer, type NativeContext, type NativeF32Path, type NativeProbe } from './native.js';
 
 const CODES = new Set<FAErrorCode>(['E_SHAPE', 'E_DTYPE', 'E_ARG', 'E_UNSUPPORTED', 'E_TOO_LARGE', 'E_OOM', 'E_DEVICE', 'E_IO']);
 
@@ -60,20 +71,39 @@ const bytesOf = (dtype: DType, shape: readonly number[]) => numel(shape) * (dtyp
 export interface CudaBackendOptions {
   /** CUDA device index (default 0). */
   device?: number;
+  /**
+   * Kernels for f32 problems: 'auto' (default) the split tensor-core kernels where their tiles fit
+   * the GPU's shared memory, else FFMA; 'tensor-cores' always the split kernels (supports()
+   * declines where they do not fit); 'ffma' always the plain float32 FFMA kernels. Same results
+   * to the f32 rule either way; only speed differs.
+   */
+  f32?: NativeF32Path;
 }
+
+const KV_PENDING = 'the cuda engine has no KV-cache kernels yet (forwardWithKVCache; issue 12): use the cpu or webgpu engine for KV-cache calls';
+const F32_PATHS: readonly NativeF32Path[] = ['auto', 'tensor-cores', 'ffma'];
 
 export class CudaBackend implements AttentionBackend {
   readonly name = 'cuda';
-  readonly dtypes: readonly DType[] = ['f16', 'bf16'];
+  readonly dtypes: readonly DType[] = ['f32', 'f16', 'bf16'];
   readonly device: string;
   readonly probe: NativeProbe;
+  /** Which kernels compute f32 problems (CudaBackendOptions.f32). */
+  readonly f32Path: NativeF32Path;
   #ctx: NativeContext;
   #disposed = false;
 
-  constructor(ctx: NativeContext, probe: NativeProbe) {
+  constructor(
+    ctx: NativeContext,
+    probe: NativeProbe,
+    options: Pick<CudaBackendOptions, 'f32'> = {},
+    /** The CUDA device index the context runs on (NCCL communicators need it). */
+    readonly deviceIndex = 0,
+  ) {
     this.#ctx = ctx;
     this.probe = probe;
     this.device = ctx.device;
+    this.f32Path = options.f32 ?? 'auto';
   }
 
   /** The native context (stream); for benchmarks and tests. */
@@ -82,8 +112,7 @@ export class CudaBackend implements AttentionBackend {
   }
 
   supports(p: AttentionProblem): Support {
-    if (p.dtype === 'f32') return { ok: false, reason: 'f32 is not computed natively on CUDA; use f16 or bf16' };
-    if (p.d % 8 !== 0 || p.d > 256) return { ok: false, reason: `head dim ${p.d} is not supported on CUDA (a multiple of 8, at most 256)` };
+    if (p.d > 256) return { ok: false, reason: `head dim ${p.d} is not supported on CUDA (at most 256)` };
     if (p.h > 65535 || p.batch > 65535) return { ok: false, reason: 'more than 65535 heads or sequences' };
     if (p.totalQ > 2 ** 31 - 1 || p.totalK > 2 ** 31 - 1) return { ok: false, reason: 'more than 2^31-1 tokens' };
     return this.#fitsSharedMemory(p);
@@ -95,7 +124,7 @@ export class CudaBackend implements AttentionBackend {
    * than this GPU offers is declined with both numbers.
    */
   #fitsSharedMemory(p: AttentionProblem): Support {
-    const n = this.#ctx.smemNeeds(p.d);
+    const n = this.#ctx.smemNeeds(p.d, p.dtype, this.f32Path);
     if (n.limit <= 0) return { ok: true };
     const bwd = p.deterministic ? n.bwdDeterministic : n.bwd;
     const kb = (x: number) => `${(x / 1024).toFixed(1)} KiB`;
@@ -138,6 +167,31 @@ export class CudaBackend implements AttentionBackend {
     return b;
   }
 
+  /**
+   * Transitional: the CUDA KV-cache kernels are being built separately (issue 12). Until they
+   * land, the call is validated like on every engine and then declined with this reason; index
+   * tensors are host mirrors so that code written against the interface runs unchanged.
+   */
+  supportsKVCache(_p: KVCacheProblem): Support {
+    return { ok: false, reason: KV_PENDING };
+  }
+
+  async forwardWithKVCache(q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions): Promise<ForwardResult> {
+    this.#live();
+    describeKVCacheProblem(q, kCache, vCache, opts, this.name);
+    throw new FAError('E_UNSUPPORTED', KV_PENDING);
+  }
+
+  async uploadIndex(data: IndexData, shape?: readonly number[]): Promise<DeviceIndexTensor> {
+    this.#live();
+    return hostIndexTensor(this.name, data, shape);
+  }
+
+  async writeIndex(t: DeviceIndexTensor, data: IndexData, offset = 0): Promise<void> {
+    this.#live();
+    writeHostIndex(t, data, offset, this.name);
+  }
+
   async upload(t: HostTensor): Promise<Tensor> {
     this.#live();
     if (!isHostTensor(t)) throw new FAError('E_ARG', 'upload() takes a host tensor');
@@ -166,15 +220,20 @@ export class CudaBackend implements AttentionBackend {
     return { kind: 'host', dtype: c.dtype, shape: [...c.shape], data };
   }
 
-  disposeTensor(t: Tensor): void {
+  disposeTensor(t: Tensor | DeviceIndexTensor): void {
     if (isHostTensor(t)) return;
+    if (isDeviceIndexTensor(t)) {
+      if (t.backend === this.name) (t as HostIndexTensor).disposed = true;
+      return;
+    }
     if (!(t instanceof CudaTensor) || t.owner !== this) throw new FAError('E_ARG', 'disposeTensor: the tensor belongs to another backend');
     t.handle.dispose();
   }
 
   #spec(p: AttentionProblem): Omit<NativeAttnSpec, 'q' | 'k' | 'v' | 'out' | 'lse'> {
     return {
-      dtype: p.dtype as 'f16' | 'bf16',
+      dtype: p.dtype,
+      f32Path: this.f32Path,
       B: p.batch,
       H: p.h,
       Hkv: p.hkv,
@@ -284,26 +343,45 @@ export class CudaBackend implements AttentionBackend {
   }
 }
 
+const cudaVersion = (v: number) => `${Math.floor(v / 1000)}.${Math.floor((v % 1000) / 10)}`;
+
+/**
+ * Why the probe failed, in terms a person can act on: cudaGetDeviceCount says "driver version is
+ * insufficient" both when no driver is installed (cudaDriverGetVersion gives 0) and when it is
+ * older than the runtime the addon links statically.
+ */
+export function probeReason(p: NativeProbe): string {
+  const why = p.reason ?? 'unknown reason';
+  if (p.driver === 0) return `no NVIDIA driver found (${why})`;
+  if (p.runtime > 0 && p.driver < p.runtime) {
+    return `the NVIDIA driver supports CUDA ${cudaVersion(p.driver)}; this addon was built with CUDA ${cudaVersion(p.runtime)} and needs a driver for it (or build it with your CUDA toolkit: npm rebuild @fa/cuda --build-from-source) (${why})`;
+  }
+  return why;
+}
+
 /** Whether a CUDA backend can start here, and if not, why ("unavailable: ..."). */
 export function cudaStatus(): { available: true; device: string; probe: NativeProbe } | { available: false; reason: string } {
   const n = loadNative();
   if (!n.ok) return { available: false, reason: n.reason };
   const probe = n.binding.probe();
-  if (!probe.ok) return { available: false, reason: `unavailable: ${probe.reason ?? 'unknown reason'}` };
+  if (!probe.ok) return { available: false, reason: `unavailable: ${probeReason(probe)}` };
   return { available: true, device: probe.device ?? 'CUDA device', probe };
 }
 
 /** Creates the CUDA backend, or throws FAError(E_DEVICE) saying why it is unavailable. */
 export async function createCudaBackend(options: CudaBackendOptions = {}): Promise<CudaBackend> {
+  if (options.f32 !== undefined && !F32_PATHS.includes(options.f32)) {
+    throw new FAError('E_ARG', `createCudaBackend: f32 must be one of ${F32_PATHS.map((x) => `'${x}'`).join(', ')}, got ${JSON.stringify(options.f32)}`);
+  }
   const n = loadNative();
   if (!n.ok) throw new FAError('E_DEVICE', n.reason);
   const probe = n.binding.probe();
-  if (!probe.ok) throw new FAError('E_DEVICE', `unavailable: ${probe.reason ?? 'unknown reason'}`);
+  if (!probe.ok) throw new FAError('E_DEVICE', `unavailable: ${probeReason(probe)}`);
   let ctx: NativeContext;
   try {
     ctx = new n.binding.Context({ device: options.device ?? 0 });
   } catch (e) {
     throw toFAError(e);
   }
-  return new CudaBackend(ctx, probe);
+  return new CudaBackend(ctx, probe, { f32: options.f32 }, options.device ?? 0);
 }

@@ -1,5 +1,5 @@
 /**
- * @fa/cuda — FlashAttention forward and backward on NVIDIA GPUs (f16/bf16 tensor cores), as an
+ * @fa/cuda — FlashAttention forward and backward on NVIDIA GPUs (tensor cores; f32, f16, bf16), as an
  * @fa/core backend. Importing this module registers backend "cuda" (priority 100); it starts
  * lazily, and on a machine without the addon or a driver it reports why it is unavailable.
  */
@@ -8,5 +8,7 @@ import { createCudaBackend } from './backend.js';
 
 registerBackend('cuda', () => createCudaBackend(), 100);
 
-export { CudaBackend, CudaTensor, createCudaBackend, cudaStatus, toFAError, type CudaBackendOptions } from './backend.js';
-export { loadNative, NATIVE_PATH, type NativeBinding, type NativeBuffer, type NativeContext, type NativeLoad, type NativeProbe, type NativeAttnSpec } from './native.js';
+export { CudaBackend, CudaTensor, createCudaBackend, cudaStatus, probeReason, toFAError, type CudaBackendOptions } from './backend.js';
+export { currentTarget, findPrebuilts, prebuiltName, PREBUILDS_DIR, type Target } from './prebuilt.js';
+export { loadNative, NATIVE_PATH, type NativeBinding, type NativeBuffer, type NativeContext, type NativeLoad, type NativeProbe, type NativeAttnSpec, type NativeF32Path, type NativeShardOps, type NativeNccl, type NativeNcclComm, type NcclLoad } from './native.js';
+export * from './parallel/index.js';

@@ -9,7 +9,10 @@ const st = cudaStatus();
 if (st.available) {
   const backend = await createCudaBackend();
   defineConformanceSuite(backend, { describe, it, expect, afterAll });
-  defineConformanceSuite(backend, { describe, it, expect }, { upload: true, dtypes: ['bf16'], count: 64, extras: false, name: 'cuda (device tensors)' });
+  defineConformanceSuite(backend, { describe, it, expect }, { upload: true, dtypes: ['bf16', 'f32'], count: 96, extras: false, name: 'cuda (device tensors)' });
+  // the plain float32 FFMA kernels (what GPUs whose shared memory cannot hold the split tiles run)
+  const ffma = await createCudaBackend({ f32: 'ffma' });
+  defineConformanceSuite(ffma, { describe, it, expect }, { dtypes: ['f32'], count: 160, name: 'cuda (f32 on FFMA)' });
 } else {
   describe('conformance cuda', () => {
     it.skip(`skipped: ${st.reason}`, () => undefined);

@@ -16,7 +16,7 @@ describe('@fa/cuda on any machine', () => {
     expect(e!.available).toBe(st.available);
     if (!e!.available) {
       // the registry reports the reason without the engine's leading "unavailable:"
-      expect(e!.reason).toMatch(/^(built without CUDA \(.+\)|CUDA driver: cuda\w+|no CUDA device found|.*compute capability)/);
+      expect(e!.reason).toMatch(/^(built without CUDA \(.+\)|no NVIDIA driver found \(CUDA driver: cuda\w+|the NVIDIA driver supports CUDA|CUDA driver: cuda\w+|no CUDA device found|.*compute capability)/);
       console.log(`cuda backend: ${e!.reason}`);
     } else {
       console.log(`cuda backend: available on ${e!.device}`);
@@ -30,6 +30,10 @@ describe('@fa/cuda on any machine', () => {
     expect(err).toBeInstanceOf(FAError);
     expect((err as FAError).code).toBe('E_DEVICE');
     expect((err as FAError).message).toBe(st.reason);
+  });
+
+  it('createCudaBackend() checks its options before anything else', async () => {
+    await expect(createCudaBackend({ f32: 'fast' as 'ffma' })).rejects.toMatchObject({ code: 'E_ARG', message: expect.stringMatching(/f32 must be one of 'auto', 'tensor-cores', 'ffma'/) });
   });
 
   it('loads the addon when it was built; the first CUDA call fails cleanly without a driver', () => {
@@ -59,14 +63,17 @@ describe.skipIf(!native.ok)('TypeScript wrapper over a dry-run context (no CUDA 
     return u;
   };
 
-  it('supports() declines f32 and odd head dims with reasons', () => {
+  it('supports() accepts f32 and every head dim from 1 to 256', () => {
     const b = mk();
+    expect(b.dtypes).toEqual(['f32', 'f16', 'bf16']);
     const f32 = describeProblem(tensor(new Float32Array(2 * 3 * 4 * 8), [2, 3, 4, 8], 'f32'), tensor(new Float32Array(2 * 3 * 4 * 8), [2, 3, 4, 8], 'f32'), tensor(new Float32Array(2 * 3 * 4 * 8), [2, 3, 4, 8], 'f32'));
-    expect(b.supports(f32)).toEqual({ ok: false, reason: 'f32 is not computed natively on CUDA; use f16 or bf16' });
-    const d12 = describeProblem(tensor(rand(24), [1, 2, 1, 12], 'bf16'), tensor(rand(24), [1, 2, 1, 12], 'bf16'), tensor(rand(24), [1, 2, 1, 12], 'bf16'));
-    expect(b.supports(d12).ok).toBe(false);
-    const ok = describeProblem(tensor(rand(64), [1, 2, 2, 16], 'f16'), tensor(rand(64), [1, 2, 2, 16], 'f16'), tensor(rand(64), [1, 2, 2, 16], 'f16'));
-    expect(b.supports(ok)).toEqual({ ok: true });
+    expect(b.supports(f32)).toEqual({ ok: true });
+    for (const d of [1, 12, 13, 200, 256]) {
+      for (const dtype of ['f32', 'bf16'] as const) {
+        const x = tensor(dtype === 'f32' ? new Float32Array(2 * d) : rand(2 * d), [1, 2, 1, d], dtype);
+        expect(b.supports(describeProblem(x, x, x))).toEqual({ ok: true });
+      }
+    }
   });
 
   it('supports() declines head dims whose kernels need more shared memory than the GPU offers', () => {
@@ -77,7 +84,23 @@ describe.skipIf(!native.ok)('TypeScript wrapper over a dry-run context (no CUDA 
     // backward BwdCfg<256, BM 64, BN 64>: (2·64·256 + 4·64·256 + 2·64·64)·2 B + 4·64·4 B.
     expect(ctx.smemNeeds(256)).toEqual({ fwd: (64 * 256 + 4 * 32 * 256) * 2, bwd: (2 * 64 * 256 + 4 * 64 * 256 + 2 * 64 * 64) * 2 + 1024, bwdDeterministic: (2 * 64 * 256 + 4 * 64 * 256 + 2 * 64 * 64) * 2 + 1024, limit: 0 });
     expect(ctx.smemNeeds(128).bwd).toBe((2 * 128 * 128 + 4 * 64 * 128 + 2 * 128 * 64) * 2 + 1024);
-    expect(() => ctx.smemNeeds(12)).toThrow(/multiple of 8/);
+    // a head dim that is not a multiple of 8 runs the kernels of the next multiple of 8
+    expect(ctx.smemNeeds(12)).toEqual(ctx.smemNeeds(16));
+    expect(ctx.smemNeeds(1, 'f16')).toEqual(ctx.smemNeeds(8, 'f16'));
+    expect(() => ctx.smemNeeds(0)).toThrow(/integer from 1 to 256/);
+    expect(() => ctx.smemNeeds(64, 'f64' as 'f32')).toThrow(/dtype/);
+    expect(() => ctx.smemNeeds(64, 'f32', 'fast' as 'ffma')).toThrow(/f32Path/);
+    // f32, split into two f16 planes (twice the 16-bit tiles; fa_traits.cuh): the mma.sync forward
+    // FwdTraits<128, split> = BM 64, BN 64; backward BwdTraits<128, split> = BM 32, BN 64.
+    const split128 = { fwd: (64 * 128 + 4 * 64 * 128) * 2 * 2, bwd: (2 * 64 * 128 + 4 * 32 * 128 + 2 * 64 * 32) * 2 * 2 + 4 * 32 * 4 };
+    expect(ctx.smemNeeds(128, 'f32')).toEqual({ ...split128, bwdDeterministic: split128.bwd, limit: 0 });
+    expect(ctx.smemNeeds(128, 'f32', 'auto', 163 * 1024)).toEqual(ctx.smemNeeds(128, 'f32'));
+    // FFMA (fa_smem.cuh): q rows [16][d], key tiles [32][d | 1]; chosen where the split tiles do not fit
+    const ffma128 = { fwd: (16 * 128 + 32 * 129 + 32 * 128) * 4, bwd: (2 * 16 * 128 + 2 * 32 * 129 + 2 * 32) * 4 };
+    expect(ctx.smemNeeds(128, 'f32', 'ffma')).toEqual({ ...ffma128, bwdDeterministic: ffma128.bwd, limit: 0 });
+    expect(ctx.smemNeeds(128, 'f32', 'auto', 99 * 1024)).toEqual(ctx.smemNeeds(128, 'f32', 'ffma'));
+    expect(ctx.smemNeeds(256, 'f32', 'ffma').bwd).toBeLessThanOrEqual(99 * 1024);
+    expect(ctx.smemNeeds(128, 'f32', 'tensor-cores', 99 * 1024)).toEqual(ctx.smemNeeds(128, 'f32'));
     const withLimit = (limit: number) =>
       new CudaBackend(
         new Proxy(ctx, {
@@ -121,8 +144,12 @@ describe.skipIf(!native.ok)('TypeScript wrapper over a dry-run context (no CUDA 
     expect((dq as { disposed?: boolean }).disposed).toBe(true);
     await expect(b.forward(dq, dk, dv)).rejects.toMatchObject({ code: 'E_ARG' });
     await expect(b.forward(q, k, v, { scale: Number.NaN })).rejects.toMatchObject({ code: 'E_ARG' });
-    const f32 = tensor(new Float32Array(64), [1, 1, 1, 64], 'f32');
-    await expect(b.forward(f32, f32, f32)).rejects.toMatchObject({ code: 'E_UNSUPPORTED' });
+    const f32 = tensor(new Float32Array(3 * 5), [1, 3, 1, 5], 'f32');
+    const r32 = await b.forward(f32, f32, f32, { causal: true });
+    expect(r32.out.dtype).toBe('f32');
+    expect((r32.out as HostTensor).data).toBeInstanceOf(Float32Array);
+    const g32 = await b.backward(f32, f32, f32, r32.out, f32, r32.lse);
+    expect(g32.dv.shape).toEqual([1, 3, 1, 5]);
     const other = mk();
     const foreign = await other.upload(q);
     await expect(b.forward(foreign, dk, dv)).rejects.toMatchObject({ code: 'E_ARG' });

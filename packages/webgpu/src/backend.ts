@@ -9,6 +9,10 @@
 import {
   type AttentionBackend,
   type AttentionOptions,
+  type DeviceIndexTensor,
+  type IndexData,
+  type KVCacheOptions,
+  type KVCacheProblem,
   type AttentionProblem,
   type BackwardResult,
   type DType,
@@ -20,20 +24,25 @@ import {
   bytesPerElement,
   checkHostData,
   describeBackward,
+  checkIndexUpload,
+  checkIndexWrite,
+  describeKVCacheProblem,
   describeProblem,
+  isDeviceIndexTensor,
   isDeviceTensor,
   isHostTensor,
   numel,
 } from '@fa/core';
 import { CallGuard, errorText } from './errors.js';
-import { createBuffer, metaBuffer, paramsBuffer, readBuffer, uploadInto } from './buffers.js';
+import { createBuffer, metaBuffer, paramsBuffer, readBuffer, uploadInto, writableBytes } from './buffers.js';
 import { bindGroup, grid1d } from './dispatch.js';
 import { type Acquired, BufferUsage, acquire } from './gpu.js';
 import { Ledger, type MemoryStats, Scope } from './memory.js';
 import type { WebGPUBackendOptions } from './options.js';
 import { PipelineCache } from './pipelines.js';
 import { supportOf, unsupportedError } from './support.js';
-import { WGTensor } from './tensor.js';
+import { WGIndexTensor, WGTensor } from './tensor.js';
+import { encodeKVCache, kvSupport, type KVEnv } from './kvcache.js';
 import { type Caps, type Choice, type KernelKind, chooseSpec } from './tiles.js';
 import { type KernelSpec, type Tile, encoding, specKey } from './wgsl/spec.js';
 import { forwardWGSL } from './wgsl/forward.js';
@@ -51,7 +60,7 @@ export class WebGPUBackend implements AttentionBackend {
   private lostInfo: string | undefined;
   private disposedAll = false;
   private readonly pipelines = new PipelineCache(() => this.device);
-  private readonly live = new Set<WGTensor>();
+  private readonly live = new Set<WGTensor | WGIndexTensor>();
   private readonly ledger = new Ledger();
   private readonly calls = new CallGuard({ device: () => this.acq.device, adapterName: () => this.device, lostInfo: () => this.lostInfo });
   /** Specialisations used by the most recent call (for tests and benchmarks). */
@@ -188,6 +197,68 @@ export class WebGPUBackend implements AttentionBackend {
     throw new FAError('E_ARG', `${what} must be a tensor`);
   }
 
+  supportsKVCache(p: KVCacheProblem): Support {
+    return kvSupport(p, this.acq.device.limits, this.opts.kvMinChunk);
+  }
+
+  /** What the KV-cache module needs of this backend, on the current device. */
+  private kvEnv(): KVEnv {
+    return {
+      name: this.name,
+      minChunk: this.opts.kvMinChunk,
+      device: () => this.acq.device,
+      createBuffer: (scope, bytes, usage, label) => this.createBuffer(scope, bytes, usage, label),
+      input: (scope, t, what) => this.input(scope, t, what),
+      pipeline: (key, code) => this.pipeline(key, code),
+      bind: (pipe, buffers) => this.bind(pipe, buffers),
+      readBuffer: (scope, buf, dtype, shape) => this.readBuffer(scope, buf, dtype, shape),
+      wrap: (buf, dtype, shape) => this.wrap(buf, dtype, shape),
+      indexBuffer: (t, what) => this.indexBuffer(t, what),
+    };
+  }
+
+  private indexBuffer(t: WGIndexTensor, what: string): GPUBuffer {
+    if (t.disposed) throw new FAError('E_ARG', `${what} is a webgpu index tensor that was already disposed (or whose device was lost)`);
+    if (t.handle.epoch !== this.epoch) throw new FAError('E_DEVICE', `${what} was created on a WebGPU device that has since been lost; upload it again`);
+    return t.handle.buffer;
+  }
+
+  async forwardWithKVCache(q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions): Promise<ForwardResult> {
+    const p = describeKVCacheProblem(q, kCache, vCache, opts, this.name);
+    await this.ready();
+    const s = this.supportsKVCache(p);
+    if (!s.ok) throw unsupportedError(s);
+    const scope = new Scope(this.ledger);
+    const outs: GPUBuffer[] = [];
+    const onDevice = isDeviceTensor(q);
+    return this.guard(scope, () => encodeKVCache(this.kvEnv(), scope, p, q, kCache, vCache, opts, outs), false, () => (onDevice ? new Set(outs) : new Set()));
+  }
+
+  async uploadIndex(data: IndexData, shape?: readonly number[]): Promise<DeviceIndexTensor> {
+    const c = checkIndexUpload(data, shape);
+    await this.ready();
+    const scope = new Scope(this.ledger);
+    return this.guard(scope, async () => {
+      const buf = this.createBuffer(scope, Math.max(16, c.data.byteLength), BufferUsage.STORAGE | BufferUsage.COPY_DST | BufferUsage.COPY_SRC, 'index');
+      if (c.data.byteLength > 0) this.acq.device.queue.writeBuffer(buf, 0, c.data.buffer as ArrayBuffer, c.data.byteOffset, c.data.byteLength);
+      const t = new WGIndexTensor(c.shape, { buffer: buf, bytes: c.data.byteLength, epoch: this.epoch }, c.data);
+      this.live.add(t);
+      return t;
+    }, true);
+  }
+
+  async writeIndex(t: DeviceIndexTensor, data: IndexData, offset = 0): Promise<void> {
+    const d = checkIndexWrite(t, data, offset, this.name);
+    await this.ready();
+    const buf = this.indexBuffer(t as WGIndexTensor, 'writeIndex target');
+    // queue order: calls submitted before read the old entries, calls after the new ones
+    if (d.length > 0) {
+      const w = writableBytes(d);
+      this.acq.device.queue.writeBuffer(buf, offset * 4, w.buffer, w.offset, w.size);
+    }
+    t.mirror.set(d, offset);
+  }
+
   async upload(t: HostTensor): Promise<Tensor> {
     checkHostData(t.data, t.shape, t.dtype, 'upload');
     await this.ready();
@@ -206,8 +277,8 @@ export class WebGPUBackend implements AttentionBackend {
     return this.guard(scope, () => this.readBuffer(scope, buf, t.dtype, t.shape), false);
   }
 
-  disposeTensor(t: Tensor): void {
-    if (!isDeviceTensor(t) || !(t instanceof WGTensor) || t.disposed) return;
+  disposeTensor(t: Tensor | DeviceIndexTensor): void {
+    if (!(t instanceof WGTensor || t instanceof WGIndexTensor) || t.disposed) return;
     t.disposed = true;
     this.live.delete(t);
     if (t.handle.epoch === this.epoch) this.ledger.destroy(t.handle.buffer);
@@ -361,7 +432,10 @@ export class WebGPUBackend implements AttentionBackend {
         const ld = this.createBuffer(scope, 8 * nRows, BufferUsage.STORAGE | BufferUsage.COPY_DST, 'lse+delta');
         const enc = dev.createCommandEncoder();
         if (isHostTensor(lse)) {
-          if (nRows > 0) dev.queue.writeBuffer(ld, 0, lse.data.buffer, lse.data.byteOffset, nRows * 4);
+          if (nRows > 0) {
+            const w = writableBytes(lse.data);
+            dev.queue.writeBuffer(ld, 0, w.buffer, w.offset, nRows * 4);
+          }
         } else {
           const lb = this.input(scope, lse, 'lse');
           if (nRows > 0) enc.copyBufferToBuffer(lb, 0, ld, 0, nRows * 4);

@@ -31,13 +31,27 @@ export function createBuffer(dev: GPUDevice, scope: Scope, bytes: number, usage:
   return scope.add(b, size);
 }
 
+/**
+ * The bytes of a view in memory queue.writeBuffer accepts: Dawn's Node binding refuses
+ * SharedArrayBuffer (what core's allocHost/zeros return), so shared bytes are copied first.
+ */
+export function writableBytes(v: ArrayBufferView): { buffer: ArrayBuffer; offset: number; size: number } {
+  if (typeof SharedArrayBuffer !== 'undefined' && v.buffer instanceof SharedArrayBuffer) {
+    const c = new Uint8Array(v.byteLength);
+    c.set(new Uint8Array(v.buffer, v.byteOffset, v.byteLength));
+    return { buffer: c.buffer, offset: 0, size: v.byteLength };
+  }
+  return { buffer: v.buffer as ArrayBuffer, offset: v.byteOffset, size: v.byteLength };
+}
+
 /** A storage buffer holding a copy of the host tensor's data (zero-padded to 4 bytes). */
 export function uploadInto(dev: GPUDevice, scope: Scope, t: HostTensor, label: string): GPUBuffer {
   const bytes = t.data.byteLength;
   const buf = createBuffer(dev, scope, bytes, BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST, label);
   if (bytes > 0) {
     if (bytes % 4 === 0) {
-      dev.queue.writeBuffer(buf, 0, t.data.buffer, t.data.byteOffset, bytes);
+      const w = writableBytes(t.data);
+      dev.queue.writeBuffer(buf, 0, w.buffer, w.offset, w.size);
     } else {
       const pad = new Uint8Array(align4(bytes));
       pad.set(new Uint8Array(t.data.buffer, t.data.byteOffset, bytes));

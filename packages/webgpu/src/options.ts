@@ -26,4 +26,9 @@ export interface WebGPUBackendOptions extends AcquireOptions {
    * u32, `unpack2x16float`) that adapters without `shader-f16` use. Arithmetic is f32 either way.
    */
   readonly nativeF16?: boolean;
+  /**
+   * KV-cache calls: the fewest keys per split of a sequence's key range (default: one key tile,
+   * 128). The split count otherwise aims to fill the GPU; changes summation order only.
+   */
+  readonly kvMinChunk?: number;
 }

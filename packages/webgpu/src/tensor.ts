@@ -1,6 +1,6 @@
 /// <reference types="@webgpu/types" />
 /** The WebGPU engine's device tensors. */
-import type { DType, DeviceTensor } from '@fa/core';
+import type { DType, DeviceIndexTensor, DeviceTensor } from '@fa/core';
 
 /** What a webgpu DeviceTensor's handle holds. */
 export interface WebGPUTensorHandle {
@@ -17,5 +17,20 @@ export class WGTensor implements DeviceTensor {
     readonly dtype: DType,
     readonly shape: readonly number[],
     readonly handle: WebGPUTensorHandle,
+  ) {}
+}
+
+/**
+ * The WebGPU engine's index tensors (cache lengths, block tables): an int32 storage buffer and
+ * the host mirror core's validation reads (kept equal by uploadIndex/writeIndex).
+ */
+export class WGIndexTensor implements DeviceIndexTensor {
+  readonly kind = 'index' as const;
+  readonly backend = 'webgpu';
+  disposed = false;
+  constructor(
+    readonly shape: readonly number[],
+    readonly handle: WebGPUTensorHandle,
+    readonly mirror: Int32Array,
   ) {}
 }

@@ -1,5 +1,5 @@
 /**
- * A representative slice of the conformance kit (forward and backward) in headless Chromium,
+ * A representative slice of the conformance kit (forward and backward, and the KV-cache cases) in headless Chromium,
  * on navigator.gpu: the page is bundled with esbuild, served on 127.0.0.1 by a tiny HTTP server,
  * and driven by playwright-core with Debian's chromium (FA_CHROMIUM, default /usr/bin/chromium).
  * Each case is its own test; when no browser is installed the tests are listed as skipped.
@@ -10,13 +10,17 @@ import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { conformanceCases, EXTRA_CHECKS, type CaseResult } from '@fa/core/testing';
+import { conformanceCases, EXTRA_CHECKS, KV_EXTRA_CHECKS, kvCacheCases, type CaseResult } from '@fa/core/testing';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const chromiumPath = process.env.FA_CHROMIUM ?? '/usr/bin/chromium';
 const COUNT = Number(process.env.FA_BROWSER_CASES ?? 48);
 const SEED = 3;
-const names = [...conformanceCases({ count: COUNT, quick: true, seed: SEED }).map((c) => c.name), ...EXTRA_CHECKS.map((x) => x.name)];
+const names = [
+  ...conformanceCases({ count: COUNT, quick: true, seed: SEED }).map((c) => c.name),
+  ...kvCacheCases({ quick: true, seed: SEED }).map((c) => c.name),
+  ...[...EXTRA_CHECKS, ...KV_EXTRA_CHECKS].map((x) => x.name),
+];
 const TIMEOUT = 40 * 60_000;
 
 let skipWhy = '';

@@ -5,11 +5,11 @@
  * GPU engines get their inputs uploaded once and are timed to completion (sync), not including
  * transfers.
  */
-import { FAError, ioModel, parseDType, type AttentionBackend, type AttentionOptions, type DType, type Tensor } from '@fa/core';
+import { askSupports, describeProblemShapes, ioModel, parseDType, type AttentionBackend, type AttentionOptions, type DType, type Tensor } from '@fa/core';
 import { parseCount, parseCounts, parseFlags, type FlagSpec } from '../args.js';
 import { flagHelp80 } from '../helptext.js';
 import { argError } from '../errors.js';
-import { BACKEND_CHOICES, pickBackend } from '../engines.js';
+import { BACKEND_CHOICES } from '../engines.js';
 import type { Io } from '../io.js';
 import { bufferProbe } from '../memory.js';
 import { isSoftwareAdapter, pickStoryBackend } from '../pick.js';
@@ -188,22 +188,25 @@ export async function benchCommand(args: readonly string[], io: Io): Promise<num
   const dtypeFlag = p.strings.has('dtype') ? parseDType(p.strings.get('dtype'), '--dtype') : undefined;
   const opts: AttentionOptions = p.booleans.has('causal') ? { causal: true } : {};
   const name = p.strings.get('backend') ?? 'auto';
+  const sizesOf = (b: AttentionBackend) => sizesFlag ?? (!onCpu(b) && !isSoftwareAdapter(b) ? [1024, 4096, 16384] : [256, 512, 1024]);
+  // f32 unless the engine declines it (then bf16), at the largest size the engine would run
+  const problemOf = (b: AttentionBackend, dtype: DType) => {
+    const T = Math.max(1, ...sizesOf(b));
+    return describeProblemShapes([B, T, H, D], [B, T, H, D], dtype, opts);
+  };
+  const dtypeOf = (b: AttentionBackend): DType => dtypeFlag ?? (askSupports(b, problemOf(b, 'f32')).ok ? 'f32' : 'bf16');
+  const problemFor = (b: AttentionBackend) => problemOf(b, dtypeOf(b));
   let engines: AttentionBackend[];
   if (name === 'all') {
     const { candidates } = await pickStoryBackend('auto');
-    engines = candidates.flatMap((c) => (c.backend ? [c.backend] : []));
-  } else if (name === 'auto') {
-    engines = [(await pickStoryBackend('auto')).backend];
+    engines = candidates.flatMap((c) => (c.backend && askSupports(c.backend, problemFor(c.backend)).ok ? [c.backend] : []));
   } else {
-    engines = [await pickBackend(name)]; // the one-line error for unknown or unavailable names
+    // auto: the first engine that computes the problem; a named one that declines is E_UNSUPPORTED
+    engines = [(await pickStoryBackend(name, problemFor)).backend];
   }
   const json: BenchRow[] = [];
   for (const b of engines) {
-    const dtype: DType = dtypeFlag ?? (b.dtypes.includes('f32') ? 'f32' : 'bf16');
-    if (!b.dtypes.includes(dtype)) {
-      if (name === 'all') continue;
-      throw new FAError('E_UNSUPPORTED', `backend ${b.name} does not compute ${dtype} (it computes ${b.dtypes.join(', ')})`);
-    }
+    const dtype = dtypeOf(b);
     const gpu = !onCpu(b) && !isSoftwareAdapter(b);
     const sizes = sizesFlag ?? (gpu ? [1024, 4096, 16384] : [256, 512, 1024]);
     if (sizes.length === 0) throw argError('--seq needs at least one size');

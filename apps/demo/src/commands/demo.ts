@@ -5,12 +5,16 @@
  *   3. exactness on sampled rows against the float64 reference;
  *   4. measured peak extra memory, the IO model's traffic and intensity, time and throughput;
  *   5. the online-softmax walkthrough (core's explainOnlineSoftmax);
- *   6. the backward pass: recomputation against storing P.
+ *   6. the backward pass: recomputation against storing P;
+ *   7. generating with a KV cache at a 100K-token context: per-token latency, bytes read per
+ *      token against the engine's copy bandwidth, cache memory against T×T, and a check against
+ *      recomputing attention over the whole sequence;
+ *   8. past one GPU: how ring attention (context parallelism) shards the sequence over GPUs.
  * --json prints the same results as JSON; --report FILE writes a self-contained HTML report.
  */
 import { cpus, freemem, totalmem } from 'node:os';
 import { writeFile } from 'node:fs/promises';
-import { FAError, forwardFlops, parseDType, workingSetBytes, type AttentionBackend, type DType, type TileSizes } from '@fa/core';
+import { askSupports, describeProblemShapes, FAError, forwardFlops, parseDType, workingSetBytes, type AttentionBackend, type AttentionProblem, type DType, type TileSizes } from '@fa/core';
 import { parseCount, parseFlags, parseNumber, type FlagSpec } from '../args.js';
 import { flagHelp80 } from '../helptext.js';
 import { argError } from '../errors.js';
@@ -27,10 +31,12 @@ import { gpuMemoryProbe } from '../story/gpumem.js';
 import { wasmMemoryProbe } from '../story/wasmmem.js';
 import { naiveMemory } from '../story/model.js';
 import { naiveAttention } from '../story/naive.js';
-import { backwardPart, FULL_T, ioSummary, naivePart, walkthroughPart } from '../story/parts.js';
+import { backwardPart, FULL_T, ioSummary, naivePart, parallelPart, walkthroughPart } from '../story/parts.js';
 import { SCHEMA, type DemoResult, type MemoryPoint, type Rates, type ThroughputEntry } from '../story/result.js';
 import { AttentionRun, makeInputs, type MemoryProbe, type PassOptions } from '../story/run.js';
-import { header, part1, part2, part3, part4, part5, part6 } from '../story/text.js';
+import { header, part1, part2, part3, part4, part5, part6, part7, part8 } from '../story/text.js';
+import { runGeneration } from '../story/generate.js';
+import { copyBandwidth } from '../story/bandwidth.js';
 
 const SPEC: FlagSpec = {
   backend: { type: 'string', value: 'NAME', help: `engine: ${BACKEND_CHOICES.join(', ')} (default auto: cuda, then webgpu on a hardware adapter, then wasm, then cpu)` },
@@ -41,6 +47,8 @@ const SPEC: FlagSpec = {
   dtype: { type: 'string', value: 'f32|f16|bf16', help: 'compute dtype (default f32, or bf16 where the engine has no f32)' },
   causal: { type: 'boolean', help: 'causal mask' },
   rows: { type: 'string', value: 'N', help: 'query rows checked against the float64 reference (default 64)' },
+  'gen-tokens': { type: 'string', value: 'N', help: 'part 7: tokens generated with a KV cache (default 8; 0 skips the part)' },
+  context: { type: 'string', value: 'T', help: 'part 7: tokens in the KV cache (default --tokens if given, else 100000)' },
   seed: { type: 'string', value: 'N', help: 'random seed of the inputs (default 1)' },
   json: { type: 'boolean', help: 'print the results as JSON (progress still goes to stderr)' },
   report: { type: 'string', value: 'FILE.html', help: 'also write a self-contained HTML report with charts' },
@@ -55,7 +63,9 @@ How exact attention over 100K tokens fits in memory, measured on this machine:
 naive attention's memory at 100K tokens; exact FlashAttention forward and
 backward (100K tokens on a GPU; on a CPU the largest size that fits the time
 budget); exactness against the float64 reference on sampled rows; peak memory,
-HBM traffic and throughput; the online softmax step by step; the backward pass.
+HBM traffic and throughput; the online softmax step by step; the backward pass;
+generating tokens with a KV cache at a 100K-token context; how ring attention
+shards the sequence over several GPUs.
 
 ${flagHelp80(SPEC)}`;
 
@@ -70,6 +80,8 @@ interface Opts {
   seed: number;
   json: boolean;
   report?: string;
+  genTokens: number;
+  context?: number;
 }
 
 function parseOpts(args: readonly string[]): Opts | 'help' {
@@ -87,7 +99,9 @@ function parseOpts(args: readonly string[]): Opts | 'help' {
     rows: s('rows') !== undefined ? parseCount('rows', s('rows')!) : 64,
     seed: s('seed') !== undefined ? parseCount('seed', s('seed')!, 0) : 1,
     json: p.booleans.has('json'),
+    genTokens: s('gen-tokens') !== undefined ? parseCount('gen-tokens', s('gen-tokens')!, 0) : 8,
   };
+  if (s('context') !== undefined) o.context = parseCount('context', s('context')!);
   if (tok !== undefined) o.tokens = parseCount(s('tokens') !== undefined ? 'tokens' : 'seq', tok);
   if (s('dim') !== undefined) o.dim = parseCount('dim', s('dim')!);
   if (s('dtype') !== undefined) o.dtype = parseDType(s('dtype'), '--dtype');
@@ -148,6 +162,21 @@ function machineInfo(b: AttentionBackend): DemoResult['machine'] {
   return { runtime: `Node ${process.versions.node}`, cpus: cpus().length, ramTotal: totalmem(), ramFree: freemem(), gpuTotal, gpuFree, maxBufferBytes: maxBuf, maxBindingBytes: maxBind };
 }
 
+/** The story's dtype and head dim on an engine: f32 unless the engine declines it (then bf16). */
+function storyShape(b: AttentionBackend, o: Opts): { dtype: DType; D: number } {
+  const D = o.dim ?? (isGpu(b) ? 128 : 64);
+  if (o.dtype) return { dtype: o.dtype, D };
+  const T = o.tokens ?? FULL_T;
+  return { dtype: askSupports(b, describeProblemShapes([1, T, 1, D], [1, T, 1, D], 'f32', { causal: o.causal })).ok ? 'f32' : 'bf16', D };
+}
+
+/** The largest problem the story runs on an engine (100K tokens unless --tokens), for choosing one. */
+function storyProblem(b: AttentionBackend, o: Opts): AttentionProblem {
+  const { dtype, D } = storyShape(b, o);
+  const T = o.tokens ?? FULL_T;
+  return describeProblemShapes([1, T, 1, D], [1, T, 1, D], dtype, { causal: o.causal });
+}
+
 function say(io: Io, json: boolean, lines: readonly string[]): void {
   if (!json) for (const l of lines) io.out(l);
 }
@@ -158,11 +187,9 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
     io.out(demoHelp);
     return 0;
   }
-  const { backend, candidates } = await pickStoryBackend(o.backend);
+  const { backend, candidates } = await pickStoryBackend(o.backend, (b) => storyProblem(b, o));
   const gpu = isGpu(backend);
-  const dtype: DType = o.dtype ?? (backend.dtypes.includes('f32') ? 'f32' : 'bf16');
-  if (!backend.dtypes.includes(dtype)) throw new FAError('E_UNSUPPORTED', `backend ${backend.name} does not compute ${dtype} (it computes ${backend.dtypes.join(', ')})`);
-  const D = o.dim ?? (gpu ? 128 : 64);
+  const { dtype, D } = storyShape(backend, o);
   const causal = o.causal;
   const machine = machineInfo(backend);
   const engine = { name: backend.name, device: backend.device, dtype, onDevice: !onCpu(backend) };
@@ -271,8 +298,10 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
   for (const c of candidates) {
     const b = c.backend;
     if (!b || b === backend || isSoftwareAdapter(b)) continue; // software adapters: minutes of shader compilation
-    const dt: DType = b.dtypes.includes(dtype) ? dtype : b.dtypes.includes('f32') ? 'f32' : 'bf16';
     const t = isGpu(b) ? 8192 : isSoftwareAdapter(b) ? 512 : 1024;
+    const shapeOf = (d: DType) => describeProblemShapes([1, t, 1, D], [1, t, 1, D], d, { causal });
+    const dt = ([dtype, 'f32', 'bf16'] as const).find((d) => askSupports(b, shapeOf(d)).ok);
+    if (dt === undefined) continue; // an engine that computes none of them is left out of the table
     try {
       const m = await measure(b, t, D, dt, causal, o.seed + 400);
       throughput.push({ backend: b.name, device: b.device, D, dtype: dt, causal, ...m.rates });
@@ -294,6 +323,18 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
   const walkthrough = walkthroughPart();
   const backwardInfo = backwardPart(T, D, causal, dtype, bwd.peakExtra ?? null);
   say(io, o.json, [...part4({ memory, config, engine, run: runPart, throughput }), ...part5({ walkthrough }), ...part6({ backward: backwardInfo, config, engine, naive })]);
+  // 7. generation with a KV cache at a long context (100K unless told otherwise: a decode step
+  // reads the cache once, so even a CPU does it in well under a second a token)
+  let generation: DemoResult['generation'];
+  if (o.genTokens > 0) {
+    const context = o.context ?? o.tokens ?? FULL_T;
+    generation = await runGeneration(backend, { context, steps: o.genTokens, d: D, dtype, seed: o.seed + 500 }, (kc, bytes) => copyBandwidth(backend, kc, bytes));
+    say(io, o.json, part7({ generation, engine }));
+  }
+
+  // 8. past one GPU: how ring attention shards the sequence, and whether NCCL is here
+  const parallel = parallelPart(await ncclLine());
+  say(io, o.json, part8({ parallel }));
 
   const result: DemoResult = {
     schema: SCHEMA,
@@ -306,6 +347,8 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
     walkthrough,
     backward: backwardInfo,
     throughput,
+    ...(generation ? { generation } : {}),
+    parallel,
   };
   if (o.report) {
     try {
@@ -317,7 +360,20 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
   }
   if (o.json) io.out(JSON.stringify(result, jsonReplacer, 2));
   if (!exactness.verified) throw new FAError('E_DEVICE', `the ${backend.name} result is outside the float64 reference's tolerance on sampled rows (see part 3)`);
+  if (generation && 'pass' in generation && !generation.pass) throw new FAError('E_DEVICE', `generation with the ${backend.name} KV cache differs from recomputing attention over the sequence (see part 7)`);
   return 0;
+}
+
+/** Whether NCCL (for ring attention over GPUs) is usable here, in a few words. */
+async function ncclLine(): Promise<string> {
+  try {
+    const spec: string = '@fa/cuda'; // optional, as in engines.ts
+    const { ncclStatus } = (await import(spec)) as { ncclStatus: () => { available: boolean; version?: string; path?: string; reason?: string } };
+    const s = ncclStatus();
+    return s.available ? `NCCL ${s.version} at ${s.path}` : (s.reason ?? '').replace(/; (install|point).*$/, '');
+  } catch (e) {
+    return `@fa/cuda did not load (${e instanceof Error ? e.message.split('\n')[0] : String(e)})`;
+  }
 }
 
 /** The CPU engine's per-thread tiles (the larger working set, backward), all threads. */

@@ -13,17 +13,19 @@ import {
   type AttentionOptions,
   type DType,
   type HostTensor,
+  type KVCacheOptions,
   type NpyArray,
   type Tensor,
 } from '@fa/core';
 import { argError } from '../errors.js';
-import { flagHelp, parseFlags, parseNumber, parseWindow, requireFlag, type FlagSpec } from '../args.js';
-import { BACKEND_CHOICES, pickBackend } from '../engines.js';
+import { flagHelp, parseFlags, parseNumber, parseWindow, requireFlag, type FlagSpec, type Parsed } from '../args.js';
+import { isKVCacheRun, runKVCache } from './run-kvcache.js';
+import { BACKEND_CHOICES, pickBackendFor } from '../engines.js';
 import { fmtMs, fmtShape, type Io } from '../io.js';
 import { makeDir, readNpyFile, writeNpyFile } from '../npyio.js';
 
 const SPEC: FlagSpec = {
-  backend: { type: 'string', value: 'NAME', help: `engine: ${BACKEND_CHOICES.join(', ')} (default auto)` },
+  backend: { type: 'string', value: 'NAME', help: `engine: ${BACKEND_CHOICES.join(', ')} (default auto: the first engine, by priority, that computes the problem)` },
   q: { type: 'string', value: 'Q.npy', help: 'queries, float32 [B, Tq, H, D] (varlen: [totalQ, H, D])' },
   k: { type: 'string', value: 'K.npy', help: 'keys, float32 [B, Tk, Hkv, D] (varlen: [totalK, Hkv, D])' },
   v: { type: 'string', value: 'V.npy', help: "values, float32, k's shape" },
@@ -35,6 +37,12 @@ const SPEC: FlagSpec = {
   alibi: { type: 'string', value: 'SLOPES.npy', help: 'ALiBi slopes, float32 [H] or [B, H]' },
   'cu-seqlens-q': { type: 'string', value: 'CQ.npy', help: 'varlen: int32 [B+1] query offsets (with --cu-seqlens-k)' },
   'cu-seqlens-k': { type: 'string', value: 'CK.npy', help: 'varlen: int32 [B+1] key offsets (with --cu-seqlens-q)' },
+  'k-cache': { type: 'string', value: 'KC.npy', help: 'KV cache: keys, float32 [B, capacity, Hkv, D] (paged: [numBlocks, blockSize, Hkv, D])' },
+  'v-cache': { type: 'string', value: 'VC.npy', help: "KV cache: values, the key cache's shape" },
+  'block-table': { type: 'string', value: 'BT.npy', help: 'KV cache: paged, int32 [B, maxBlocksPerSeq] block indices' },
+  'cache-seqlens': { type: 'string', value: 'L.npy', help: 'KV cache: int32 [B] tokens already cached per sequence' },
+  'k-new': { type: 'string', value: 'KN.npy', help: 'KV cache: new keys [B, Tnew, Hkv, D], appended in place (with --v-new)' },
+  'v-new': { type: 'string', value: 'VN.npy', help: 'KV cache: new values, the new keys\' shape' },
   dtype: { type: 'string', value: 'f32|f16|bf16', help: 'compute dtype; inputs are rounded to it (default f32)' },
   out: { type: 'string', value: 'DIR', help: 'output directory (created if needed)' },
   help: { type: 'boolean', short: 'h', help: 'show this help' },
@@ -43,11 +51,18 @@ const SPEC: FlagSpec = {
 export const runHelp = `usage: fa run --backend cpu|wasm|webgpu|cuda|auto --q Q.npy --k K.npy --v V.npy [--dout DO.npy]
               [--causal] [--window L,R] [--softcap C] [--scale S] [--alibi SLOPES.npy]
               [--cu-seqlens-q CQ.npy --cu-seqlens-k CK.npy] [--dtype f32|f16|bf16] --out DIR
+       fa run ... --q Q.npy --k-cache KC.npy --v-cache VC.npy [--block-table BT.npy]
+              --cache-seqlens L.npy [--k-new KN.npy --v-new VN.npy] [options] --out DIR
 
 Reads float32 .npy inputs (float16 files are accepted too; int32 for cu_seqlens), rounds them to
 --dtype, computes attention with the engine, and writes float32 out.npy and lse.npy (and with
---dout also dq.npy, dk.npy, dv.npy) into DIR. Bad input: one line "fa: E_CODE: message" on
-stderr and exit status 1.
+--dout also dq.npy, dk.npy, dv.npy) into DIR. With a KV cache (FlashAttention's
+flash_attn_with_kvcache): --k-new/--v-new are written into the cache at each sequence's length,
+then q [B, Tq, H, D] attends to the cache (causal: bottom-right over each sequence's keys); it
+writes out.npy, lse.npy and the updated k_cache.npy, v_cache.npy. Bad input: one line
+"fa: E_CODE: message" on stderr and exit status 1. With --backend auto, an engine that declines
+the problem (a dtype or head dim it lacks, a KV-cache call it has no kernels for) is passed over
+for the next one, and one line "fa: note: ..." on stderr says so.
 
 ${flagHelp(SPEC)}`;
 
@@ -92,20 +107,9 @@ function asFloat32(t: HostTensor): NpyArray {
   return tensorToNpy(t, true);
 }
 
-export async function runCommand(args: readonly string[], io: Io): Promise<number> {
-  const p = parseFlags('run', args, SPEC);
-  if (p.booleans.has('help')) {
-    io.out(runHelp);
-    return 0;
-  }
-  const qPath = requireFlag(p, 'q', 'run', 'Q.npy');
-  const kPath = requireFlag(p, 'k', 'run', 'K.npy');
-  const vPath = requireFlag(p, 'v', 'run', 'V.npy');
-  const outDir = requireFlag(p, 'out', 'run', 'DIR');
-  const backendName = p.strings.get('backend') ?? 'auto';
-  const dtype = parseDType(p.strings.get('dtype') ?? 'f32', '--dtype');
-
-  const opts: { -readonly [K in keyof AttentionOptions]: AttentionOptions[K] } = {};
+/** The score options every call shares: --causal, --window, --softcap, --scale. */
+function scoreOptions(p: Parsed): { causal?: boolean; window?: [number, number]; softcap?: number; scale?: number } {
+  const opts: { causal?: boolean; window?: [number, number]; softcap?: number; scale?: number } = {};
   if (p.booleans.has('causal')) opts.causal = true;
   const w = p.strings.get('window');
   if (w !== undefined) opts.window = parseWindow(w);
@@ -113,6 +117,37 @@ export async function runCommand(args: readonly string[], io: Io): Promise<numbe
   if (sc !== undefined) opts.softcap = parseNumber('softcap', sc);
   const s = p.strings.get('scale');
   if (s !== undefined) opts.scale = parseNumber('scale', s);
+  return opts;
+}
+
+/** `fa run` with --k-cache …: run-kvcache.ts, with this file's readers and options. */
+async function runKVCacheCommand(p: Parsed, io: Io): Promise<number> {
+  const outDir = requireFlag(p, 'out', 'run', 'DIR');
+  const dtype = parseDType(p.strings.get('dtype') ?? 'f32', '--dtype');
+  const opts: Omit<KVCacheOptions, 'cacheSeqlens'> & { alibiSlopes?: Float32Array } = scoreOptions(p);
+  const alibi = p.strings.get('alibi');
+  if (alibi !== undefined) opts.alibiSlopes = await readSlopes(alibi);
+  return runKVCache(
+    { p, backendName: p.strings.get('backend') ?? 'auto', dtype, outDir, readFloat: (path, what) => readFloatTensor(path, what, dtype), toNpy: asFloat32, options: opts, describeOptions: describeOptions(opts) },
+    io,
+  );
+}
+
+export async function runCommand(args: readonly string[], io: Io): Promise<number> {
+  const p = parseFlags('run', args, SPEC);
+  if (p.booleans.has('help')) {
+    io.out(runHelp);
+    return 0;
+  }
+  if (isKVCacheRun(p)) return runKVCacheCommand(p, io);
+  const qPath = requireFlag(p, 'q', 'run', 'Q.npy');
+  const kPath = requireFlag(p, 'k', 'run', 'K.npy');
+  const vPath = requireFlag(p, 'v', 'run', 'V.npy');
+  const outDir = requireFlag(p, 'out', 'run', 'DIR');
+  const backendName = p.strings.get('backend') ?? 'auto';
+  const dtype = parseDType(p.strings.get('dtype') ?? 'f32', '--dtype');
+
+  const opts: { -readonly [K in keyof AttentionOptions]: AttentionOptions[K] } = scoreOptions(p);
   const cq = p.strings.get('cu-seqlens-q');
   const ck = p.strings.get('cu-seqlens-k');
   if ((cq === undefined) !== (ck === undefined)) throw argError('--cu-seqlens-q and --cu-seqlens-k must be given together');
@@ -134,12 +169,8 @@ export async function runCommand(args: readonly string[], io: Io): Promise<numbe
   if (dOut && fmtShape(dOut.shape) !== fmtShape(q.shape)) {
     throw new FAError('E_SHAPE', `--dout must have q's shape ${fmtShape(q.shape)}, got ${fmtShape(dOut.shape)}`);
   }
-  const backend = await pickBackend(backendName);
-  if (!backend.dtypes.includes(dtype)) {
-    throw new FAError('E_UNSUPPORTED', `backend ${backend.name} does not compute ${dtype} (it computes ${backend.dtypes.join(', ')})`);
-  }
-  const sup = backend.supports(problem);
-  if (!sup.ok) throw new FAError('E_UNSUPPORTED', `backend ${backend.name} cannot compute this problem: ${sup.reason}`);
+  const { backend, note } = await pickBackendFor(backendName, problem);
+  if (note !== undefined) io.note?.(note);
   await makeDir(outDir);
 
   const t0 = performance.now();

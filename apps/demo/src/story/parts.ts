@@ -1,5 +1,5 @@
 /** The parts of the story computed from models (no measurement), shared by the CLI and the page. */
-import { backwardFlops, explainOnlineSoftmax, ioModel, type DType } from '@fa/core';
+import { backwardFlops, describeProblem, explainOnlineSoftmax, ioModel, planRing, zigzagLayout, type DType } from '@fa/core';
 import { lseBytes, naiveMemory } from './model.js';
 import type { DemoResult, IoSummary } from './result.js';
 
@@ -37,4 +37,20 @@ export function backwardPart(T: number, D: number, causal: boolean, dtype: DType
     measuredExtra,
     flops: backwardFlops({ batch: 1, heads: 1, tq: T, d: D }, causal),
   };
+}
+
+/**
+ * Part 8: how ring attention shards a causal sequence of T tokens over `ranks` GPUs (zigzag):
+ * the tokens each rank holds, the query–key pairs it computes, the engine calls per ring step
+ * (from core's planRing; nothing runs). `nccl` says whether NCCL is usable here.
+ */
+export function parallelPart(nccl: string, T = FULL_T, ranks = 2): NonNullable<DemoResult['parallel']> {
+  const v = (shape: number[]) => ({ kind: 'device' as const, backend: 'plan', dtype: 'bf16' as const, shape, handle: null, disposed: false });
+  const p = describeProblem(v([1, T, 1, 128]), v([1, T, 1, 128]), v([1, T, 1, 128]), { causal: true });
+  const layout = zigzagLayout(ranks, T);
+  const perRank = layout.q.map((ranges, r) => {
+    const plan = planRing(p, layout, r);
+    return { ranges: ranges.map((g) => [g.start, g.end] as const), pairs: plan.steps.reduce((a, s) => a + s.pairs, 0), calls: plan.steps.map((s) => s.calls.length) };
+  });
+  return { T, ranks, perRank, totalPairs: (T * (T + 1)) / 2, nccl };
 }

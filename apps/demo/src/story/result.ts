@@ -1,9 +1,10 @@
 /**
  * The demo's results, machine-readable (`fa demo --json`), and what the report and the web page
- * draw from. Six parts, as the story tells them.
+ * draw from. Eight parts, as the story tells them (the eighth in the CLI only).
  */
 import type { DType, OnlineSoftmaxStep } from '@fa/core';
 import type { ErrStat } from './exact.js';
+import type { GenerationResult } from './generate.js';
 
 export const SCHEMA = 'fa-demo/1';
 
@@ -47,6 +48,16 @@ export interface MemoryPoint {
   readonly flash?: number;
   /** Measured extra bytes of the textbook naive forward, if run at this T. */
   readonly naive?: number;
+}
+
+/** Part 8: ring attention's zigzag plan for a causal sequence over a few GPUs (no run). */
+export interface ParallelSummary {
+  readonly T: number;
+  readonly ranks: number;
+  readonly perRank: readonly { readonly ranges: readonly (readonly [number, number])[]; readonly pairs: number; readonly calls: readonly number[] }[];
+  readonly totalPairs: number;
+  /** "NCCL 2.28.3 at …" or why NCCL cannot be used here. */
+  readonly nccl: string;
 }
 
 export interface DemoResult {
@@ -141,4 +152,8 @@ export interface DemoResult {
   };
   /** Forward/backward throughput of every available engine (the report's bar chart). */
   readonly throughput: readonly ThroughputEntry[];
+  /** 7. Generation with a KV cache (absent where the story was told without it, e.g. the web page). */
+  readonly generation?: GenerationResult | { readonly skipped: string };
+  /** 8. Past one GPU (the CLI; absent on the web page). */
+  readonly parallel?: ParallelSummary;
 }

@@ -231,7 +231,53 @@ export function part6(r: Pick<DemoResult, 'backward' | 'config' | 'engine' | 'na
   ];
 }
 
-/** All six parts. */
+export function part7(r: Pick<DemoResult, 'generation' | 'engine'>): string[] {
+  const g = r.generation;
+  if (!g) return [];
+  const title = ['', '7. Generating with a KV cache'];
+  if ('skipped' in g) return [...title, ...para(`Skipped: the ${r.engine.name} engine declines the KV-cache call (${g.skipped}).`)];
+  const T = g.context + g.steps;
+  const copy = g.copy ? `${fmtBytes(g.copy.bytesPerSecond)}/s (${g.copy.method})` : 'not measured on this engine';
+  return [
+    ...title,
+    ...para(`A model generating text attends, for each new token, to the keys and values of every token before it. Computed once and kept, they are the KV cache: each step appends one token's key and value in place and reads the cache once — ${fmtTokens(g.context)} tokens of context here, ${g.h} query heads over ${g.hkv} kv heads (GQA), D = ${g.d}, ${g.dtype}, in blocks of ${g.blockSize} tokens.`),
+    ...table(
+      [
+        ['per token (median of ' + g.steps + ')', fmtSeconds(g.medianSeconds)],
+        ['read per token (K and V)', fmtBytes(g.bytesPerToken)],
+        ['effective bandwidth', `${fmtBytes(g.bandwidth)}/s`],
+        ['copy bandwidth, same run', copy],
+      ],
+      '     ',
+      'll',
+    ),
+    ...para(`Memory: the cache holds ${fmtBytes(g.cacheBytes)} for ${fmtTokens(T)} tokens; attention without it recomputes the whole sequence for every new token, ${fmtRatio(g.recomputeFlops / g.cachedFlops)} the FLOPs of a cached step, and the naive way holds a T×T score matrix of ${fmtBytes(g.scoresBytesPerHead)} per head.`),
+    ...para(
+      g.pass
+        ? `Checked: every step equals attention recomputed over the whole sequence with the engine's ordinary forward (largest difference ${fmtErr(g.maxRelDiff)} relative, LSE within ${fmtErr(g.maxLseDiff)}); the last step is within ${fmtErr(g.referenceRel)} of the float64 reference (tolerance ${fmtErr(g.tolerance)}).`
+        : `NOT equal: cached and recomputed differ by ${fmtErr(g.maxRelDiff)} relative (LSE ${fmtErr(g.maxLseDiff)}), the float64 reference by ${fmtErr(g.referenceRel)}; tolerance ${fmtErr(g.tolerance)}.`,
+    ),
+  ];
+}
+
+export function part8(r: Pick<DemoResult, 'parallel'>): string[] {
+  const p = r.parallel;
+  if (!p) return [];
+  const range = ([a, b]: readonly [number, number]) => `${fmtInt(a)}–${fmtInt(b - 1)}`;
+  return [
+    '',
+    '8. Past one GPU: context parallelism (ring attention)',
+    ...para(`At a million tokens one GPU's compute, and at some length its memory, runs out. Ring attention shards the sequence over GPUs: each keeps a slice of Q, K and V; the K/V slices travel around a ring of GPUs (NCCL, one process per GPU) while each GPU attends its queries to the visiting keys and merges the partial (out, lse) with the online-softmax merge of part 5, so the result is exact, as on one GPU. The backward sends dK/dV around the ring with their K/V. Zigzag shards (chunks r and 2N−1−r of 2N) balance causal work; at ${fmtInt(p.T)} causal tokens over ${p.ranks} GPUs (calls/step: engine calls per ring step):`),
+    ...table([
+      ['rank', 'tokens held', 'query–key pairs', 'calls/step'],
+      ...p.perRank.map((x, i) => [String(i), x.ranges.map(range).join(', '), `${fmtInt(x.pairs)} (${Math.round((100 * x.pairs) / p.totalPairs)}%)`, x.calls.join(', ')]),
+    ], '     ', 'llrr'),
+    ...para(`NCCL here: ${p.nccl}.`),
+    ...para(`Launch one process per GPU with node packages/cuda/scripts/cp-launch.mjs --nproc 2 -- node your-script.mjs, where the script calls ringForward/ringBackward with cudaShardOps and createNcclCommunicator (README, "Past one GPU"). On CPUs the same algorithm runs on worker threads (createInProcessRingBackend). Speed on two GPUs is not measured yet: packages/cuda/bench/cp/bench.mjs is ready for a 2-GPU machine.`),
+  ];
+}
+
+/** Every part. */
 export function storyText(r: DemoResult): string[] {
-  return [...header(r), ...part1(r), ...part2(r), ...part3(r), ...part4(r), ...part5(r), ...part6(r)];
+  return [...header(r), ...part1(r), ...part2(r), ...part3(r), ...part4(r), ...part5(r), ...part6(r), ...part7(r), ...part8(r)];
 }

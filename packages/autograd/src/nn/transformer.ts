@@ -9,6 +9,7 @@ import { add } from '../ops/add.js';
 import { gelu } from '../ops/gelu.js';
 import { mergeHeads, splitHeads } from '../ops/heads.js';
 import { attention, type AttentionCallOptions } from '../ops/attention.js';
+import type { KVCache } from './kvcache.js';
 import { Module } from './module.js';
 import { LayerNorm, Linear, type InitOptions } from './layers.js';
 
@@ -57,6 +58,20 @@ export class SelfAttention extends Module {
     const y = await attention(q, k, v, { ...this.attnOptions, ...options });
     return this.proj.forward(mergeHeads(y));
   }
+
+  /**
+   * Inference over a KV cache: x [B, Tnew, C] holds only the new tokens; their keys and values
+   * join `cache`'s layer `layer` and their queries attend to everything cached (the same result
+   * as forward() over the whole sequence, for the new rows, when the mask is causal).
+   */
+  async forwardCached(x: Tensor, cache: KVCache, layer: number): Promise<Tensor> {
+    const q = splitHeads(this.q.forward(x), this.heads);
+    const k = splitHeads(this.k.forward(x), this.kvHeads);
+    const v = splitHeads(this.v.forward(x), this.kvHeads);
+    const { backend: _b, dtype: _d, cuSeqlensQ: _q, cuSeqlensK: _k, ...opts } = this.attnOptions;
+    const y = await cache.attend(layer, q, k, v, opts);
+    return this.proj.forward(mergeHeads(y));
+  }
 }
 
 export interface TransformerBlockOptions extends SelfAttentionOptions {
@@ -85,6 +100,12 @@ export class TransformerBlock extends Module {
 
   async forward(x: Tensor, options: AttentionCallOptions = {}): Promise<Tensor> {
     x = add(x, await this.attn.forward(this.ln1.forward(x), options));
+    return add(x, this.fc2.forward(gelu(this.fc1.forward(this.ln2.forward(x)))));
+  }
+
+  /** forward() for new tokens only, attention over `cache` (SelfAttention.forwardCached). */
+  async forwardCached(x: Tensor, cache: KVCache, layer: number): Promise<Tensor> {
+    x = add(x, await this.attn.forwardCached(this.ln1.forward(x), cache, layer));
     return add(x, this.fc2.forward(gelu(this.fc1.forward(this.ln2.forward(x)))));
   }
 }

@@ -29,8 +29,10 @@ export type BackendChoice = AttentionBackend | string | readonly string[];
 
 export interface AttentionCallOptions extends AttentionOptions {
   /**
-   * The engine: a backend object, a registered name ('cpu', 'webgpu', 'cuda'), or names in order
-   * of preference. Default: setDefaultBackend()'s choice, else the registry's best available.
+   * The engine: a backend object, a registered name ('cpu', 'webgpu', 'cuda'), 'auto', or names
+   * in order of preference. Default: setDefaultBackend()'s choice, else 'auto'. 'auto' and a list
+   * run each call on the first engine whose supports() accepts its problem (core's auto
+   * backend), so a model runs on any machine; a single name runs there or fails with its reason.
    */
   backend?: BackendChoice;
   /**
@@ -44,7 +46,7 @@ export interface AttentionCallOptions extends AttentionOptions {
 
 let defaultBackend: BackendChoice | undefined;
 
-/** Sets the backend attention() uses when a call names none (undefined: the registry's best). */
+/** Sets the backend attention() uses when a call names none (undefined: 'auto', by problem). */
 export function setDefaultBackend(b: BackendChoice | undefined): void {
   defaultBackend = b;
 }
@@ -119,7 +121,7 @@ function saves(q: Tensor, k: Tensor, v: Tensor, qd: ArrayBufferView, kd: ArrayBu
 
 /**
  * Softmax(q·kᵀ·scale [+ softcap, ALiBi, masks]) · v. Returns the output, shaped like q.
- * Unsupported combinations fail with the backend's FAError('E_UNSUPPORTED', reason).
+ * A problem no chosen engine computes fails with FAError('E_UNSUPPORTED', the reasons).
  */
 export async function attention(q: Tensor, k: Tensor, v: Tensor, opts: AttentionCallOptions = {}): Promise<Tensor> {
   checkTensors('attention', ['q', q], ['k', k], ['v', v]);
@@ -141,8 +143,10 @@ export async function attention(q: Tensor, k: Tensor, v: Tensor, opts: Attention
   const problem = describeProblem(hq, hk, hv, o);
   const support = be.supports(problem);
   if (!support.ok) {
-    const hint = dtype === 'f32' && be.dtypes.some((d) => d !== 'f32') ? ` (pass dtype: '${be.dtypes.includes('bf16') ? 'bf16' : be.dtypes[0]}' to attention() to compute in 16 bits)` : '';
-    throw new FAError('E_UNSUPPORTED', `attention on backend ${be.name}: ${support.reason}${hint}`);
+    const dtypeHint = dtype === 'f32' && be.dtypes.some((d) => d !== 'f32') ? `pass dtype: '${be.dtypes.includes('bf16') ? 'bf16' : be.dtypes[0]}' to compute in 16 bits` : undefined;
+    const autoHint = be.name === 'auto' ? undefined : "backend: 'auto' lets another engine compute it";
+    const hints = [dtypeHint, autoHint].filter((h) => h !== undefined);
+    throw new FAError('E_UNSUPPORTED', `attention on backend ${be.name}: ${support.reason}${hints.length ? ` (${hints.join('; or ')})` : ''}`);
   }
   const fwd = await be.forward(hq, hk, hv, o);
   const hout = await readHost(be, fwd.out, 'out', dtype);

@@ -22,12 +22,15 @@ import { encode } from '../dtype.js';
 import { FAError, isFAError } from '../errors.js';
 import { describeBackward, describeProblem, problemFlops, type AttentionOptions, type AttentionProblem } from '../problem.js';
 import { allocFloat32, allocHost, isHostTensor, tensor, type HostData, type HostTensor, type Tensor } from '../tensor.js';
+import { describeKVCacheProblem, hostIndexTensor, isDeviceIndexTensor, writeHostIndex, type DeviceIndexTensor, type HostIndexTensor, type IndexData, type KVCacheOptions, type KVCacheProblem } from '../kvcache.js';
+import { appendKVCacheHost } from '../kvcache-host.js';
+import { combineKVCache, planKVCache } from './kvcache.js';
 import { planBackward, reducePrivate } from './backward.js';
 import { planForward } from './forward.js';
-import { BWD_UNIT, FWD_UNIT, Workspace, type BackwardJob, type DvecJob, type ForwardJob, type Job } from './job.js';
+import { BWD_UNIT, FWD_UNIT, KV_UNIT, Workspace, type BackwardJob, type DvecJob, type ForwardJob, type Job, type KVCacheJob } from './job.js';
 import type { WorkerPool } from './pool.js';
 import { runJob } from './run.js';
-import { checkTiles, chooseTiles, DEFAULT_CPU_CACHE, type CacheModel, type TileSizes } from './tiles.js';
+import { checkTiles, chooseTiles, DEFAULT_CPU_CACHE, paddedD, type CacheModel, type TileSizes } from './tiles.js';
 
 export interface CpuEngineOptions {
   /**
@@ -50,6 +53,11 @@ export interface CpuEngineOptions {
    * false for f32. KERNEL_NOTES.md explains.
    */
   readonly exactRowStats?: boolean;
+  /**
+   * KV-cache calls: keys per chunk when a sequence's key range is split over workers
+   * (flash-decoding; default KV_CHUNK = 1024). Changes summation order only.
+   */
+  readonly kvChunk?: number;
 }
 
 export const DEFAULT_INLINE_BELOW_FLOPS = 2 ** 24;
@@ -131,6 +139,15 @@ export class CpuBackend implements AttentionBackend {
 
   supports(_p: AttentionProblem): Support {
     return { ok: true };
+  }
+
+  /**
+   * Whether backward() recomputes each row's out and lse from its keys (exactRowStats) instead
+   * of using the given ones: exact for a whole problem, not for one block of keys, so context
+   * parallelism (ring.ts) refuses an engine that does.
+   */
+  recomputesRowStats(dtype: DType): boolean {
+    return this.opts.exactRowStats ?? dtype !== 'f32';
   }
 
   /** The tile sizes used for a head dimension and pass. */
@@ -236,6 +253,53 @@ export class CpuBackend implements AttentionBackend {
     return { dq: tensor(dq, p.qShape, p.dtype), dk: tensor(dk, p.kShape, p.dtype), dv: tensor(dv, p.kShape, p.dtype) };
   }
 
+  supportsKVCache(_p: KVCacheProblem): Support {
+    return { ok: true };
+  }
+
+  async forwardWithKVCache(q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions): Promise<ForwardResult> {
+    this.alive();
+    const p = describeKVCacheProblem(q, kCache, vCache, opts, this.name);
+    const [qh, kc, vc] = [host(q, 'q'), host(kCache, 'kCache'), host(vCache, 'vCache')];
+    const kn = opts.kNew === undefined ? undefined : host(opts.kNew, 'kNew');
+    const vn = opts.vNew === undefined ? undefined : host(opts.vNew, 'vNew');
+    appendKVCacheHost(p, kc, vc, kn, vn);
+    const plan = planKVCache(p, this.opts.kvChunk);
+    const nUnits = plan.units.length / KV_UNIT;
+    const flops = 4 * p.h * p.tq * p.totalK * p.d;
+    // The cache is read in place: a cache outside shared memory (not from zeros()/allocHost)
+    // runs on this thread rather than being copied for the workers on every call.
+    const pooled = this.willUseWorkers(nUnits, flops) && isShared(kc.data) && isShared(vc.data);
+    const out = alloc(() => allocHost(p.dtype, p.batch * p.tq * p.h * p.d), 'the output');
+    const lse = alloc(() => allocFloat32(p.batch * p.h * p.tq), 'the lse');
+    const f64 = (n: number) => (pooled ? new Float64Array(new SharedArrayBuffer(n * 8)) : new Float64Array(n));
+    const d4 = paddedD(p.d);
+    const job: KVCacheJob = {
+      kind: 'kvcache', p, qt: plan.qt, rows: plan.rows, chunk: plan.chunk, units: plan.units,
+      q: pooled ? alloc(() => shared(qh.data), 'a shared copy of q') : qh.data,
+      kCache: kc.data,
+      vCache: vc.data,
+      out, lse,
+      pm: alloc(() => f64(plan.slots * plan.rows), 'the split-KV partial states'),
+      pl: alloc(() => f64(plan.slots * plan.rows), 'the split-KV partial states'),
+      pacc: alloc(() => f64(plan.slots * plan.rows * d4), 'the split-KV partial states'),
+      counter: pooled ? new Int32Array(new SharedArrayBuffer(4)) : new Int32Array(1),
+    };
+    await this.execute(job, nUnits, pooled);
+    if (plan.slots > 0) combineKVCache(job, this.ws);
+    return { out: tensor(out, p.qShape, p.dtype), lse: tensor(lse, p.lseShape, 'f32') };
+  }
+
+  async uploadIndex(data: IndexData, shape?: readonly number[]): Promise<DeviceIndexTensor> {
+    this.alive();
+    return hostIndexTensor(this.name, data, shape);
+  }
+
+  async writeIndex(t: DeviceIndexTensor, data: IndexData, offset = 0): Promise<void> {
+    this.alive();
+    writeHostIndex(t, data, offset, this.name);
+  }
+
   async upload(t: HostTensor): Promise<Tensor> {
     this.alive();
     return host(t, 'the tensor');
@@ -245,8 +309,9 @@ export class CpuBackend implements AttentionBackend {
     return host(t, 'the tensor');
   }
 
-  disposeTensor(_t: Tensor): void {
-    // host tensors belong to the garbage collector
+  disposeTensor(t: Tensor | DeviceIndexTensor): void {
+    // host tensors belong to the garbage collector; an index tensor is only marked
+    if (isDeviceIndexTensor(t) && t.backend === this.name) (t as HostIndexTensor).disposed = true;
   }
 
   async dispose(): Promise<void> {
@@ -266,6 +331,9 @@ export async function createCpuBackend(opts: CpuEngineOptions = {}): Promise<Cpu
   }
   if (opts.inlineBelowFlops !== undefined && !(typeof opts.inlineBelowFlops === 'number' && opts.inlineBelowFlops >= 0)) {
     throw new FAError('E_ARG', `cpu engine option inlineBelowFlops must be a number >= 0, got ${String(opts.inlineBelowFlops)}`);
+  }
+  if (opts.kvChunk !== undefined && !(Number.isSafeInteger(opts.kvChunk) && opts.kvChunk >= 1)) {
+    throw new FAError('E_ARG', `cpu engine option kvChunk must be an integer >= 1, got ${String(opts.kvChunk)}`);
   }
   return new CpuBackend(await detectPlatform(opts.threads), opts);
 }

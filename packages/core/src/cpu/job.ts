@@ -5,6 +5,7 @@
  * counter until none remain, so a slow unit never holds up the others.
  */
 import type { AttentionProblem } from '../problem.js';
+import type { KVCacheProblem } from '../kvcache.js';
 import type { HostData } from '../tensor.js';
 import { paddedD } from './tiles.js';
 
@@ -79,10 +80,38 @@ export interface DvecJob {
   readonly counter: Int32Array;
 }
 
-export type Job = ForwardJob | BackwardJob | DvecJob;
+/** Attention over a KV cache (kvcache.ts in this folder), after the append. */
+export interface KVCacheJob {
+  readonly kind: 'kvcache';
+  readonly p: KVCacheProblem;
+  readonly q: HostData;
+  readonly kCache: HostData;
+  readonly vCache: HostData;
+  readonly out: HostData;
+  /** [B, H, Tq]. */
+  readonly lse: Float32Array;
+  /** Queries per query tile, and rows per unit (heads per kv head × qt). */
+  readonly qt: number;
+  readonly rows: number;
+  /** Keys per chunk of a split key range. */
+  readonly chunk: number;
+  /**
+   * Units as (batch, kv head, query tile, chunk, slot) 5-tuples; slot −1: the unit covers its
+   * whole key range and writes out/lse itself, else where its partial state goes.
+   */
+  readonly units: Int32Array;
+  /** Partial states, `rows` rows per slot: running max, sum, and acc (rows of d4). */
+  readonly pm: Float64Array;
+  readonly pl: Float64Array;
+  readonly pacc: Float64Array;
+  readonly counter: Int32Array;
+}
+
+export type Job = ForwardJob | BackwardJob | DvecJob | KVCacheJob;
 
 export const FWD_UNIT = 3;
 export const BWD_UNIT = 5;
+export const KV_UNIT = 5;
 
 /** The tiles one thread reuses from unit to unit and job to job; grown, never shrunk. */
 export class Workspace {

@@ -2,7 +2,7 @@
  * Registers the CPU engine as backend "cpu" (priority 0: every other engine is preferred when
  * it is available, and "cpu" is always there to fall back on), and exports its public API.
  */
-import { registerBackend } from '../backend.js';
+import { registerBackend } from '../registry.js';
 import { createCpuBackend } from './engine.js';
 
 export { CpuBackend, createCpuBackend, DEFAULT_INLINE_BELOW_FLOPS, type CpuEngineOptions } from './engine.js';

@@ -3,8 +3,7 @@
  * what a logit is (scale, softcap, ALiBi) and which keys a query sees (keyRange, computed once
  * per row by the caller into rowLo/rowHi, in positions within the sequence).
  */
-import type { AttentionProblem } from '../problem.js';
-import { logit } from '../mask.js';
+import { logit, type ScoreRules } from '../mask.js';
 
 /**
  * In place on rows [0, nr) and columns [0, nc) of s (row stride ld): s = logit(dot), or −∞
@@ -16,7 +15,7 @@ import { logit } from '../mask.js';
  * Returns true when the tile had no masked entry.
  */
 export function scoreTile(
-  p: AttentionProblem,
+  p: ScoreRules,
   s: Float64Array,
   ld: number,
   nr: number,

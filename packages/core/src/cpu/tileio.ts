@@ -11,7 +11,7 @@ import type { HostData } from '../tensor.js';
 
 let f16Table: Float32Array | undefined;
 /** All 65536 f16 bit patterns decoded (exact), built once per thread. */
-function f16ToF32(): Float32Array {
+export function f16ToF32(): Float32Array {
   if (!f16Table) {
     const all = new Uint16Array(65536);
     for (let i = 0; i < 65536; i++) all[i] = i;
@@ -26,26 +26,29 @@ const bfU32 = new Uint32Array(bfF32.buffer);
 
 /**
  * Loads rows [rowStart, rowStart + nrows) of `src`, columns [colOff, colOff + d), into `dst`
- * (row length d4), and zeroes the padding columns and rows nrows..rows4. Returns whether every
- * loaded value is finite (the kernels then need no care for 0·∞ = NaN at masked positions).
+ * (row length d4) from its row `dstRow` on, and zeroes the padding columns and rows
+ * nrows..rows4 (counted from dstRow). Returns whether every loaded value is finite (the kernels
+ * then need no care for 0·∞ = NaN at masked positions). A KV-cache tile is filled one block run
+ * at a time through dstRow.
  */
-export function loadRows(src: HostData, dtype: DType, rowStart: number, nrows: number, rowStride: number, colOff: number, d: number, d4: number, rows4: number, dst: Float64Array): boolean {
+export function loadRows(src: HostData, dtype: DType, rowStart: number, nrows: number, rowStride: number, colOff: number, d: number, d4: number, rows4: number, dst: Float64Array, dstRow = 0): boolean {
   let probe: number;
-  if (dtype === 'f32') probe = loadF32(src as Float32Array, rowStart, nrows, rowStride, colOff, d, d4, dst);
-  else if (dtype === 'bf16') probe = loadBF16(src as Uint16Array, rowStart, nrows, rowStride, colOff, d, d4, dst);
-  else probe = loadF16(src as Uint16Array, f16ToF32(), rowStart, nrows, rowStride, colOff, d, d4, dst);
+  const o0 = dstRow * d4;
+  if (dtype === 'f32') probe = loadF32(src as Float32Array, rowStart, nrows, rowStride, colOff, d, d4, dst, o0);
+  else if (dtype === 'bf16') probe = loadBF16(src as Uint16Array, rowStart, nrows, rowStride, colOff, d, d4, dst, o0);
+  else probe = loadF16(src as Uint16Array, f16ToF32(), rowStart, nrows, rowStride, colOff, d, d4, dst, o0);
   if (d4 !== d) {
-    for (let r = 0; r < nrows; r++) for (let c = d; c < d4; c++) dst[r * d4 + c] = 0;
+    for (let r = 0; r < nrows; r++) for (let c = d; c < d4; c++) dst[o0 + r * d4 + c] = 0;
   }
-  if (rows4 > nrows) dst.fill(0, nrows * d4, rows4 * d4);
+  if (rows4 > nrows) dst.fill(0, o0 + nrows * d4, o0 + rows4 * d4);
   return probe === 0;
 }
 
-function loadF32(src: Float32Array, rowStart: number, nrows: number, rowStride: number, colOff: number, d: number, d4: number, dst: Float64Array): number {
+function loadF32(src: Float32Array, rowStart: number, nrows: number, rowStride: number, colOff: number, d: number, d4: number, dst: Float64Array, o0: number): number {
   let probe = 0; // Σ x·0: NaN as soon as one x is NaN or ±∞
   for (let r = 0; r < nrows; r++) {
     const s = (rowStart + r) * rowStride + colOff;
-    const o = r * d4;
+    const o = o0 + r * d4;
     for (let c = 0; c < d; c++) {
       const x = src[s + c];
       dst[o + c] = x;
@@ -55,11 +58,11 @@ function loadF32(src: Float32Array, rowStart: number, nrows: number, rowStride: 
   return probe;
 }
 
-function loadF16(src: Uint16Array, table: Float32Array, rowStart: number, nrows: number, rowStride: number, colOff: number, d: number, d4: number, dst: Float64Array): number {
+function loadF16(src: Uint16Array, table: Float32Array, rowStart: number, nrows: number, rowStride: number, colOff: number, d: number, d4: number, dst: Float64Array, o0: number): number {
   let probe = 0; // Σ x·0: NaN as soon as one x is NaN or ±∞
   for (let r = 0; r < nrows; r++) {
     const s = (rowStart + r) * rowStride + colOff;
-    const o = r * d4;
+    const o = o0 + r * d4;
     for (let c = 0; c < d; c++) {
       const x = table[src[s + c]];
       dst[o + c] = x;
@@ -69,11 +72,11 @@ function loadF16(src: Uint16Array, table: Float32Array, rowStart: number, nrows:
   return probe;
 }
 
-function loadBF16(src: Uint16Array, rowStart: number, nrows: number, rowStride: number, colOff: number, d: number, d4: number, dst: Float64Array): number {
+function loadBF16(src: Uint16Array, rowStart: number, nrows: number, rowStride: number, colOff: number, d: number, d4: number, dst: Float64Array, o0: number): number {
   let probe = 0; // Σ x·0: NaN as soon as one x is NaN or ±∞
   for (let r = 0; r < nrows; r++) {
     const s = (rowStart + r) * rowStride + colOff;
-    const o = r * d4;
+    const o = o0 + r * d4;
     for (let c = 0; c < d; c++) {
       bfU32[0] = src[s + c] << 16;
       const x = bfF32[0];

@@ -14,6 +14,8 @@ import { allocHost, numel, type HostData, type HostTensor, type Tensor } from '.
 import { caseInputs, conformanceCases, makeCase, type ConformanceCase, type ConformanceCaseOptions } from './cases.js';
 import { compareLse, compareTensor, formatMetric, type TensorMetric, type TensorName } from './tolerance.js';
 import { createRng, hostTensor, randomValues, tensorValues } from './random.js';
+import { kvCacheCases, type KVCacheCase } from './kvcache-cases.js';
+import { checkKVCacheCase, KV_EXTRA_CHECKS } from './kvcache-check.js';
 
 export interface CheckOptions {
   /** Pass inputs as device tensors made with backend.upload() (default false: host tensors). */
@@ -485,6 +487,13 @@ export const EXTRA_CHECKS: readonly { readonly name: string; readonly run: (b: A
 export interface ConformanceOptions extends ConformanceCaseOptions, CheckOptions {
   /** The cases to run (default: conformanceCases(options)). */
   readonly cases?: readonly ConformanceCase[];
+  /**
+   * Also run the KV-cache cases and checks (kvcache-cases.ts; forwardWithKVCache). Default: true
+   * unless `cases` is given (an explicit list stays exactly that list).
+   */
+  readonly kvCache?: boolean;
+  /** The KV-cache cases to run (default: kvCacheCases with these options' seed, dtypes, maxD, quick). */
+  readonly kvCacheCases?: readonly KVCacheCase[];
   /** Run the extra checks too (default true). */
   readonly extras?: boolean;
   /** Called after each case. */
@@ -503,22 +512,32 @@ export interface ConformanceSummary {
   readonly ms: number;
 }
 
+/** Whether a conformance run includes the KV-cache cases and checks. */
+export function kvEnabled(opts: ConformanceOptions): boolean {
+  return opts.kvCache ?? (opts.cases === undefined || opts.kvCacheCases !== undefined);
+}
+
+/** The KV-cache cases a conformance run includes. */
+export function kvCasesOf(opts: ConformanceOptions): readonly KVCacheCase[] {
+  if (!kvEnabled(opts)) return [];
+  return opts.kvCacheCases ?? kvCacheCases({ seed: opts.seed, dtypes: opts.dtypes, maxD: opts.maxD, quick: opts.quick });
+}
+
 /** Runs every case (and the extra checks) against a backend, one after another. */
 export async function runConformance(backend: AttentionBackend, opts: ConformanceOptions = {}): Promise<ConformanceSummary> {
   const t0 = now();
   const cases = opts.cases ?? conformanceCases(opts);
+  const kv = kvCasesOf(opts);
   const results: CaseResult[] = [];
-  for (const c of cases) {
-    const r = await checkCase(backend, c, opts);
+  const add = (r: CaseResult) => {
     results.push(r);
     opts.onResult?.(r);
-  }
+  };
+  for (const c of cases) add(await checkCase(backend, c, opts));
+  for (const c of kv) add(await checkKVCacheCase(backend, c, opts));
   if (opts.extras !== false) {
-    for (const x of EXTRA_CHECKS) {
-      const r = await x.run(backend, opts);
-      results.push(r);
-      opts.onResult?.(r);
-    }
+    for (const x of EXTRA_CHECKS) add(await x.run(backend, opts));
+    if (kvEnabled(opts)) for (const x of KV_EXTRA_CHECKS) add(await x.run(backend, opts));
   }
   return summarize(backend, results, now() - t0);
 }

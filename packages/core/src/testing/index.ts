@@ -1,11 +1,15 @@
 /**
  * @fa/core/testing — the conformance kit every engine runs: seeded inputs, the case generator,
  * the tolerance policy, checkCase/runConformance, the generic extra checks, the reference as a
- * backend, and defineConformanceSuite for vitest. See README.md, "Conformance kit".
+ * backend, defineConformanceSuite for vitest, and a declining engine for testing engine choice.
+ * See README.md, "Conformance kit".
  */
 export * from './random.js';
 export * from './cases.js';
 export * from './tolerance.js';
 export * from './check.js';
+export * from './kvcache-cases.js';
+export * from './kvcache-check.js';
 export * from './reference-backend.js';
 export * from './suite.js';
+export * from './declining-backend.js';

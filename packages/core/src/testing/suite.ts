@@ -1,5 +1,6 @@
 /**
- * defineConformanceSuite: registers one test per conformance case (and per extra check) with
+ * defineConformanceSuite: registers one test per conformance case (dense and KV-cache, and per
+ * extra check) with
  * the test framework the caller passes in — vitest's { describe, it, expect, afterAll } — so
  * that @fa/core does not depend on a test framework. Skipped cases stay visible: with a backend
  * instance they are registered as skipped tests whose title carries the engine's reason; with a
@@ -9,7 +10,9 @@
  */
 import type { AttentionBackend, Support } from '../backend.js';
 import { caseProblem, conformanceCases } from './cases.js';
-import { checkCase, EXTRA_CHECKS, formatSummary, summarize, type CaseResult, type ConformanceOptions } from './check.js';
+import { checkCase, EXTRA_CHECKS, formatSummary, kvCasesOf, kvEnabled, summarize, type CaseResult, type ConformanceOptions } from './check.js';
+import { kvCacheCaseInputs } from './kvcache-cases.js';
+import { checkKVCacheCase, KV_EXTRA_CHECKS } from './kvcache-check.js';
 
 /** The part of a test context the suite uses (vitest's TestContext fits). */
 export interface SuiteTestContext {
@@ -61,55 +64,43 @@ export function defineConformanceSuite(source: BackendSource, api: SuiteApi, opt
     else if (!r.pass) throw new Error(r.message);
   };
   const finish = () => log(formatSummary(summarize({ name: label, device }, results)));
-  api.describe(`conformance ${label}`, () => {
-    for (const c of cases) {
-      if (instance) {
-        let sup: Support = { ok: true };
-        try {
-          sup = instance.supports(caseProblem(c));
-        } catch {
-          sup = { ok: true }; // checkCase will report the throw
-        }
-        if (!sup.ok && typeof sup.reason === 'string' && sup.reason.trim()) {
-          const reason = sup.reason.trim();
-          results.push({ name: c.name, pass: true, skipped: true, reason, metrics: [], message: `skipped: ${reason}`, ms: 0 });
-          api.it.skip(`${c.name} — skipped: ${reason}`, () => undefined);
-          continue;
-        }
+  const register = (name: string, support: () => Support, run: (b: AttentionBackend) => Promise<CaseResult>) => {
+    if (instance) {
+      let sup: Support = { ok: true };
+      try {
+        sup = support();
+      } catch {
+        sup = { ok: true }; // the run will report the throw
       }
-      api.it(
-        c.name,
-        async (ctx) => {
-          const b = await get();
-          device = b.device;
-          const r = await checkCase(b, c, opts);
-          results.push(r);
-          if (r.skipped) {
-            ctx?.skip?.(`skipped: ${r.reason}`);
-            return;
-          }
-          report(r);
-        },
-        timeout,
-      );
+      if (!sup.ok && typeof sup.reason === 'string' && sup.reason.trim()) {
+        const reason = sup.reason.trim();
+        results.push({ name, pass: true, skipped: true, reason, metrics: [], message: `skipped: ${reason}`, ms: 0 });
+        api.it.skip(`${name} — skipped: ${reason}`, () => undefined);
+        return;
+      }
     }
+    api.it(
+      name,
+      async (ctx) => {
+        const b = await get();
+        device = b.device;
+        const r = await run(b);
+        results.push(r);
+        if (r.skipped) {
+          ctx?.skip?.(`skipped: ${r.reason}`);
+          return;
+        }
+        report(r);
+      },
+      timeout,
+    );
+  };
+  api.describe(`conformance ${label}`, () => {
+    for (const c of cases) register(c.name, () => instance!.supports(caseProblem(c)), (b) => checkCase(b, c, opts));
+    for (const c of kvCasesOf(opts)) register(c.name, () => instance!.supportsKVCache(kvCacheCaseInputs(c).problem), (b) => checkKVCacheCase(b, c, opts));
     if (opts.extras !== false) {
-      for (const x of EXTRA_CHECKS) {
-        api.it(
-          x.name,
-          async (ctx) => {
-            const b = await get();
-            const r = await x.run(b, opts);
-            results.push(r);
-            if (r.skipped) {
-              ctx?.skip?.(`skipped: ${r.reason}`);
-              return;
-            }
-            report(r);
-          },
-          timeout,
-        );
-      }
+      const extras = [...EXTRA_CHECKS, ...(kvEnabled(opts) ? KV_EXTRA_CHECKS : [])];
+      for (const x of extras) register(x.name, () => ({ ok: true }), (b) => x.run(b, opts));
     }
     if (api.afterAll) api.afterAll(finish);
     else api.it(`conformance ${label}: summary`, finish);

@@ -6,7 +6,7 @@ import {
   describeBackward, describeProblem, referenceBackward, referenceForward,
   type AttentionBackend, type AttentionOptions, type AttentionProblem, type HostTensor, type Support, type Tensor,
 } from '../../dist/index.js';
-import { hostTensor, tensorValues } from '../../dist/testing/index.js';
+import { hostTensor, referenceKVCacheMethods, tensorValues } from '../../dist/testing/index.js';
 import { designVisible, textbook, type TextbookHooks } from './textbook.js';
 
 type Fwd = (q: HostTensor, k: HostTensor, v: HostTensor, o: AttentionOptions, p: AttentionProblem) => { out: ArrayLike<number>; lse: ArrayLike<number> };
@@ -27,6 +27,7 @@ const refBwd: Bwd = (q, k, v, dO, o) => referenceBackward(q, k, v, dO, o);
 export function hostBackend(name: string, parts: EngineParts = {}): AttentionBackend {
   const fwd = parts.forward ?? refFwd;
   const bwd = parts.backward ?? refBwd;
+  const kv = referenceKVCacheMethods(name);
   return {
     name,
     device: 'test',
@@ -42,13 +43,15 @@ export function hostBackend(name: string, parts: EngineParts = {}): AttentionBac
       const r = bwd(q as HostTensor, k as HostTensor, v as HostTensor, dOut as HostTensor, opts, p);
       return { dq: hostTensor(r.dq, p.qShape, p.dtype), dk: hostTensor(r.dk, p.kShape, p.dtype), dv: hostTensor(r.dv, p.kShape, p.dtype) };
     },
+    // KV-cache calls: the reference's (these engines test the dense kit)
+    ...kv,
     async upload(t: HostTensor) {
       return t;
     },
     async read(t: Tensor) {
       return t as HostTensor;
     },
-    disposeTensor() {},
+    disposeTensor: (t) => kv.disposeIndex(t),
     async dispose() {},
   };
 }

@@ -12,7 +12,7 @@ import {
   describeBackward, describeProblem, dtypeRounder, keyRange, lseIndex, segment, slopeOf,
   type AttentionBackend, type AttentionOptions, type AttentionProblem, type HostTensor, type Tensor, type Support,
 } from '../../dist/index.js';
-import { hostTensor, tensorValues } from '../../dist/testing/index.js';
+import { hostTensor, referenceKVCacheMethods, tensorValues } from '../../dist/testing/index.js';
 
 const fr = Math.fround;
 
@@ -42,6 +42,7 @@ function logit32(p: AttentionProblem, dot: number, slope: number, i: number, j: 
 
 export function flashSimBackend(o: FlashSimOptions = {}): AttentionBackend {
   const Bc = o.tile ?? 16;
+  const kv = referenceKVCacheMethods(o.name ?? 'flash-sim');
   return {
     name: o.name ?? 'flash-sim',
     device: 'float32 simulation',
@@ -150,13 +151,15 @@ export function flashSimBackend(o: FlashSimOptions = {}): AttentionBackend {
       for (let x = 0; x < dk.length; x++) dk[x] = fr(dk[x] * sc);
       return { dq: hostTensor(dq, p.qShape, p.dtype), dk: hostTensor(dk, p.kShape, p.dtype), dv: hostTensor(dv, p.kShape, p.dtype) };
     },
+    // KV-cache calls: the reference's (these engines test the dense kit)
+    ...kv,
     async upload(t: HostTensor) {
       return t;
     },
     async read(t: Tensor) {
       return t as HostTensor;
     },
-    disposeTensor() {},
+    disposeTensor: (t) => kv.disposeIndex(t),
     async dispose() {},
   };
 }

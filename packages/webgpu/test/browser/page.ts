@@ -2,7 +2,7 @@
  * The page the headless-Chromium test loads: runs a slice of the conformance kit against the
  * WebGPU engine on navigator.gpu and publishes the results on window.__fa.
  */
-import { checkCase, conformanceCases, EXTRA_CHECKS, type CaseResult } from '@fa/core/testing';
+import { checkCase, checkKVCacheCase, conformanceCases, EXTRA_CHECKS, KV_EXTRA_CHECKS, kvCacheCases, type CaseResult } from '@fa/core/testing';
 import { createWebGPUBackend } from '../../dist/index.js';
 
 interface PageState {
@@ -36,7 +36,13 @@ async function main(): Promise<void> {
     state.results.push(r);
     console.log(`page: ${r.pass ? (r.skipped ? 'skip' : 'ok  ') : 'FAIL'} ${r.name} ${r.pass ? '' : r.message}`);
   }
-  for (const x of EXTRA_CHECKS) {
+  // the KV-cache cases (host caches and index arrays, or the cases' own index tensors)
+  for (const c of kvCacheCases({ quick: true, seed })) {
+    const r = await checkKVCacheCase(be, c);
+    state.results.push(r);
+    console.log(`page: ${r.pass ? (r.skipped ? 'skip' : 'ok  ') : 'FAIL'} ${r.name} ${r.pass ? '' : r.message}`);
+  }
+  for (const x of [...EXTRA_CHECKS, ...KV_EXTRA_CHECKS]) {
     const r = await x.run(be);
     state.results.push(r);
     console.log(`page: ${r.pass ? "ok  " : "FAIL"} ${r.name} ${r.pass ? "" : r.message}`);

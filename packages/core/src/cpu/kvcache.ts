@@ -1,0 +1,310 @@
+/**
+ * The KV-cache kernel: attention of a few query rows over a cache read in place through the
+ * block table (kvcache.ts's kvCacheRow), split over the key range for decode (flash-decoding),
+ * with partial states combined by the online-softmax merge.
+ *
+ * A unit is (batch b, kv head, query tile, key chunk). Its rows are every query of the tile for
+ * every query head that reads this kv head (R = heads per kv head × queries), so each cached K
+ * and V row is read once for the whole GQA group:
+ *
+ *   Q rows (R × d4, decoded once)
+ *   for each key tile of KV_TILE keys in the chunk ∩ the rows' visible keys:
+ *     row offsets through the block table                  cacheOffsets (f32: read in place;
+ *                                                          16-bit: decodeTile to float32)
+ *     S   = Q·Kᵀ                                           scoresRows4 / scoresRow1
+ *     S   = logit(S), −∞ where masked                      scoreTile (mask.ts)
+ *     S   = e^(S − m'), rescale l and acc                  softmaxTileUpdate (online-softmax.ts)
+ *     acc += S·V                                           pvRows4 / pvRow1
+ *   one chunk: out = acc / l, lse = m + log l               finalizeTile
+ *   several:   (m, l, acc) → partial slot; combineKVCache merges the chunks in order
+ *              (mergeTileStates), then finalizes
+ *
+ * The plan depends on the problem only (never on the thread count), so results are the same
+ * bit for bit inline, on any number of workers, and run to run.
+ */
+import { keyRange, slopeOf, tileKeyRange } from '../mask.js';
+import { finalizeTile, mergeTileStates, resetTileState, softmaxTileUpdate } from '../online-softmax.js';
+import { kvKeys, kvLseIndex, type KVCacheProblem } from '../kvcache.js';
+import type { DType } from '../dtype.js';
+import type { HostData } from '../tensor.js';
+import { KV_UNIT, type KVCacheJob, type Workspace } from './job.js';
+import { pvRow1, pvRows4, scoresRow1, scoresRows4 } from './kvcache-kernels.js';
+import { scoreTile } from './scores.js';
+import { f16ToF32, loadRows, storeRows } from './tileio.js';
+import { paddedD } from './tiles.js';
+
+/** Keys per tile: S is R4 × KV_TILE and the K, V tiles KV_TILE × d4 (64 KiB each at D = 128). */
+export const KV_TILE = 64;
+/** Query rows a unit aims for (queries per tile = max(1, KV_ROWS / heads per kv head)). */
+export const KV_ROWS = 32;
+/** Keys per chunk when the key range is split (a multiple of KV_TILE). */
+export const KV_CHUNK = 1024;
+/** Split the key range only while there are fewer (batch, kv head, query tile) groups than this. */
+export const KV_SPLIT_BELOW_GROUPS = 256;
+/** Most partial-state memory the split may use; longer chunks beyond it. */
+export const KV_PARTIAL_BYTES = 32 * 1024 * 1024;
+
+export interface KVCachePlan {
+  /** Queries per tile. */
+  readonly qt: number;
+  /** Rows per unit: heads per kv head × qt. */
+  readonly rows: number;
+  /** Keys per chunk (Infinity-like: the whole range when not split). */
+  readonly chunk: number;
+  readonly units: Int32Array;
+  /** Partial-state slots (units of split groups). */
+  readonly slots: number;
+}
+
+/**
+ * The units of a KV-cache call, heaviest first; deterministic in the problem (and the engine's
+ * `kvChunk` option, the keys per chunk of a split range).
+ */
+export function planKVCache(p: KVCacheProblem, kvChunk = KV_CHUNK): KVCachePlan {
+  const g = p.h / p.hkv;
+  const qt = Math.max(1, Math.floor(KV_ROWS / g));
+  const rows = g * qt;
+  const qTiles = Math.ceil(p.tq / qt);
+  const groups = p.batch * p.hkv * qTiles;
+  let chunk = 0x7fffffff;
+  if (groups < KV_SPLIT_BELOW_GROUPS && p.tk > kvChunk) {
+    const need = (groups * Math.ceil(p.tk / kvChunk) * rows * (paddedD(p.d) + 2) * 8); // partial bytes
+    chunk = need <= KV_PARTIAL_BYTES ? kvChunk : Math.ceil((kvChunk * need) / KV_PARTIAL_BYTES / KV_TILE) * KV_TILE;
+  }
+  const items: { b: number; t: number; c: number; slot: number; work: number }[] = [];
+  let slots = 0;
+  for (let b = 0; b < p.batch; b++) {
+    const tk = kvKeys(p, b);
+    for (let t = 0; t < qTiles; t++) {
+      const i0 = t * qt;
+      const nq = Math.min(qt, p.tq - i0);
+      const [lo, hi] = tileKeyRange(p, i0, i0 + nq, p.tq, tk);
+      const span = Math.max(0, hi - lo + 1);
+      const nc = Math.max(1, Math.ceil(span / chunk));
+      for (let c = 0; c < nc; c++) {
+        items.push({ b, t, c, slot: nc > 1 ? slots : -1, work: Math.min(chunk, span - c * chunk) * nq + 1 });
+        if (nc > 1) slots += p.hkv;
+      }
+    }
+  }
+  items.sort((x, y) => y.work - x.work || x.b - y.b || x.t - y.t || x.c - y.c);
+  const units = new Int32Array(items.length * p.hkv * KV_UNIT);
+  let o = 0;
+  for (const it of items) {
+    for (let kvh = 0; kvh < p.hkv; kvh++) {
+      units[o++] = it.b;
+      units[o++] = kvh;
+      units[o++] = it.t;
+      units[o++] = it.c;
+      units[o++] = it.slot < 0 ? -1 : it.slot + kvh;
+    }
+  }
+  return { qt, rows, chunk, units, slots };
+}
+
+/** Rows of a query tile: row r = hh·nq + ii is query i0 + ii of head kvh·g + hh. Fills ws.rowLo/rowHi. */
+function tileRows(p: KVCacheProblem, ws: Workspace, i0: number, nq: number, tk: number): void {
+  const g = p.h / p.hkv;
+  ws.ranges(g * nq);
+  for (let ii = 0; ii < nq; ii++) {
+    const [lo, hi] = keyRange(p, i0 + ii, p.tq, tk);
+    for (let hh = 0; hh < g; hh++) {
+      ws.rowLo[hh * nq + ii] = lo;
+      ws.rowHi[hh * nq + ii] = hi;
+    }
+  }
+}
+
+/** Per-thread scratch of the KV-cache kernel: row offsets and the 16-bit caches' decoded tiles. */
+class KVScratch {
+  off = new Int32Array(KV_TILE);
+  k32 = new Float32Array(0);
+  v32 = new Float32Array(0);
+  k32u = new Uint32Array(0);
+  v32u = new Uint32Array(0);
+  ensure(d4: number): void {
+    if (this.k32.length >= KV_TILE * d4) return;
+    this.k32 = new Float32Array(KV_TILE * d4);
+    this.v32 = new Float32Array(KV_TILE * d4);
+    this.k32u = new Uint32Array(this.k32.buffer);
+    this.v32u = new Uint32Array(this.v32.buffer);
+  }
+}
+const scratch = new KVScratch();
+
+/**
+ * Element offsets of keys [j0, j0 + nc) of sequence b (kv head kvh) in the cache, through the
+ * block table, into off[0..nc); the padding up to nc4 repeats the last key (its scores are never
+ * read).
+ */
+function cacheOffsets(p: KVCacheProblem, b: number, kvh: number, j0: number, nc: number, nc4: number, off: Int32Array): void {
+  const bs = p.blockSize;
+  const w = p.hkv * p.d;
+  const tb = b * p.maxBlocksPerSeq;
+  for (let r = 0; r < nc; r++) {
+    const t = j0 + r;
+    const blk = Math.floor(t / bs);
+    off[r] = (p.blockTable[tb + blk] * bs + (t - blk * bs)) * w + kvh * p.d;
+  }
+  for (let r = nc; r < nc4; r++) off[r] = off[nc - 1];
+}
+
+/**
+ * Decodes the rows at off[0..nc) of a cache into a Float32Array tile with rows of d4 (zero
+ * padded), and points off at the tile's rows. f16 through a table, bf16 by a shift: both exact.
+ */
+function decodeTile(dtype: DType, src: HostData, off: Int32Array, nc: number, nc4: number, d: number, d4: number, f32: Float32Array, u32: Uint32Array): void {
+  if (dtype === 'bf16') {
+    const a = src as Uint16Array;
+    for (let r = 0; r < nc; r++) {
+      const s = off[r];
+      const o = r * d4;
+      for (let c = 0; c < d; c++) u32[o + c] = a[s + c] << 16;
+    }
+  } else if (dtype === 'f16') {
+    const a = src as Uint16Array;
+    const table = f16ToF32();
+    for (let r = 0; r < nc; r++) {
+      const s = off[r];
+      const o = r * d4;
+      for (let c = 0; c < d; c++) f32[o + c] = table[a[s + c]];
+    }
+  } else {
+    const a = src as Float32Array;
+    for (let r = 0; r < nc; r++) {
+      const s = off[r];
+      const o = r * d4;
+      for (let c = 0; c < d; c++) f32[o + c] = a[s + c];
+    }
+  }
+  if (d4 > d) for (let r = 0; r < nc; r++) f32.fill(0, r * d4 + d, (r + 1) * d4);
+}
+
+/** One unit: see the module comment. */
+export function kvCacheUnit(job: KVCacheJob, ws: Workspace, b: number, kvh: number, t: number, c: number, slot: number): void {
+  const p = job.p;
+  const g = p.h / p.hkv;
+  const d = p.d;
+  ws.ensure(job.rows, KV_TILE, d);
+  const { d4 } = ws;
+  const tk = kvKeys(p, b);
+  const i0 = t * job.qt;
+  const nq = Math.min(job.qt, p.tq - i0);
+  const R = g * nq;
+  const R4 = R & ~3;
+  tileRows(p, ws, i0, nq, tk);
+  const { qRow, s, m, l, acc, lse, rowLo, rowHi } = ws;
+  for (let hh = 0; hh < g; hh++) loadRows(job.q, p.dtype, b * p.tq + i0, nq, p.h * d, (kvh * g + hh) * d, d, d4, nq, qRow, hh * nq);
+  resetTileState(m, l, acc, R, d4);
+  const [lo, hi] = tileKeyRange(p, i0, i0 + nq, p.tq, tk);
+  const c0 = lo + c * job.chunk;
+  const c1 = Math.min(hi + 1, c0 + job.chunk);
+  const ld = KV_TILE;
+  const alibi = p.alibi !== undefined;
+  // f32 rows are read where they lie; 16-bit rows (and rows of a D that is not a multiple of 4,
+  // whose padded width would read into the next row) are decoded into a tile first.
+  const direct = p.dtype === 'f32' && d % 4 === 0;
+  scratch.ensure(d4);
+  const { off, k32, v32, k32u, v32u } = scratch;
+  for (let j0 = c0; j0 < c1; j0 += KV_TILE) {
+    const nc = Math.min(KV_TILE, c1 - j0);
+    const nc4 = (nc + 3) & ~3;
+    cacheOffsets(p, b, kvh, j0, nc, nc4, off);
+    let kSrc = job.kCache as Float32Array;
+    let vSrc = job.vCache as Float32Array;
+    if (!direct) {
+      decodeTile(p.dtype, job.kCache, off, nc, nc4, d, d4, k32, k32u);
+      decodeTile(p.dtype, job.vCache, off, nc, nc4, d, d4, v32, v32u);
+      for (let r = 0; r < nc4; r++) off[r] = Math.min(r, nc - 1) * d4;
+      kSrc = k32;
+      vSrc = v32;
+    }
+    for (let r = 0; r < R4; r += 4) scoresRows4(qRow, d4, r, kSrc, off, nc4, d, s, ld);
+    for (let r = R4; r < R; r++) scoresRow1(qRow, d4, r, kSrc, off, nc4, d, s, ld);
+    if (!alibi) {
+      // Without ALiBi the logit does not depend on the query position or head: one call.
+      scoreTile(p, s, ld, R, nc, i0, j0, p.tq, tk, 0, rowLo, rowHi, 0, undefined);
+    } else {
+      for (let hh = 0; hh < g; hh++) scoreTile(p, s.subarray(hh * nq * ld), ld, nq, nc, i0, j0, p.tq, tk, slopeOf(p, b, kvh * g + hh), rowLo, rowHi, hh * nq, undefined);
+    }
+    softmaxTileUpdate(s, ld, R, nc, m, l, acc, d4);
+    for (let r = 0; r < R4; r += 4) pvRows4(s, ld, r, vSrc, off, nc, d4, acc);
+    for (let r = R4; r < R; r++) pvRow1(s, ld, r, vSrc, off, nc, d4, acc);
+  }
+  if (slot >= 0) {
+    const base = slot * job.rows;
+    job.pm.set(m.subarray(0, R), base);
+    job.pl.set(l.subarray(0, R), base);
+    job.pacc.set(acc.subarray(0, R * d4), base * d4);
+    return;
+  }
+  finalizeTile(m, l, acc, R, d4, lse);
+  storeKVRows(job, ws, b, kvh, i0, nq);
+}
+
+/** Writes the finalized rows in ws.acc / ws.lse to out and the [B, H, Tq] LSE. */
+function storeKVRows(job: KVCacheJob, ws: Workspace, b: number, kvh: number, i0: number, nq: number): void {
+  const p = job.p;
+  const g = p.h / p.hkv;
+  for (let hh = 0; hh < g; hh++) {
+    const h = kvh * g + hh;
+    storeRows(job.out, p.dtype, b * p.tq + i0, nq, p.h * p.d, h * p.d, p.d, ws.d4, ws.acc.subarray(hh * nq * ws.d4));
+    for (let ii = 0; ii < nq; ii++) job.lse[kvLseIndex(p, b, h, i0 + ii)] = ws.lse[hh * nq + ii];
+  }
+}
+
+/** Runs KV-cache units from the shared counter until none is left. */
+export function runKVCache(job: KVCacheJob, ws: Workspace): void {
+  const n = job.units.length / KV_UNIT;
+  for (;;) {
+    const u = Atomics.add(job.counter, 0, 1);
+    if (u >= n) return;
+    const o = u * KV_UNIT;
+    kvCacheUnit(job, ws, job.units[o], job.units[o + 1], job.units[o + 2], job.units[o + 3], job.units[o + 4]);
+  }
+}
+
+/**
+ * Merges the partial states of split groups in chunk order (mergeTileStates) and writes their
+ * rows: the combine pass of flash-decoding, on the calling thread (it reads R·d4 numbers per
+ * chunk against the chunk's 2·KV_CHUNK·D cached numbers).
+ */
+export function combineKVCache(job: KVCacheJob, ws: Workspace): void {
+  const p = job.p;
+  const g = p.h / p.hkv;
+  const n = job.units.length / KV_UNIT;
+  ws.ensure(job.rows, KV_TILE, p.d);
+  const d4 = ws.d4;
+  // first slot of each (b, kvh, t) and the chunk count, from the units
+  const first = new Map<number, { slot: number; chunks: number }>();
+  for (let u = 0; u < n; u++) {
+    const o = u * KV_UNIT;
+    const slot = job.units[o + 4];
+    if (slot < 0) continue;
+    const key = (job.units[o] * p.hkv + job.units[o + 1]) * 0x10000 + job.units[o + 2];
+    const c = job.units[o + 3];
+    const e = first.get(key);
+    if (!e) first.set(key, { slot: slot - c * p.hkv, chunks: c + 1 });
+    else e.chunks = Math.max(e.chunks, c + 1);
+  }
+  const { m, l, acc, lse } = ws;
+  for (const [key, e] of first) {
+    const t = key % 0x10000;
+    const bk = Math.floor(key / 0x10000);
+    const b = Math.floor(bk / p.hkv);
+    const kvh = bk % p.hkv;
+    const i0 = t * job.qt;
+    const nq = Math.min(job.qt, p.tq - i0);
+    const R = g * nq;
+    const at = (c: number) => (e.slot + c * p.hkv) * job.rows;
+    m.set(job.pm.subarray(at(0), at(0) + R));
+    l.set(job.pl.subarray(at(0), at(0) + R));
+    acc.set(job.pacc.subarray(at(0) * d4, (at(0) + R) * d4));
+    for (let c = 1; c < e.chunks; c++) {
+      const a = at(c);
+      mergeTileStates(m, l, acc, job.pm.subarray(a, a + R), job.pl.subarray(a, a + R), job.pacc.subarray(a * d4, (a + R) * d4), R, d4);
+    }
+    finalizeTile(m, l, acc, R, d4, lse);
+    storeKVRows(job, ws, b, kvh, i0, nq);
+  }
+}

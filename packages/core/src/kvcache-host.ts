@@ -1,0 +1,142 @@
+/**
+ * KV-cache operations on host tensors, all through kvCacheRow (kvcache.ts), the one address
+ * rule: the in-place append (what the cpu engine does, and what GPU engines do for a cache the
+ * caller keeps on the host), the gather of the keys each sequence attends to, the dense varlen
+ * problem a KV-cache call is equal to, and the float64 reference over it (reference.ts, not a
+ * second copy of the attention math).
+ */
+import { check } from './errors.js';
+import { describeKVCacheProblem, kvCacheRow, kvKeys, kvLseIndex, type KVCacheOptions, type KVCacheProblem } from './kvcache.js';
+import { referenceForward, type ReferenceOptions } from './reference.js';
+import { requireHost } from './reference-util.js';
+import type { AttentionOptions } from './problem.js';
+import { allocHost, isHostTensor, type HostData, type HostTensor } from './tensor.js';
+
+function hostOf(t: unknown, what: string, fn: string): HostTensor {
+  requireHost(t, what, fn);
+  check(isHostTensor(t), 'E_ARG', `${fn}: ${what} must be a host tensor`);
+  return t;
+}
+
+/**
+ * Writes kNew/vNew into the host caches at each sequence's length, in place (a no-op without an
+ * append). `p` must come from describeKVCacheProblem on these very tensors, which has checked
+ * every row written.
+ */
+export function appendKVCacheHost(p: KVCacheProblem, kCache: HostTensor, vCache: HostTensor, kNew: HostTensor | undefined, vNew: HostTensor | undefined): void {
+  if (p.tnew === 0 || !kNew || !vNew) return;
+  const w = p.hkv * p.d;
+  for (const [cache, src] of [[kCache.data, kNew.data], [vCache.data, vNew.data]] as const) {
+    for (let b = 0; b < p.batch; b++) {
+      const len = p.cacheSeqlens[b];
+      for (let t = 0; t < p.tnew; t++) {
+        const s = (b * p.tnew + t) * w;
+        (cache as HostData).set((src as HostData).subarray(s, s + w), kvCacheRow(p, b, len + t) * w);
+      }
+    }
+  }
+}
+
+export interface GatheredKV {
+  /** [totalK, Hkv, D] in the cache's dtype: sequence b's len[b] + Tnew keys, one sequence after another. */
+  readonly k: HostTensor;
+  readonly v: HostTensor;
+  /** Offsets of the sequences in k and v, [B + 1]. */
+  readonly cuSeqlensK: Int32Array;
+}
+
+/**
+ * The keys and values each sequence attends to, copied out of the cache (positions below its
+ * length) and kNew/vNew (the appended ones), without changing the cache. Without kNew/vNew the
+ * appended positions are read from the cache too (a cache the append has already written).
+ */
+export function gatherKVCache(p: KVCacheProblem, kCache: HostTensor, vCache: HostTensor, kNew?: HostTensor, vNew?: HostTensor): GatheredKV {
+  const w = p.hkv * p.d;
+  const cu = new Int32Array(p.batch + 1);
+  for (let b = 0; b < p.batch; b++) cu[b + 1] = cu[b] + kvKeys(p, b);
+  const k = allocHost(p.dtype, p.totalK * w);
+  const v = allocHost(p.dtype, p.totalK * w);
+  for (const [dst, cache, add] of [[k, kCache.data, kNew?.data], [v, vCache.data, vNew?.data]] as const) {
+    for (let b = 0; b < p.batch; b++) {
+      const len = p.cacheSeqlens[b];
+      for (let t = 0; t < len + p.tnew; t++) {
+        const fromCache = t < len || add === undefined;
+        const o = fromCache ? kvCacheRow(p, b, t) * w : (b * p.tnew + t - len) * w;
+        const row = ((fromCache ? cache : add) as HostData).subarray(o, o + w);
+        (dst as HostData).set(row, (cu[b] + t) * w);
+      }
+    }
+  }
+  const shape = [p.totalK, p.hkv, p.d];
+  return { k: { kind: 'host', dtype: p.dtype, shape, data: k }, v: { kind: 'host', dtype: p.dtype, shape, data: v }, cuSeqlensK: cu };
+}
+
+export interface VarlenEquivalent {
+  /** q as packed [B·Tq, H, D] (the same data). */
+  readonly q: HostTensor;
+  readonly k: HostTensor;
+  readonly v: HostTensor;
+  /** Varlen options with the call's score options: run them through any dense engine. */
+  readonly options: AttentionOptions;
+}
+
+/**
+ * The dense varlen attention problem a KV-cache call computes: packed queries (B sequences of
+ * Tq), the gathered keys, and the same options. Its out equals the call's out element for
+ * element; its LSE is [H, B·Tq] (lseToKVCache reorders it to [B, H, Tq]).
+ */
+export function kvCacheAsVarlen(p: KVCacheProblem, q: HostTensor, kCache: HostTensor, vCache: HostTensor, kNew?: HostTensor, vNew?: HostTensor): VarlenEquivalent {
+  const g = gatherKVCache(p, kCache, vCache, kNew, vNew);
+  const cuQ = new Int32Array(p.batch + 1);
+  for (let b = 0; b <= p.batch; b++) cuQ[b] = b * p.tq;
+  const options: AttentionOptions = {
+    cuSeqlensQ: cuQ,
+    cuSeqlensK: g.cuSeqlensK,
+    scale: p.scale,
+    ...(p.windowLeft >= 0 || p.windowRight >= 0 ? { window: [p.windowLeft, p.windowRight] as const } : {}),
+    ...(p.softcap > 0 ? { softcap: p.softcap } : {}),
+    ...(p.alibi ? { alibiSlopes: p.alibi } : {}),
+  };
+  return { q: { kind: 'host', dtype: p.dtype, shape: [p.batch * p.tq, p.h, p.d], data: q.data }, k: g.k, v: g.v, options };
+}
+
+/** Reorders a varlen LSE [H, B·Tq] into the KV-cache call's [B, H, Tq]. */
+export function lseToKVCache<T extends Float64Array | Float32Array>(p: KVCacheProblem, varlenLse: T): T {
+  const out = new (varlenLse.constructor as { new (n: number): T })(varlenLse.length);
+  const totalQ = p.batch * p.tq;
+  for (let b = 0; b < p.batch; b++) {
+    for (let h = 0; h < p.h; h++) {
+      for (let i = 0; i < p.tq; i++) out[kvLseIndex(p, b, h, i)] = varlenLse[h * totalQ + b * p.tq + i];
+    }
+  }
+  return out;
+}
+
+export interface ReferenceKVCache {
+  /** q's shape, float64. */
+  readonly out: Float64Array;
+  /** [B, H, Tq], float64; -Infinity for rows that see no key. */
+  readonly lse: Float64Array;
+  readonly problem: KVCacheProblem;
+  /** With `magnitudes: true`, as referenceForward's (out in q's layout, lse in [B, H, Tq]). */
+  readonly mag?: { readonly out: Float64Array; readonly lse: Float64Array };
+}
+
+/**
+ * The float64 reference of a KV-cache call: referenceForward over the keys the call attends to
+ * (gatherKVCache). Host tensors only; the caches are not changed.
+ */
+export function referenceKVCache(q: HostTensor, kCache: HostTensor, vCache: HostTensor, opts: KVCacheOptions, ropts: ReferenceOptions = {}): ReferenceKVCache {
+  const fn = 'referenceKVCache';
+  const p = describeKVCacheProblem(q, kCache, vCache, opts);
+  const kn = opts.kNew === undefined ? undefined : hostOf(opts.kNew, 'kNew', fn);
+  const vn = opts.vNew === undefined ? undefined : hostOf(opts.vNew, 'vNew', fn);
+  const e = kvCacheAsVarlen(p, hostOf(q, 'q', fn), hostOf(kCache, 'kCache', fn), hostOf(vCache, 'vCache', fn), kn, vn);
+  const r = referenceForward(e.q, e.k, e.v, e.options, ropts);
+  return {
+    out: r.out,
+    lse: lseToKVCache(p, r.lse),
+    problem: p,
+    ...(r.mag ? { mag: { out: r.mag.out, lse: lseToKVCache(p, r.mag.lse) } } : {}),
+  };
+}

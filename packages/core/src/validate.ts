@@ -1,0 +1,100 @@
+/**
+ * Checks shared by the validation paths (problem.ts for dense and varlen attention, kvcache.ts
+ * for attention over a KV cache): tensors, int32 index arrays, and the score options (scale,
+ * causal, window, softcap, ALiBi) that mean the same in every call. Internal: not re-exported
+ * from the package; each call's describe* function is the public face.
+ */
+import { check, FAError } from './errors.js';
+import { isDType } from './dtype.js';
+import { checkHostData, describeValue, isDeviceTensor, isHostTensor, type Tensor } from './tensor.js';
+
+export const shapeStr = (s: readonly number[]) => `[${s.join(', ')}]`;
+
+/** An Int32Array as it is, or an array of int32-range integers copied into one. */
+export function toInt32(x: unknown, what: string): Int32Array {
+  if (x instanceof Int32Array) return x;
+  if (Array.isArray(x) && x.every((v) => Number.isSafeInteger(v) && v >= -(2 ** 31) && v < 2 ** 31)) return Int32Array.from(x as number[]);
+  throw new FAError('E_DTYPE', `${what} must be an Int32Array (or an array of integers), got ${describeValue(x)}`);
+}
+
+/** A host tensor whose data fits its shape and dtype, or a device tensor not yet disposed. */
+export function checkTensorLike(t: unknown, what: string): Tensor {
+  if (isHostTensor(t)) {
+    checkHostData(t.data, t.shape, t.dtype, what);
+    check(isDType(t.dtype), 'E_DTYPE', `${what}: unknown dtype ${JSON.stringify(t.dtype)}`);
+    return t;
+  }
+  if (isDeviceTensor(t)) {
+    check(!t.disposed, 'E_ARG', `${what} is a device tensor that was already disposed`);
+    check(isDType(t.dtype), 'E_DTYPE', `${what}: unknown dtype ${JSON.stringify(t.dtype)}`);
+    return t;
+  }
+  throw new FAError('E_ARG', `${what} must be a tensor (use tensor(data, shape, dtype)), got ${describeValue(t)}`);
+}
+
+/** The score and mask options every attention call shares, as given by the caller. */
+export interface ScoreOptions {
+  causal?: boolean;
+  window?: readonly [number, number];
+  softcap?: number;
+  scale?: number;
+  alibiSlopes?: Float32Array | readonly number[];
+  deterministic?: boolean;
+}
+
+/** ScoreOptions resolved: the fields AttentionProblem and KVCacheProblem share. */
+export interface ResolvedScores {
+  readonly scale: number;
+  readonly causal: boolean;
+  readonly windowLeft: number;
+  readonly windowRight: number;
+  readonly softcap: number;
+  readonly alibi: Float32Array | undefined;
+  readonly deterministic: boolean;
+}
+
+/**
+ * Validates and resolves the score options for `batch` sequences of `h` query heads of head
+ * dim `d`: scale defaults to 1/sqrt(d), causal sets the window's right edge to 0, ALiBi slopes
+ * (H or B·H of them) are expanded to B·H.
+ */
+export function resolveScores(opts: ScoreOptions, batch: number, h: number, d: number): ResolvedScores {
+  let scale = 1 / Math.sqrt(d);
+  if (opts.scale !== undefined) {
+    check(typeof opts.scale === 'number' && Number.isFinite(opts.scale), 'E_ARG', `scale must be a finite number, got ${String(opts.scale)}`);
+    scale = opts.scale;
+  }
+  check(opts.causal === undefined || typeof opts.causal === 'boolean', 'E_ARG', `causal must be true or false, got ${String(opts.causal)}`);
+  const causal = opts.causal === true;
+  let left = -1;
+  let right = -1;
+  if (opts.window !== undefined) {
+    const w = opts.window as unknown;
+    check(Array.isArray(w) && w.length === 2, 'E_ARG', `window must be [left, right], got ${JSON.stringify(w)}`);
+    for (const x of w as number[]) {
+      check(Number.isSafeInteger(x) && x >= -1, 'E_ARG', `window entries must be integers >= -1 (-1 = unbounded), got [${(w as number[]).join(', ')}]`);
+    }
+    [left, right] = w as [number, number];
+  }
+  if (causal) right = 0;
+  let softcap = 0;
+  if (opts.softcap !== undefined) {
+    check(typeof opts.softcap === 'number' && Number.isFinite(opts.softcap) && opts.softcap > 0, 'E_ARG', `softcap must be a finite number > 0 (leave it out for none), got ${String(opts.softcap)}`);
+    softcap = opts.softcap;
+  }
+  let alibi: Float32Array | undefined;
+  if (opts.alibiSlopes !== undefined) {
+    const s = opts.alibiSlopes as unknown;
+    check(s instanceof Float32Array || Array.isArray(s), 'E_DTYPE', `alibiSlopes must be a Float32Array or an array of numbers, got ${describeValue(s)}`);
+    const arr = s as ArrayLike<number>;
+    check(arr.length === h || arr.length === batch * h, 'E_SHAPE', `alibiSlopes must have H (${h}) or B*H (${batch * h}) entries, got ${arr.length}`);
+    alibi = new Float32Array(batch * h);
+    for (let i = 0; i < alibi.length; i++) {
+      const x = arr.length === h ? arr[i % h] : arr[i];
+      check(typeof x === 'number' && Number.isFinite(x), 'E_ARG', `alibiSlopes must be finite numbers; entry ${i % arr.length} is ${String(x)}`);
+      alibi[i] = x;
+    }
+  }
+  check(opts.deterministic === undefined || typeof opts.deterministic === 'boolean', 'E_ARG', 'deterministic must be true or false');
+  return { scale, causal, windowLeft: left, windowRight: right, softcap, alibi, deterministic: opts.deterministic === true };
+}

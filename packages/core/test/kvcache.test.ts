@@ -1,0 +1,268 @@
+/**
+ * The KV-cache contract in core: describeKVCacheProblem's rules and codes, the address rule, the
+ * host append and gather, the reference (equal to dense attention over the same keys), and the
+ * kit's KV-cache checks rejecting engines with one deliberate mistake each.
+ */
+import { describe, expect, it } from 'vitest';
+import {
+  appendKVCacheHost, describeKVCacheProblem, gatherKVCache, isFAError, kvCacheRow, referenceForward, referenceKVCache,
+  type AttentionBackend, type DeviceIndexTensor, type ForwardResult, type HostTensor, type KVCacheOptions, type KVCacheProblem, type Tensor,
+} from '../dist/index.js';
+import {
+  checkKVCacheBadInputs, checkKVCacheCase, checkKVCacheDecodeLoop, cloneHost, hostTensor, kvCacheCaseInputs, kvCacheCases, makeKVCacheCase,
+  randomTensor, createRng, referenceBackend, tensorValues,
+} from '../dist/testing/index.js';
+
+const rng = createRng(3);
+const t = (shape: number[], dtype: 'f32' | 'f16' | 'bf16' = 'f32') => randomTensor(rng, shape, dtype);
+
+function codeOf(f: () => unknown): string {
+  try {
+    f();
+  } catch (e) {
+    if (!isFAError(e)) throw e;
+    expect(e.message).not.toMatch(/\n/);
+    return e.code;
+  }
+  return 'accepted';
+}
+
+describe('describeKVCacheProblem', () => {
+  const q = t([2, 1, 4, 8]);
+  const paged = t([6, 4, 2, 8]);
+  const table = [[3, 0, -1], [5, 1, -1]];
+
+  it('resolves a contiguous cache as one block per sequence', () => {
+    const c = t([2, 10, 2, 8]);
+    const p = describeKVCacheProblem(q, c, c, { cacheSeqlens: [3, 10], causal: true });
+    expect(p.paged).toBe(false);
+    expect([p.blockSize, p.numBlocks, p.maxBlocksPerSeq, p.capacity]).toEqual([10, 2, 1, 10]);
+    expect([...p.blockTable]).toEqual([0, 1]);
+    expect([p.tk, p.totalK, p.tnew, p.windowRight]).toEqual([10, 13, 0, 0]);
+    expect(kvCacheRow(p, 1, 4)).toBe(14);
+    expect(p.lseShape).toEqual([2, 4, 1]);
+  });
+
+  it('resolves a paged cache through its block table (flat, nested or an index tensor)', () => {
+    const kNew = t([2, 2, 2, 8]);
+    const p = describeKVCacheProblem(q, paged, paged, { cacheSeqlens: Int32Array.of(5, 2), blockTable: table, kNew, vNew: kNew });
+    expect([p.blockSize, p.numBlocks, p.maxBlocksPerSeq, p.capacity, p.tnew, p.tk]).toEqual([4, 6, 3, 12, 2, 7]);
+    expect(kvCacheRow(p, 0, 5)).toBe(0 * 4 + 1);
+    expect(kvCacheRow(p, 1, 3)).toBe(5 * 4 + 3);
+    const flat = describeKVCacheProblem(q, paged, paged, { cacheSeqlens: [5, 2], blockTable: table.flat() });
+    expect([...flat.blockTable]).toEqual(table.flat());
+    const idx: DeviceIndexTensor = { kind: 'index', backend: 'x', shape: [2, 3], handle: null, disposed: false, mirror: Int32Array.from(table.flat()) };
+    expect(describeKVCacheProblem(q, paged, paged, { cacheSeqlens: [5, 2], blockTable: idx }, 'x').maxBlocksPerSeq).toBe(3);
+    expect(codeOf(() => describeKVCacheProblem(q, paged, paged, { cacheSeqlens: [5, 2], blockTable: idx }, 'y'))).toBe('E_ARG');
+  });
+
+  it('checks index values only where the call reads or writes', () => {
+    // -1 past each sequence's last block is fine; inside it is not
+    expect(codeOf(() => describeKVCacheProblem(q, paged, paged, { cacheSeqlens: [8, 2], blockTable: table }))).toBe('accepted');
+    expect(codeOf(() => describeKVCacheProblem(q, paged, paged, { cacheSeqlens: [9, 2], blockTable: table }))).toBe('E_ARG');
+    expect(codeOf(() => describeKVCacheProblem(q, paged, paged, { cacheSeqlens: [1, 2], blockTable: [[6, 0, 0], [1, 1, 1]] }))).toBe('E_ARG');
+    expect(codeOf(() => describeKVCacheProblem(q, paged, paged, { cacheSeqlens: [0, 2], blockTable: [[6, 0, 0], [1, 1, 1]] }))).toBe('accepted');
+  });
+
+  it('refuses appends past capacity and sequences that write the same row', () => {
+    const kn = t([2, 3, 2, 8]);
+    expect(codeOf(() => describeKVCacheProblem(q, paged, paged, { cacheSeqlens: [10, 2], blockTable: [[0, 1, 2], [3, 4, 5]], kNew: kn, vNew: kn }))).toBe('E_ARG');
+    expect(codeOf(() => describeKVCacheProblem(q, paged, paged, { cacheSeqlens: [9, 2], blockTable: [[0, 1, 2], [3, 4, 5]], kNew: kn, vNew: kn }))).toBe('accepted');
+    // sequence 0 writes block 2 rows 1..3 (positions 9..11), sequence 1 block 2 rows 2..3 (positions 2..4 → block 2 then 3)
+    expect(codeOf(() => describeKVCacheProblem(q, paged, paged, { cacheSeqlens: [9, 2], blockTable: [[0, 1, 2], [2, 3, 4]], kNew: kn, vNew: kn }))).toBe('E_ARG');
+    // sharing a block both only read (prefix sharing) is fine
+    expect(codeOf(() => describeKVCacheProblem(q, paged, paged, { cacheSeqlens: [5, 5], blockTable: [[0, 1, 2], [0, 3, 4]], kNew: kn, vNew: kn }))).toBe('accepted');
+  });
+
+  it('says E_SHAPE / E_DTYPE / E_ARG for malformed arguments', () => {
+    const c = t([2, 10, 2, 8]);
+    expect(codeOf(() => describeKVCacheProblem(q, c, c, {} as KVCacheOptions))).toBe('E_ARG');
+    expect(codeOf(() => describeKVCacheProblem(q, c, c, { cacheSeqlens: [1] }))).toBe('E_SHAPE');
+    expect(codeOf(() => describeKVCacheProblem(q, c, c, { cacheSeqlens: [1, 0.5] }))).toBe('E_DTYPE');
+    expect(codeOf(() => describeKVCacheProblem(q, c, c, { cacheSeqlens: [1, 11] }))).toBe('E_ARG');
+    expect(codeOf(() => describeKVCacheProblem(q, c, t([2, 10, 2, 8], 'f16'), { cacheSeqlens: [1, 1] }))).toBe('E_DTYPE');
+    expect(codeOf(() => describeKVCacheProblem(q, t([3, 10, 2, 8]), t([3, 10, 2, 8]), { cacheSeqlens: [1, 1] }))).toBe('E_SHAPE');
+    expect(codeOf(() => describeKVCacheProblem(q, c, c, { cacheSeqlens: [1, 1], kNew: t([2, 1, 2, 8]) }))).toBe('E_ARG');
+    expect(codeOf(() => describeKVCacheProblem(q, c, c, { cacheSeqlens: [1, 1], kNew: t([2, 1, 1, 8]), vNew: t([2, 1, 1, 8]) }))).toBe('E_SHAPE');
+    expect(codeOf(() => describeKVCacheProblem(q, c, c, { cacheSeqlens: [1, 1], softcap: -1 }))).toBe('E_ARG');
+    expect(codeOf(() => describeKVCacheProblem(q, c, c, { cacheSeqlens: [1, 1], alibiSlopes: [1, 2, 3] }))).toBe('E_SHAPE');
+    expect(codeOf(() => describeKVCacheProblem(q, c, c, { cacheSeqlens: [1, 1], cuSeqlensQ: [0, 1, 2] } as KVCacheOptions))).toBe('E_ARG');
+    expect(codeOf(() => describeKVCacheProblem(q, paged, paged, { cacheSeqlens: [1, 1], blockTable: [1, 2, 3] }))).toBe('E_SHAPE');
+    expect(codeOf(() => describeKVCacheProblem(q, paged, paged, { cacheSeqlens: [1, 1], blockTable: [[1, 2], [3]] }))).toBe('E_SHAPE');
+  });
+});
+
+describe('host append, gather and the reference', () => {
+  it('appends exactly the new rows and gathers what each sequence attends to', () => {
+    const c = makeKVCacheCase({ dtype: 'bf16', seqlens: [5, 0, 9], tnew: 3, blockSize: 4, d: 8, h: 2, hkv: 1 });
+    const x = kvCacheCaseInputs(c);
+    const p = x.problem;
+    const k = cloneHost(x.kCache);
+    const v = cloneHost(x.vCache);
+    appendKVCacheHost(p, k, v, x.kNew, x.vNew);
+    const w = p.hkv * p.d;
+    for (let b = 0; b < p.batch; b++) {
+      for (let j = 0; j < p.tnew; j++) {
+        const row = kvCacheRow(p, b, p.cacheSeqlens[b] + j);
+        expect([...k.data.subarray(row * w, row * w + w)]).toEqual([...x.kNew!.data.subarray((b * p.tnew + j) * w, (b * p.tnew + j + 1) * w)]);
+      }
+    }
+    const g1 = gatherKVCache(p, x.kCache, x.vCache, x.kNew, x.vNew);
+    const g2 = gatherKVCache(p, k, v);
+    expect([...g1.cuSeqlensK]).toEqual([0, 8, 11, 23]);
+    expect([...g1.k.data]).toEqual([...g2.k.data]);
+    expect([...g1.v.data]).toEqual([...g2.v.data]);
+  });
+
+  it('the reference equals dense attention when the cache holds the whole sequence', () => {
+    // one sequence of 20 keys, 4 of them appended, causal with Tq = 4: the last 4 rows of dense causal attention
+    const B = 1, T = 20, H = 4, HKV = 2, D = 16;
+    const K = t([B, T, HKV, D]);
+    const V = t([B, T, HKV, D]);
+    const Q = t([B, T, H, D]);
+    const dense = referenceForward(Q, K, V, { causal: true, softcap: 7 });
+    const cache = (src: HostTensor): HostTensor => {
+      const c = cloneHost(hostTensor(new Float32Array(8 * 4 * HKV * D).fill(NaN), [8, 4, HKV, D], 'f32'));
+      // blocks in reverse order: sequence 0's block j is block 7 - j
+      for (let tok = 0; tok < 16; tok++) c.data.set(src.data.subarray(tok * HKV * D, (tok + 1) * HKV * D), ((7 - Math.floor(tok / 4)) * 4 + (tok % 4)) * HKV * D);
+      return c;
+    };
+    const newOf = (src: HostTensor) => hostTensor(tensorValues(src).subarray(16 * HKV * D), [1, 4, HKV, D], 'f32');
+    const q4 = hostTensor(tensorValues(Q).subarray(16 * H * D), [1, 4, H, D], 'f32');
+    const r = referenceKVCache(q4, cache(K), cache(V), { cacheSeqlens: [16], blockTable: [[7, 6, 5, 4, 3]], kNew: newOf(K), vNew: newOf(V), causal: true, softcap: 7 });
+    expect([...r.out]).toEqual([...dense.out.subarray(16 * H * D)]);
+    for (let h = 0; h < H; h++) for (let i = 0; i < 4; i++) expect(r.lse[h * 4 + i]).toBe(dense.lse[h * T + 16 + i]);
+  });
+});
+
+// ------------------------------------------------------------------------- the kit rejects mistakes
+
+type KVFn = (q: HostTensor, kc: HostTensor, vc: HostTensor, o: KVCacheOptions, p: KVCacheProblem) => ForwardResult;
+
+/** The reference backend with its KV-cache call replaced. */
+function kvEngine(name: string, f: KVFn): AttentionBackend {
+  const base = referenceBackend({ name });
+  return {
+    ...base,
+    async forwardWithKVCache(q: Tensor, kc: Tensor, vc: Tensor, o: KVCacheOptions) {
+      const p = describeKVCacheProblem(q, kc, vc, o, name);
+      return f(q as HostTensor, kc as HostTensor, vc as HostTensor, o, p);
+    },
+  };
+}
+
+const correct: KVFn = (q, kc, vc, o, p) => {
+  const r = referenceKVCache(q, kc, vc, o);
+  appendKVCacheHost(p, kc, vc, o.kNew as HostTensor, o.vNew as HostTensor);
+  return { out: hostTensor(r.out, p.qShape, p.dtype), lse: hostTensor(r.lse, p.lseShape, 'f32') };
+};
+
+const WRONG: Record<string, KVFn> = {
+  'does not write the cache': (q, kc, vc, o, p) => correct(q, cloneHost(kc), cloneHost(vc), o, p),
+  'appends one row late': (q, kc, vc, o, p) => {
+    const r = correct(q, cloneHost(kc), cloneHost(vc), o, p);
+    if (p.tnew > 0) appendKVCacheHost({ ...p, cacheSeqlens: p.cacheSeqlens.map((l) => Math.min(l + 1, p.capacity - p.tnew)) }, kc, vc, o.kNew as HostTensor, o.vNew as HostTensor);
+    return r;
+  },
+  'attends to the cached keys only (forgets kNew)': (q, kc, vc, o, p) => {
+    const r = referenceKVCache(q, kc, vc, { ...o, kNew: undefined, vNew: undefined });
+    appendKVCacheHost(p, kc, vc, o.kNew as HostTensor, o.vNew as HostTensor);
+    return { out: hostTensor(r.out, p.qShape, p.dtype), lse: hostTensor(r.lse, p.lseShape, 'f32') };
+  },
+  'ignores the block table (reads blocks in order)': (q, kc, vc, o, p) => {
+    const ident = Int32Array.from(p.blockTable, (_, i) => Math.min(i, p.numBlocks - 1));
+    const r = referenceKVCache(q, kc, vc, { ...o, blockTable: o.blockTable === undefined ? undefined : ident });
+    appendKVCacheHost(p, kc, vc, o.kNew as HostTensor, o.vNew as HostTensor);
+    return { out: hostTensor(r.out, p.qShape, p.dtype), lse: hostTensor(r.lse, p.lseShape, 'f32') };
+  },
+  'aligns causal top-left': (q, kc, vc, o, p) => {
+    if (!o.causal || p.tq === 1) return correct(q, kc, vc, o, p);
+    const r = referenceKVCache(q, kc, vc, { ...o, causal: false, window: [-1, -1] });
+    appendKVCacheHost(p, kc, vc, o.kNew as HostTensor, o.vNew as HostTensor);
+    return { out: hostTensor(r.out, p.qShape, p.dtype), lse: hostTensor(r.lse, p.lseShape, 'f32') };
+  },
+  'returns LSE as [H, B·Tq]': (q, kc, vc, o, p) => {
+    const r = correct(q, kc, vc, o, p);
+    const l = tensorValues(r.lse as HostTensor);
+    const t2 = new Float64Array(l.length);
+    for (let b = 0; b < p.batch; b++) for (let h = 0; h < p.h; h++) for (let i = 0; i < p.tq; i++) t2[h * p.batch * p.tq + b * p.tq + i] = l[(b * p.h + h) * p.tq + i];
+    return { out: r.out, lse: hostTensor(t2, p.lseShape, 'f32') };
+  },
+};
+
+describe('the kit rejects KV-cache engines with a mistake', () => {
+  const cases = kvCacheCases({ quick: true });
+  it('accepts the reference on every case and check', async () => {
+    const b = referenceBackend();
+    for (const c of cases) expect((await checkKVCacheCase(b, c)).pass, c.name).toBe(true);
+    expect((await checkKVCacheDecodeLoop(b)).pass).toBe(true);
+    expect((await checkKVCacheBadInputs(b)).message).toMatch(/^ok/);
+  });
+  for (const [what, f] of Object.entries(WRONG)) {
+    it(`rejects an engine that ${what}`, async () => {
+      const b = kvEngine('wrong', f);
+      let failed = 0;
+      for (const c of cases) if (!(await checkKVCacheCase(b, c)).pass) failed++;
+      const loop = await checkKVCacheDecodeLoop(b);
+      expect(failed + (loop.pass ? 0 : 1)).toBeGreaterThan(0);
+    });
+  }
+  it('rejects an engine that writes the cache before validating', async () => {
+    const b = kvEngine('eager', (q, kc, vc, o, p) => correct(q, kc, vc, o, p));
+    const sloppy: AttentionBackend = {
+      ...b,
+      async forwardWithKVCache(q, kc, vc, o) {
+        // append row 0 of kNew at position 0 of block 0, then validate
+        if (o.kNew) (kc as HostTensor).data.set((o.kNew as HostTensor).data.subarray(0, 8), 0);
+        return b.forwardWithKVCache(q, kc, vc, o);
+      },
+    };
+    const r = await checkKVCacheBadInputs(sloppy);
+    expect(r.pass).toBe(false);
+    expect(r.message).toMatch(/must leave unchanged/);
+  });
+  it('rejects an engine whose errors are not FAErrors', async () => {
+    const b = referenceBackend({ name: 'raw' });
+    const raw: AttentionBackend = {
+      ...b,
+      async forwardWithKVCache(q, kc, vc, o) {
+        try {
+          return await b.forwardWithKVCache(q, kc, vc, o);
+        } catch (e) {
+          throw new Error(String(e));
+        }
+      },
+    };
+    expect((await checkKVCacheBadInputs(raw)).pass).toBe(false);
+  });
+  it('reports a decline of supportsKVCache as a skip with the reason', async () => {
+    const b = referenceBackend({ supportsKVCache: () => ({ ok: false, reason: 'no paged caches' }) });
+    const r = await checkKVCacheCase(b, cases[1]);
+    expect(r.skipped).toBe(true);
+    expect(r.reason).toBe('no paged caches');
+  });
+});
+
+describe('cpu engine: split-KV decode', () => {
+  it('gives bit-identical results inline, on the worker pool and run to run (the plan depends on the problem only)', async () => {
+    const { createCpuBackend } = await import('../dist/index.js');
+    const inline = await createCpuBackend({ threads: 0, kvChunk: 64 });
+    const pooled = await createCpuBackend({ inlineBelowFlops: 0, kvChunk: 64 });
+    try {
+      const c = makeKVCacheCase({ dtype: 'f32', seqlens: [700, 333, 0], tnew: 1, blockSize: 32, d: 32, h: 8, hkv: 2, causal: true, softcap: 9, seed: 8 });
+      const x = kvCacheCaseInputs(c);
+      const call = async (be: AttentionBackend) => {
+        const r = await be.forwardWithKVCache(x.q, cloneHost(x.kCache), cloneHost(x.vCache), { ...x.options, cacheSeqlens: x.cacheSeqlens, blockTable: x.blockTable, kNew: x.kNew, vNew: x.vNew });
+        return [...(r.out as HostTensor).data, ...(r.lse as HostTensor).data];
+      };
+      const a = await call(inline);
+      expect(await call(pooled)).toEqual(a);
+      expect(await call(pooled)).toEqual(a);
+      // and within the kit's tolerance of the reference
+      expect((await checkKVCacheCase(pooled, c)).pass).toBe(true);
+    } finally {
+      await inline.dispose();
+      await pooled.dispose();
+    }
+  });
+});

@@ -1,0 +1,151 @@
+// The one table of kernel shapes: the element policy of each dtype, and the tile traits of every
+// kernel per head-dim bucket (64, 128, 256) and policy (16-bit, or split f32). Shared-memory
+// sizes follow from these in fa_smem.cuh; which kernel family runs, from runs_wgmma_fwd/bwd.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace fa {
+
+// ---------------------------------------------------------------------------------------------
+// Element policies: how a dtype's operands reach the tensor cores.
+//   T      the 16-bit type in shared memory and in the MMAs
+//   TO     the caller's dtype: the outputs (O, dQ, dK, dV) and the backward's inputs O and dO
+//   SPLIT  each operand is a pair of T planes (hi, lo) with x·2^e ≈ hi + lo, and each product
+//          runs as hi·hi + hi·lo + lo·hi with float32 accumulation (fa_prep.cuh, KERNEL_NOTES.md)
+// ---------------------------------------------------------------------------------------------
+template <typename T_, typename TO_, bool SPLIT_>
+struct Elem {
+  using T = T_;
+  using TO = TO_;
+  static constexpr bool SPLIT = SPLIT_;
+  static constexpr int NP = SPLIT_ ? 2 : 1;  // planes per operand tile
+};
+using ElemBF16 = Elem<__nv_bfloat16, __nv_bfloat16, false>;
+using ElemF16 = Elem<__half, __half, false>;
+using ElemF32 = Elem<__half, float, true>;
+
+// ---------------------------------------------------------------------------------------------
+// Which kernel family a call runs: the Hopper wgmma kernels on sm_90 for the 64 and 128 head-dim
+// buckets, mma.sync elsewhere. One definition for the launchers (fa_launch.cuh), the split-KV
+// heuristic and smem_needs() (fa_api.cu). FA_NO_WGMMA_BWD builds without the wgmma backward.
+// ---------------------------------------------------------------------------------------------
+constexpr bool has_wgmma_fwd(int D) { return D == 64 || D == 128; }
+constexpr bool has_wgmma_bwd(int D) {
+#ifdef FA_NO_WGMMA_BWD
+  return false;
+#else
+  return D == 64 || D == 128;
+#endif
+}
+constexpr bool runs_wgmma_fwd(int arch, int D) { return arch == 90 && has_wgmma_fwd(D); }
+constexpr bool runs_wgmma_bwd(int arch, int D, int no_wgmma_bwd) { return arch == 90 && has_wgmma_bwd(D) && !no_wgmma_bwd; }
+
+// ---------------------------------------------------------------------------------------------
+// mma.sync forward (fa_fwd.cuh): BM = 16 * NW * MT query rows per CTA (each warp owns MT row
+// tiles of 16), BN keys per step; QREG keeps Q's fragments in registers (only with MT == 1).
+// ---------------------------------------------------------------------------------------------
+template <int D_, int BM_, int BN_, int NW_, int MT_, bool QREG_>
+struct FwdCfg {
+  static constexpr int D = D_, BM = BM_, BN = BN_, NW = NW_, MT = MT_;
+  static constexpr bool QREG = QREG_;
+  static_assert(BM == 16 * NW * MT, "rows per CTA");
+};
+template <int D, bool SPLIT>
+struct FwdTraits;
+template <> struct FwdTraits<64, false> : FwdCfg<64, 64, 128, 4, 1, true> {};
+template <> struct FwdTraits<128, false> : FwdCfg<128, 128, 64, 8, 1, true> {};
+template <> struct FwdTraits<256, false> : FwdCfg<256, 64, 32, 4, 1, false> {};
+// split: two planes per tile, so smaller tiles (D = 128: 160 KiB, fits an A100) and Q from smem
+template <> struct FwdTraits<64, true> : FwdCfg<64, 64, 64, 4, 1, false> {};
+template <> struct FwdTraits<128, true> : FwdCfg<128, 64, 64, 4, 1, false> {};
+template <> struct FwdTraits<256, true> : FwdCfg<256, 64, 32, 4, 1, false> {};
+
+// ---------------------------------------------------------------------------------------------
+// wgmma forward (fa_fwd_wgmma.cuh): NWG warpgroups of 64 query rows, BN keys per step.
+// STAGES: K/V buffers. ROT: each CTA starts its key walk at a different tile. PIPE: the
+// software-pipelined loop.
+// ---------------------------------------------------------------------------------------------
+template <int D_, int BN_, int NWG_, int STAGES_ = 2, bool ROT_ = false, bool PIPE_ = false>
+struct FwdWgCfg {
+  static constexpr int D = D_, BN = BN_, NWG = NWG_, BM = 64 * NWG_, STAGES = STAGES_;
+  static constexpr bool ROT = ROT_, PIPE = PIPE_;
+};
+template <int D, bool SPLIT>
+struct FwdWgTraits;
+template <> struct FwdWgTraits<64, false> : FwdWgCfg<64, 128, 2, 4, false, true> {};
+template <> struct FwdWgTraits<128, false> : FwdWgCfg<128, 128, 2, 2, false, true> {};
+// split: D = 64 160 KiB, D = 128 192 KiB (BN 64 keeps S, P and O in registers)
+template <> struct FwdWgTraits<64, true> : FwdWgCfg<64, 128, 2, 2, false, true> {};
+template <> struct FwdWgTraits<128, true> : FwdWgCfg<128, 64, 2, 2, false, true> {};
+
+// ---------------------------------------------------------------------------------------------
+// mma.sync backward (fa_bwd.cuh): a CTA owns BN keys; WK warps along keys (16 keys each), NW / WK
+// along the query / head-dim direction. BM query rows per inner step.
+// ---------------------------------------------------------------------------------------------
+template <int D_, int BM_, int BN_, int NW_, int WK_>
+struct BwdCfg {
+  static constexpr int D = D_, BM = BM_, BN = BN_, NW = NW_, WK = WK_;
+};
+template <int D, bool SPLIT>
+struct BwdTraits;
+template <> struct BwdTraits<64, false> : BwdCfg<64, 64, 128, 8, 8> {};
+template <> struct BwdTraits<128, false> : BwdCfg<128, 64, 128, 8, 8> {};
+template <> struct BwdTraits<256, false> : BwdCfg<256, 64, 64, 8, 4> {};
+template <> struct BwdTraits<64, true> : BwdCfg<64, 64, 64, 4, 4> {};
+template <> struct BwdTraits<128, true> : BwdCfg<128, 32, 64, 8, 4> {};
+template <> struct BwdTraits<256, true> : BwdCfg<256, 32, 32, 4, 2> {};
+
+// ---------------------------------------------------------------------------------------------
+// wgmma backward (fa_bwd_wgmma.cuh): BN keys per CTA in KG = BN / 64 key groups (64 keys = the
+// wgmma M), BM queries per step; the NWG warpgroups split into KG key groups x QG query groups
+// of QW = BM / QG queries. QG > 1 adds the warpgroups' partial dK, dV at the end.
+// ---------------------------------------------------------------------------------------------
+// UNSWITCH writes the P/dS loop twice in the source (plain scores, and soft-cap/ALiBi ones). nvcc
+// unswitches it by itself for bf16 at D = 128 (and the explicit form there makes it unswitch on
+// `deterministic` too: twice the code and spills); at D = 64 it did not, and the branchy loop cost
+// 40% of the bf16 backward (H200 run 12: 142 against 233 TFLOP/s). Checked in the SASS: one copy
+// of the loop with one exp2 per element, one with two.
+template <int D_, int BN_, int BM_, int NWG_, bool UNSWITCH_ = true>
+struct BwdWgCfg {
+  static constexpr int D = D_, BN = BN_, BM = BM_, NWG = NWG_;
+  static constexpr int KG = BN / 64, QG = NWG / KG, QW = BM / QG;
+  static constexpr bool UNSWITCH = UNSWITCH_;
+  static_assert(BN % 64 == 0 && NWG % KG == 0 && BM % QG == 0 && QW % 16 == 0, "warpgroup split");
+};
+template <int D, bool SPLIT>
+struct BwdWgTraits;
+template <> struct BwdWgTraits<64, false> : BwdWgCfg<64, 128, 64, 2> {};
+template <> struct BwdWgTraits<128, false> : BwdWgCfg<128, 128, 64, 2, false> {};
+// split: 64 keys shared by both warpgroups, 32 queries each (D = 128: 209 KiB)
+template <> struct BwdWgTraits<64, true> : BwdWgCfg<64, 64, 64, 2> {};
+template <> struct BwdWgTraits<128, true> : BwdWgCfg<128, 64, 64, 2> {};
+
+// ---------------------------------------------------------------------------------------------
+// The deterministic dQ kernel (fa_bwd.cuh): a CTA owns BM query rows (16 per warp) and walks the
+// key tiles, BN keys at a time.
+// ---------------------------------------------------------------------------------------------
+template <int BM_, int BN_, int NW_>
+struct DqCfg {
+  static constexpr int BM = BM_, BN = BN_, NW = NW_;
+  static_assert(BM == 16 * NW, "16 query rows per warp");
+};
+template <int D, bool SPLIT>
+struct DqTraits;
+template <> struct DqTraits<64, false> : DqCfg<64, 64, 4> {};
+template <> struct DqTraits<128, false> : DqCfg<64, 64, 4> {};
+template <> struct DqTraits<256, false> : DqCfg<64, 32, 4> {};
+template <> struct DqTraits<64, true> : DqCfg<64, 64, 4> {};
+template <> struct DqTraits<128, true> : DqCfg<64, 32, 4> {};
+template <> struct DqTraits<256, true> : DqCfg<32, 32, 2> {};
+
+// ---------------------------------------------------------------------------------------------
+// FFMA f32 kernels (fa_ffma.cuh): any head dim d <= 256, NW warps of ROWS query (or key) rows,
+// BN keys (or queries) per step; one lane per key for the dot products, one lane per column for
+// the accumulators.
+// ---------------------------------------------------------------------------------------------
+struct FfmaTraits {
+  static constexpr int NW = 4, ROWS = 4, BM = NW * ROWS, BN = 32, MC = 8;  // MC: columns per lane (d <= 32 MC)
+};
+
+}  // namespace fa

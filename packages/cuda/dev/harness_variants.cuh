@@ -1,0 +1,69 @@
+// Kernel variants (KERNEL_NOTES.md): each is checked against the double reference on two cases,
+// then timed on the benchmark shapes (D = 128 or 64, B·T = 16K tokens, hidden 2048, T = 4K and
+// 16K, causal and not). Included by dev/harness.cu only.
+#pragma once
+#include "harness_problem.cuh"
+
+struct Variant {
+  const char* name;
+  int dtype, d;
+  Launcher f, b;
+};
+
+static void variants() {
+  using BF = ElemBF16;
+  using F32 = ElemF32;
+  Variant vs[] = {
+      {"W0 wgmma d128 BN128 2wg", kBF16, 128, launch_fwd_wg<BF, FwdWgCfg<128, 128, 2>>, nullptr},
+      {"W6 wgmma d128 3 stages", kBF16, 128, launch_fwd_wg<BF, FwdWgCfg<128, 128, 2, 3, false>>, nullptr},
+      {"W10 wgmma d128 2st pipelined", kBF16, 128, launch_fwd_wg<BF, FwdWgTraits<128, false>>, nullptr},
+      {"W12 wgmma d64 4st pipelined", kBF16, 64, launch_fwd_wg<BF, FwdWgTraits<64, false>>, nullptr},
+      {"F0 fwd d128 BM128 BN64 8w", kBF16, 128, launch_fwd_cfg<BF, FwdCfg<128, 128, 64, 8, 1, true>>, nullptr},
+      {"BW wgmma bwd d128", kBF16, 128, nullptr, launch_bwd_wg<BF, BwdWgTraits<128, false>>},
+      {"BW wgmma bwd d64", kBF16, 64, nullptr, launch_bwd_wg<BF, BwdWgTraits<64, false>>},
+      {"B0 bwd d128 BM64 BN128 8w", kBF16, 128, nullptr, launch_bwd_cfg<BF, BwdTraits<128, false>>},
+      // f32, operands split into f16 (hi, lo) planes, three products per MMA
+      {"S1 f32 wgmma d128 BN64 2st pipe", kF32, 128, launch_fwd_wg<F32, FwdWgTraits<128, true>>, nullptr},
+      {"S2 f32 wgmma d128 BN64 2st plain", kF32, 128, launch_fwd_wg<F32, FwdWgCfg<128, 64, 2, 2, false, false>>, nullptr},
+      {"S3 f32 mma.sync d128 BM64 BN64", kF32, 128, launch_fwd_cfg<F32, FwdTraits<128, true>>, nullptr},
+      {"S4 f32 wgmma d64 BN128 2st pipe", kF32, 64, launch_fwd_wg<F32, FwdWgTraits<64, true>>, nullptr},
+      {"SB1 f32 wgmma bwd d128 BN64 2x32q", kF32, 128, nullptr, launch_bwd_wg<F32, BwdWgTraits<128, true>>},
+      {"SB2 f32 mma.sync bwd d128", kF32, 128, nullptr, launch_bwd_cfg<F32, BwdTraits<128, true>>},
+      {"SB3 f32 wgmma bwd d64", kF32, 64, nullptr, launch_bwd_wg<F32, BwdWgTraits<64, true>>},
+  };
+  printf("\n%-34s | %-5s | T=4096 nc  T=16K nc  T=4096 c  T=16K c (TFLOP/s) | 100K fwd ms\n", "variant", "check");
+  for (auto& v : vs) {
+    g_fwd_override = v.f;
+    g_bwd_override = v.b;
+    const int before = g_fail;
+    Case c; c.dtype = v.dtype; c.d = v.d; c.causal = true; c.tq = 200; c.tk = 457; c.name = std::string(v.name).substr(0, 20) + " chk1";
+    test_case(c, 99);
+    c = Case(); c.dtype = v.dtype; c.d = v.d; c.tq = 300; c.tk = 300; c.wl = 40; c.wr = 7; c.softcap = 4.f; c.alibi = true;
+    c.name = std::string(v.name).substr(0, 20) + " chk2";
+    test_case(c, 98);
+    const bool ok = g_fail == before;
+    printf("%-34s | %-5s |", v.name, ok ? "ok" : "FAIL");
+    for (int causal : {0, 1})
+      for (int T : {4096, 16384}) {
+        Case b;
+        b.dtype = v.dtype; b.d = v.d; b.causal = causal; b.tq = b.tk = T; b.B = 16384 / T; b.H = b.Hkv = 2048 / v.d;
+        Dev D = make_dev(b, 7);
+        const double fl = 4.0 * b.B * b.H * (double)T * T * v.d / (causal ? 2 : 1);
+        double tf;
+        if (v.f) tf = fl / time_ms([&] { run_fwd(D); }, 3, 15) / 1e9;
+        else tf = 2.5 * fl / time_ms([&] { run_bwd(D); }, 3, 15) / 1e9;
+        printf(" %-9.1f", tf);
+        free_dev(D);
+      }
+    if (v.f && v.d == 128 && v.dtype == kBF16) {
+      Case b;
+      b.d = 128; b.B = 1; b.H = b.Hkv = 1; b.tq = b.tk = 100000;
+      Dev D = make_dev(b, 11);
+      printf(" | %.2f", time_ms([&] { run_fwd(D); }, 2, 10));
+      free_dev(D);
+    }
+    printf("\n");
+    fflush(stdout);
+  }
+  g_fwd_override = g_bwd_override = nullptr;
+}

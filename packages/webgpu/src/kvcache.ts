@@ -1,0 +1,197 @@
+/// <reference types="@webgpu/types" />
+/**
+ * The WebGPU engine's KV-cache call (core's kvcache.ts is the contract; wgsl/kvcache.ts the
+ * kernels): its plan (row tiles and splits), what an adapter supports, and the encoding of one
+ * call — append (device caches: in place on the GPU; host caches: on the host, before their
+ * upload), split-KV attention, combine — in one command buffer.
+ */
+import {
+  type ForwardResult,
+  type HostTensor,
+  type KVCacheOptions,
+  type KVCacheProblem,
+  type Support,
+  type Tensor,
+  FAError,
+  appendKVCacheHost,
+  bytesPerElement,
+  isDeviceIndexTensor,
+  isDeviceTensor,
+  isHostTensor,
+} from '@fa/core';
+import { BufferUsage } from './gpu.js';
+import type { Scope } from './memory.js';
+import { grid1d } from './dispatch.js';
+import { writableBytes } from './buffers.js';
+import { WGIndexTensor } from './tensor.js';
+import { KV_APPEND, KV_ATTEND, KV_COMBINE, KV_MAX_D, KV_TILE, type KVEncoding, kvAppendWGSL, kvAttendWGSL, kvCombineWGSL, kvRowsFor, KVP_BYTES, packKVParams, type KVParamValues } from './wgsl/kvcache.js';
+
+/** Workgroups the split aims for: enough to fill a large GPU (an H200 has 132 SMs). */
+export const KV_TARGET_WORKGROUPS = 1024;
+
+export interface KVPlan {
+  readonly rows: number;
+  readonly rowTiles: number;
+  readonly groups: number;
+  readonly chunk: number;
+  readonly splits: number;
+}
+
+/**
+ * Row tiles of each kv head's (query head × query) rows, and the split of the key range: as
+ * many splits as fill KV_TARGET_WORKGROUPS, in chunks of whole key tiles (at least `minChunk`).
+ */
+export function planKV(p: KVCacheProblem, minChunk = KV_TILE): KVPlan {
+  const rows = kvRowsFor(p.d);
+  const rowTiles = Math.max(1, Math.ceil(((p.h / p.hkv) * p.tq) / rows));
+  const groups = p.batch * p.hkv * rowTiles;
+  const want = Math.max(1, Math.ceil(KV_TARGET_WORKGROUPS / Math.max(1, groups)));
+  const chunk = Math.max(minChunk, Math.ceil(Math.max(1, p.tk) / want / KV_TILE) * KV_TILE);
+  const splits = Math.max(1, Math.ceil(p.tk / chunk));
+  return { rows, rowTiles, groups, chunk, splits };
+}
+
+/** Whether the adapter runs this KV-cache problem. */
+export function kvSupport(p: KVCacheProblem, l: GPUSupportedLimits, minChunk?: number): Support {
+  if (p.d > KV_MAX_D) return { ok: false, reason: `KV-cache kernels take head dims up to ${KV_MAX_D}; D = ${p.d}` };
+  const bpe = bytesPerElement(p.dtype);
+  const plan = planKV(p, minChunk);
+  const checks: [string, number][] = [
+    ['the K cache', p.cacheShape.reduce((a, b) => a * b, 1) * bpe],
+    ['q', p.batch * p.tq * p.h * p.d * bpe],
+    ['the split-KV partial states', plan.groups * plan.splits * plan.rows * (p.d + 2) * 4],
+  ];
+  for (const [what, bytes] of checks) {
+    if (bytes > l.maxStorageBufferBindingSize) return { ok: false, reason: `${what} needs ${bytes} bytes in one storage binding; this adapter's maxStorageBufferBindingSize is ${l.maxStorageBufferBindingSize}` };
+    if (bytes > l.maxBufferSize) return { ok: false, reason: `${what} needs a ${bytes}-byte buffer; this adapter's maxBufferSize is ${l.maxBufferSize}` };
+  }
+  if (plan.splits > l.maxComputeWorkgroupsPerDimension) return { ok: false, reason: `the key range needs ${plan.splits} splits, above this adapter's maxComputeWorkgroupsPerDimension (${l.maxComputeWorkgroupsPerDimension})` };
+  return { ok: true };
+}
+
+/** What the KV-cache call needs from its backend (all on the current device). */
+export interface KVEnv {
+  readonly name: string;
+  device(): GPUDevice;
+  createBuffer(scope: Scope, bytes: number, usage: number, label: string): GPUBuffer;
+  /** The buffer of a tensor input: the backend's own, or an upload of a host tensor. */
+  input(scope: Scope, t: Tensor, what: string): GPUBuffer;
+  pipeline(key: string, code: () => string): Promise<GPUComputePipeline>;
+  bind(pipe: GPUComputePipeline, buffers: (GPUBuffer | undefined)[]): GPUBindGroup;
+  readBuffer(scope: Scope, buf: GPUBuffer, dtype: HostTensor['dtype'], shape: readonly number[]): Promise<HostTensor>;
+  /** Wraps an output buffer as a device tensor. */
+  wrap(buf: GPUBuffer, dtype: HostTensor['dtype'], shape: readonly number[]): Tensor;
+  /** The buffer of an index tensor of this backend (checked for epoch and disposal). */
+  indexBuffer(t: WGIndexTensor, what: string): GPUBuffer;
+  /** Keys per split at least (the engine's kvMinChunk option). */
+  readonly minChunk?: number;
+}
+
+/** A small storage buffer holding `data` (at least 16 bytes). */
+function smallBuffer(env: KVEnv, scope: Scope, data: Int32Array | Float32Array, label: string): GPUBuffer {
+  const b = env.createBuffer(scope, Math.max(16, data.byteLength), BufferUsage.STORAGE | BufferUsage.COPY_DST, label);
+  if (data.byteLength > 0) {
+    const w = writableBytes(data);
+    env.device().queue.writeBuffer(b, 0, w.buffer, w.offset, w.size);
+  }
+  return b;
+}
+
+function indexInput(env: KVEnv, scope: Scope, x: unknown, host: Int32Array, what: string): GPUBuffer {
+  if (isDeviceIndexTensor(x)) {
+    if (!(x instanceof WGIndexTensor)) throw new FAError('E_ARG', `${what} is an index tensor of backend "${x.backend}"; make it with this backend's uploadIndex`);
+    return env.indexBuffer(x, what);
+  }
+  return smallBuffer(env, scope, host, what);
+}
+
+/**
+ * Encodes and submits one KV-cache call on a validated, supported problem; returns out and LSE
+ * (device tensors when q is one). Runs inside the backend's CallGuard.
+ */
+export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem, q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions, outs: GPUBuffer[]): Promise<ForwardResult> {
+  const dev = env.device();
+  const enc: KVEncoding = p.dtype;
+  const plan = planKV(p, env.minChunk);
+  const [pAttend, pCombine, pAppend] = await Promise.all([
+    env.pipeline(`kv-attend:${enc}`, () => kvAttendWGSL(enc)),
+    env.pipeline(`kv-combine:${enc}`, () => kvCombineWGSL(enc)),
+    p.tnew > 0 && isDeviceTensor(kCache) ? env.pipeline(`kv-append:${enc}`, () => kvAppendWGSL(enc)) : Promise.resolve(undefined),
+  ]);
+  // Host caches: the append happens on the host (the caller's arrays are the cache), then the
+  // updated caches travel to the GPU for this call.
+  const hostCaches = isHostTensor(kCache);
+  if (hostCaches && p.tnew > 0) {
+    if (!isHostTensor(vCache) || !isHostTensor(opts.kNew) || !isHostTensor(opts.vNew)) {
+      throw new FAError('E_ARG', 'with host caches, vCache, kNew and vNew must be host tensors too (or upload all four)');
+    }
+    appendKVCacheHost(p, kCache, vCache as HostTensor, opts.kNew, opts.vNew);
+  } else if (!hostCaches && isHostTensor(vCache)) {
+    throw new FAError('E_ARG', 'kCache is a device tensor but vCache is a host tensor: give both the same way');
+  }
+  const kb = env.input(scope, kCache, 'kCache');
+  const vb = env.input(scope, vCache, 'vCache');
+  const qb = env.input(scope, q, 'q');
+  const lens = indexInput(env, scope, opts.cacheSeqlens, p.cacheSeqlens, 'cacheSeqlens');
+  const table = p.paged ? indexInput(env, scope, opts.blockTable, p.blockTable, 'blockTable') : smallBuffer(env, scope, p.blockTable, 'identity block table');
+  const slopes = smallBuffer(env, scope, p.alibi ?? new Float32Array(4), 'ALiBi slopes');
+  const base: Omit<KVParamValues, 'n'> = {
+    batch: p.batch, tq: p.tq, h: p.h, hkv: p.hkv, d: p.d, tnew: p.tnew, bs: p.blockSize, maxBlocks: p.maxBlocksPerSeq,
+    scale: p.scale, softcap: p.softcap, wl: p.windowLeft, wr: p.windowRight, alibi: p.alibi !== undefined,
+    rows: plan.rows, chunk: plan.chunk, splits: plan.splits, rowTiles: plan.rowTiles,
+  };
+  const params = (n: number, label: string, vec = false) => {
+    const b = env.createBuffer(scope, KVP_BYTES, BufferUsage.UNIFORM | BufferUsage.COPY_DST, label);
+    dev.queue.writeBuffer(b, 0, packKVParams({ ...base, n, vec }));
+    return b;
+  };
+  // K rows start at multiples of D elements: 16-byte loads need D·bytes a multiple of 16
+  const vec = (p.d * bytesPerElement(p.dtype)) % 16 === 0;
+  const maxWG = dev.limits.maxComputeWorkgroupsPerDimension;
+  const nOut = p.batch * p.tq * p.h * p.d;
+  const bpe = bytesPerElement(p.dtype);
+  const usage = BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
+  const outBuf = env.createBuffer(scope, nOut * bpe, usage, 'out');
+  const lseBuf = env.createBuffer(scope, p.batch * p.h * p.tq * 4, usage, 'lse');
+  outs.push(outBuf, lseBuf);
+  const part = env.createBuffer(scope, plan.groups * plan.splits * plan.rows * (p.d + 2) * 4, BufferUsage.STORAGE, 'split-KV partial states');
+  const cmd = dev.createCommandEncoder();
+  const pass = cmd.beginComputePass();
+  // 1. append (device caches): every sequence's rows before any sequence attends
+  if (pAppend) {
+    const n = p.batch * p.tnew * p.hkv * p.d;
+    const g = new Array<GPUBuffer | undefined>(7);
+    g[KV_APPEND.params] = params(n, 'kv append params');
+    g[KV_APPEND.kn] = env.input(scope, opts.kNew!, 'kNew');
+    g[KV_APPEND.vn] = env.input(scope, opts.vNew!, 'vNew');
+    g[KV_APPEND.k] = kb; g[KV_APPEND.v] = vb; g[KV_APPEND.lens] = lens; g[KV_APPEND.table] = table;
+    pass.setPipeline(pAppend);
+    pass.setBindGroup(0, env.bind(pAppend, g));
+    const [x, y] = grid1d(Math.ceil(n / 64), maxWG);
+    pass.dispatchWorkgroups(x, y);
+  }
+  if (nOut > 0) {
+    // 2. split-KV attention
+    const g = new Array<GPUBuffer | undefined>(9);
+    g[KV_ATTEND.params] = params(0, 'kv attend params', vec);
+    g[KV_ATTEND.k4] = kb;
+    g[KV_ATTEND.q] = qb; g[KV_ATTEND.k] = kb; g[KV_ATTEND.v] = vb; g[KV_ATTEND.lens] = lens; g[KV_ATTEND.table] = table;
+    g[KV_ATTEND.slopes] = slopes; g[KV_ATTEND.part] = part;
+    pass.setPipeline(pAttend);
+    pass.setBindGroup(0, env.bind(pAttend, g));
+    pass.dispatchWorkgroups(plan.splits, Math.min(plan.groups, 65535), Math.ceil(plan.groups / 65535));
+    // 3. combine
+    const words = p.dtype === 'f32' ? nOut : Math.ceil(nOut / 2);
+    const gc = new Array<GPUBuffer | undefined>(4);
+    gc[KV_COMBINE.params] = params(words, 'kv combine params');
+    gc[KV_COMBINE.part] = part; gc[KV_COMBINE.out] = outBuf; gc[KV_COMBINE.lse] = lseBuf;
+    pass.setPipeline(pCombine);
+    pass.setBindGroup(0, env.bind(pCombine, gc));
+    const [x, y] = grid1d(Math.ceil(words / 64), maxWG);
+    pass.dispatchWorkgroups(x, y);
+  }
+  pass.end();
+  dev.queue.submit([cmd.finish()]);
+  if (isDeviceTensor(q)) return { out: env.wrap(outBuf, p.dtype, p.qShape), lse: env.wrap(lseBuf, 'f32', p.lseShape) };
+  return { out: await env.readBuffer(scope, outBuf, p.dtype, p.qShape), lse: await env.readBuffer(scope, lseBuf, 'f32', p.lseShape) };
+}
