@@ -17,6 +17,7 @@
 #include "vmath.h"
 #include "scores.h"
 #include "tileio.h"
+#include "softmax.h"
 #include "gen/f32-gemm.h"
 
 typedef struct {
@@ -70,58 +71,6 @@ FA_EXPORT(fa_pack_kv) void fa_pack_kv(const fa_problem *p, int32_t b, int32_t kv
   }
 }
 
-/* The online-softmax update of rows [0, nr) of a logit tile (online-softmax.ts softmaxTileUpdate). */
-static void softmax_update(float *s, int32_t ld, int32_t nr, int32_t ncols, float *m, float *l, float *acc, int32_t dp) {
-  for (int32_t r = 0; r < nr; r++) {
-    float *row = s + r * ld;
-    /* pmax(acc, x) keeps acc when x is NaN; a NaN score then reaches l through e^(NaN - m) */
-    v128_t vmax0 = VSPLAT(m[r]), vmax1 = vmax0;
-    int32_t c = 0;
-    for (; c + 8 <= ncols; c += 8) {
-      vmax0 = wasm_f32x4_pmax(vmax0, wasm_v128_load(row + c));
-      vmax1 = wasm_f32x4_pmax(vmax1, wasm_v128_load(row + c + 4));
-    }
-    for (; c < ncols; c += 4) vmax0 = wasm_f32x4_pmax(vmax0, wasm_v128_load(row + c));
-    float mnew = fa_hmax(wasm_f32x4_max(vmax0, vmax1));
-    if (mnew == -FA_INF) {
-      /* nothing visible so far (weights 0, and (-inf) - (-inf) is never formed), or only NaN */
-      v128_t nan = wasm_f32x4_const_splat(0.0f);
-      for (int32_t x = 0; x < ncols; x += 4) {
-        const v128_t v = wasm_v128_load(row + x);
-        nan = wasm_v128_or(nan, wasm_f32x4_ne(v, v));
-      }
-      if (!wasm_v128_any_true(nan)) {
-        fa_zero(row, ncols);
-        continue;
-      }
-      mnew = __builtin_nanf("");
-    }
-    const float alpha = m[r] == mnew ? 1.0f : fa_exp1(m[r] - mnew);
-    const v128_t vm = VSPLAT(mnew);
-    v128_t sum0 = VSPLAT(0.0f), sum1 = VSPLAT(0.0f);
-    for (c = 0; c + 8 <= ncols; c += 8) {
-      v128_t p0 = fa_vexp_le0(wasm_f32x4_sub(wasm_v128_load(row + c), vm));
-      v128_t p1 = fa_vexp_le0(wasm_f32x4_sub(wasm_v128_load(row + c + 4), vm));
-      wasm_v128_store(row + c, p0);
-      wasm_v128_store(row + c + 4, p1);
-      sum0 = wasm_f32x4_add(sum0, p0);
-      sum1 = wasm_f32x4_add(sum1, p1);
-    }
-    for (; c < ncols; c += 4) {
-      v128_t p0 = fa_vexp_le0(wasm_f32x4_sub(wasm_v128_load(row + c), vm));
-      wasm_v128_store(row + c, p0);
-      sum0 = wasm_f32x4_add(sum0, p0);
-    }
-    l[r] = l[r] * alpha + fa_hsum(wasm_f32x4_add(sum0, sum1));
-    m[r] = mnew;
-    if (alpha != 1.0f) {
-      const v128_t va = VSPLAT(alpha);
-      float *a = acc + r * dp;
-      for (int32_t x = 0; x < dp; x += 4) wasm_v128_store(a + x, wasm_f32x4_mul(wasm_v128_load(a + x), va));
-    }
-  }
-}
-
 FA_EXPORT(fa_forward_unit) void fa_forward_unit(const fa_problem *p, float *scratch, int32_t b, int32_t kvh, int32_t qt) {
   const int32_t q0 = p->cu_q[b], tq = p->cu_q[b + 1] - q0;
   const int32_t tk = p->cu_k[b + 1] - p->cu_k[b];
@@ -150,23 +99,10 @@ FA_EXPORT(fa_forward_unit) void fa_forward_unit(const fa_problem *p, float *scra
       const int64_t tile = kvh * ntiles + p->kt_first[b] + kt;
       f32_mm_nn_set(nr, bc8, d, qrow, qs, p->kt + tile * d * bc8, bc8, w.s, bc8);
       fa_score_tile(p, w.s, bc8, nr, nc, bc8, i0, j0, tq, tk, slope, 0);
-      softmax_update(w.s, bc8, nr, bc8, w.m, w.l, w.acc, dp);
+      fa_softmax_update(w.s, bc8, nr, bc8, w.m, w.l, w.acc, dp);
       f32_mm_nn_acc(nr, dp, nc, w.s, bc8, p->vp + tile * bc8 * dp, dp, w.acc, dp);
     }
-    /* finalize (online-softmax.ts finalizeTile): out = acc / l, lse = m + log l */
-    for (int32_t r = 0; r < nr; r++) {
-      float *a = w.acc + r * dp;
-      const float l = w.l[r];
-      const int32_t li = fa_lse_index(p, b, h, i0 + r);
-      if (l == 0.0f) {
-        fa_zero(a, dp);
-        p->lse[li] = -FA_INF;
-      } else {
-        const v128_t inv = VSPLAT(1.0f / l);
-        for (int32_t x = 0; x < dp; x += 4) wasm_v128_store(a + x, wasm_f32x4_mul(wasm_v128_load(a + x), inv));
-        p->lse[li] = (float)((double)w.m[r] + fa_log((double)l));
-      }
-    }
+    for (int32_t r = 0; r < nr; r++) p->lse[fa_lse_index(p, b, h, i0 + r)] = fa_finalize_row(w.m[r], w.l[r], w.acc + r * dp, dp);
     fa_store_rows(w.acc, dp, nr, d, qrow, qs);
   }
 }

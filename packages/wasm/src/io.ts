@@ -1,5 +1,5 @@
 /**
- * Host tensors in and out of the engine's memory. Inputs are converted to float32 as they are
+ * Tensors in and out of the engine's memory (host tensors, and device tensors' regions). Inputs are converted to float32 as they are
  * copied in (f16/bf16 decoded exactly, core's decode); outputs are rounded once to the call's
  * dtype as they are copied out (csrc/convert.c, in place, with core's encode's rounding: ties to
  * even). Results are SharedArrayBuffer-backed where that exists (core's allocHost), as the cpu
@@ -8,6 +8,7 @@
 import { allocHost, decode, type DType, type HostData } from '@fa/core';
 import type { Kernels } from './job.js';
 import type { Arena } from './memory.js';
+import type { Region } from './tensors.js';
 
 export function copyIn(a: Arena, src: HostData, dtype: DType, ptr: number): void {
   const dst = a.f32(ptr, src.length);
@@ -25,4 +26,10 @@ export function copyOut(a: Arena, k: Kernels, ptr: number, n: number, dtype: DTy
     (out as Uint16Array).set(new Uint16Array(a.memory.buffer, ptr, n));
   }
   return out;
+}
+
+/** copyOut into a device tensor's region (the dtype's bytes), for calls whose q is a device tensor. */
+export function copyOutTo(a: Arena, k: Kernels, ptr: number, n: number, dtype: DType, dst: Region): void {
+  if (dtype !== 'f32') k.fa_encode16(ptr, n, dtype === 'bf16' ? 1 : 0);
+  new Uint8Array(a.memory.buffer).copyWithin(dst.ptr, ptr, ptr + n * (dtype === 'f32' ? 4 : 2));
 }

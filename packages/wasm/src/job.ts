@@ -6,12 +6,16 @@
  * the worker bundle stays small.)
  */
 export interface WasmJob {
-  readonly kind: 'forward' | 'backward';
-  /** Address of the call's fa_problem. */
+  readonly kind: 'forward' | 'backward' | 'kvcache' | 'copy';
+  /** Address of the call's fa_problem (kvcache: its fa_kv; copy: the copy method, 0 or 1). */
   readonly problem: number;
-  /** Forward: (batch, kv head, query tile) triples. Backward: (batch, kv head, first tile, end tile, private) 5-tuples. */
+  /**
+   * Forward: (batch, kv head, query tile) triples. Backward: (batch, kv head, first tile, end
+   * tile, private) 5-tuples. KV cache: core's (batch, kv head, query tile, key chunk, slot)
+   * 5-tuples. Copy: (address, bytes) pairs.
+   */
   readonly units: Int32Array;
-  /** Entries per unit: core's FWD_UNIT (3) or BWD_UNIT (5). */
+  /** Entries per unit: core's FWD_UNIT (3), BWD_UNIT (5) or KV_UNIT (5); copy: 2. */
   readonly unitSize: number;
   /** Backward: address of each private dQ accumulator (index = a unit's `private`). */
   readonly privates: readonly number[];
@@ -21,6 +25,9 @@ export interface WasmJob {
   readonly slots: number;
   readonly slotBytes: number;
 }
+
+/** The small per-thread buffer a copy job writes into (it stays in L1/L2: csrc/copy.c). */
+export const COPY_RING_BYTES = 64 * 1024;
 
 /** The exports of a csrc/ binary. */
 export interface Kernels {
@@ -32,6 +39,10 @@ export interface Kernels {
   readonly fa_forward_unit: (problem: number, scratch: number, b: number, kvh: number, qt: number) => void;
   readonly fa_dvec: (problem: number, out: number) => void;
   readonly fa_backward_unit: (problem: number, scratch: number, b: number, kvh: number, ktStart: number, ktEnd: number, dqPrivate: number) => void;
+  readonly fa_kv_scratch_bytes: (kv: number) => number;
+  readonly fa_kv_unit: (kv: number, scratch: number, b: number, kvh: number, t: number, c: number, slot: number) => void;
+  readonly fa_kv_combine: (kv: number, scratch: number, b: number, kvh: number, t: number, slot0: number, chunks: number) => void;
+  readonly fa_copy_range: (src: number, n: number, dst: number, ring: number, method: number) => void;
   readonly fa_set_stack: (top: number) => void;
   readonly __heap_base: WebAssembly.Global;
 }
@@ -45,21 +56,26 @@ export function runJob(job: WasmJob, k: Kernels, ownStack: boolean): void {
   const scratch = job.slots + slot * job.slotBytes;
   if (ownStack) k.fa_set_stack(scratch + job.slotBytes);
   const U = job.units;
-  if (job.kind === 'forward') {
-    const n = U.length / job.unitSize;
-    for (;;) {
-      const u = Atomics.add(job.counter, 0, 1);
-      if (u >= n) return;
-      const o = u * job.unitSize;
-      k.fa_forward_unit(job.problem, scratch, U[o], U[o + 1], U[o + 2]);
-    }
-  }
   const n = U.length / job.unitSize;
   for (;;) {
     const u = Atomics.add(job.counter, 0, 1);
     if (u >= n) return;
     const o = u * job.unitSize;
-    const priv = U[o + 4];
-    k.fa_backward_unit(job.problem, scratch, U[o], U[o + 1], U[o + 2], U[o + 3], priv < 0 ? 0 : job.privates[priv]);
+    switch (job.kind) {
+      case 'forward':
+        k.fa_forward_unit(job.problem, scratch, U[o], U[o + 1], U[o + 2]);
+        break;
+      case 'backward': {
+        const priv = U[o + 4];
+        k.fa_backward_unit(job.problem, scratch, U[o], U[o + 1], U[o + 2], U[o + 3], priv < 0 ? 0 : job.privates[priv]);
+        break;
+      }
+      case 'kvcache':
+        k.fa_kv_unit(job.problem, scratch, U[o], U[o + 1], U[o + 2], U[o + 3], U[o + 4]);
+        break;
+      case 'copy':
+        k.fa_copy_range(U[o] >>> 0, U[o + 1], scratch, COPY_RING_BYTES, job.problem);
+        break;
+    }
   }
 }

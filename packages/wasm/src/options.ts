@@ -31,6 +31,12 @@ export interface WasmBackendOptions {
   readonly wasmPath?: string | URL;
   /** Most WebAssembly memory the engine may use, in bytes (default and at most 4 GiB). */
   readonly maxMemoryBytes?: number;
+  /**
+   * KV-cache calls: keys per chunk when a sequence's key range is split over the threads
+   * (flash-decoding; core's planKVCache, default KV_CHUNK = 1024). Changes the summation order
+   * only; results do not depend on the thread count either way.
+   */
+  readonly kvChunk?: number;
 }
 
 export const DEFAULT_INLINE_BELOW_FLOPS = 2 ** 24;
@@ -52,6 +58,7 @@ export function checkOptions(o: WasmBackendOptions): void {
   if (o.relaxedSimd !== undefined && o.relaxedSimd !== 'auto' && typeof o.relaxedSimd !== 'boolean') throw new FAError('E_ARG', `wasm engine option relaxedSimd must be true, false or 'auto', got ${String(o.relaxedSimd)}`);
   if (o.inlineBelowFlops !== undefined && !(typeof o.inlineBelowFlops === 'number' && o.inlineBelowFlops >= 0)) throw new FAError('E_ARG', `wasm engine option inlineBelowFlops must be a number >= 0, got ${String(o.inlineBelowFlops)}`);
   if (o.maxMemoryBytes !== undefined && !(typeof o.maxMemoryBytes === 'number' && o.maxMemoryBytes >= 16 * PAGE)) throw new FAError('E_ARG', `wasm engine option maxMemoryBytes must be a number >= ${16 * PAGE}, got ${String(o.maxMemoryBytes)}`);
+  if (o.kvChunk !== undefined && !(Number.isSafeInteger(o.kvChunk) && o.kvChunk >= 1)) throw new FAError('E_ARG', `wasm engine option kvChunk must be an integer >= 1, got ${String(o.kvChunk)}`);
   if (o.tiles !== undefined) checkWasmTiles(o.tiles, 'tiles');
   if (o.backwardTiles !== undefined) checkWasmTiles(o.backwardTiles, 'backwardTiles');
 }

@@ -1,7 +1,8 @@
 /**
- * Writes csrc/fa.h's fa_problem into linear memory: field order and offsets must match the C
- * struct (fa.h checks its size and a few offsets with _Static_assert; test/kernels.test.ts
- * checks the byte count against the binary's fa_problem_bytes()).
+ * Writes csrc/fa.h's fa_problem (and csrc/kvcache.c's fa_kv, which extends it) into linear
+ * memory: field order and offsets must match the C structs (the C files check their sizes and a
+ * few offsets with _Static_assert; test/kernels.test.ts checks fa_problem's byte count against
+ * the binary's fa_problem_bytes()).
  */
 export const PROBLEM_BYTES = 120;
 
@@ -54,6 +55,44 @@ export function writeProblem(buffer: ArrayBufferLike, ptr: number, f: ProblemFie
   o += 8;
   for (const k of PTR_FIELDS) {
     view.setUint32(o, f[k], true);
+    o += 4;
+  }
+}
+
+/** csrc/kvcache.c's fa_kv: an fa_problem, then the cache fields (kvcache.c checks the layout). */
+export const KV_PROBLEM_BYTES = 176;
+
+export interface KVFields {
+  /** Cache element type: 0 f32, 1 f16, 2 bf16. */
+  dtype: number;
+  blockSize: number;
+  maxBlocks: number;
+  tnew: number;
+  qt: number;
+  rows: number;
+  chunk: number;
+  lens: number;
+  table: number;
+  kCache: number;
+  vCache: number;
+  pm: number;
+  pl: number;
+  pacc: number;
+}
+
+const KV_INT_FIELDS = ['dtype', 'blockSize', 'maxBlocks', 'tnew', 'qt', 'rows', 'chunk'] as const;
+const KV_PTR_FIELDS = ['lens', 'table', 'kCache', 'vCache', 'pm', 'pl', 'pacc'] as const;
+
+export function writeKVProblem(buffer: ArrayBufferLike, ptr: number, base: ProblemFields, kv: KVFields): void {
+  writeProblem(buffer, ptr, base);
+  const view = new DataView(buffer, ptr + PROBLEM_BYTES, KV_PROBLEM_BYTES - PROBLEM_BYTES);
+  let o = 0;
+  for (const k of KV_INT_FIELDS) {
+    view.setInt32(o, kv[k], true);
+    o += 4;
+  }
+  for (const k of KV_PTR_FIELDS) {
+    view.setUint32(o, kv[k], true);
     o += 4;
   }
 }
