@@ -36,7 +36,8 @@ typedef struct fa_kv {
   int32_t dtype;                  /* of the caches: FA_F32, FA_F16, FA_BF16 */
   int32_t block_size, max_blocks; /* a contiguous cache: block_size = capacity, max_blocks = 1 */
   int32_t tnew;                   /* tokens appended per sequence (already written) */
-  int32_t qt, rows, chunk;        /* the plan: queries per tile, rows per unit, keys per chunk */
+  int32_t qt, rows, chunk;        /* the plan: queries per tile, rows per kv head, keys per chunk */
+  int32_t heads;                  /* kv heads per unit (fa_kv_unit's kvh1 - kvh0 at most) */
   const int32_t *lens;            /* [batch]: cached tokens before the append */
   const int32_t *table;           /* [batch * max_blocks] */
   const void *k_cache, *v_cache;  /* [num_blocks, block_size, hkv, d] in dtype */
@@ -44,8 +45,8 @@ typedef struct fa_kv {
 } fa_kv;
 
 /* src/params.ts writeKVProblem writes this struct field by field: keep the two in step. */
-_Static_assert(sizeof(fa_kv) == 176, "fa_kv layout changed: update src/params.ts");
-_Static_assert(__builtin_offsetof(fa_kv, lens) == 148, "fa_kv layout changed: update src/params.ts");
+_Static_assert(sizeof(fa_kv) == 180, "fa_kv layout changed: update src/params.ts");
+_Static_assert(__builtin_offsetof(fa_kv, lens) == 152, "fa_kv layout changed: update src/params.ts");
 
 /* The four lane sums of a0..a3, as one vector [sum a0, sum a1, sum a2, sum a3]. */
 FA_INLINE v128_t fa_hsum4(v128_t a0, v128_t a1, v128_t a2, v128_t a3) {
@@ -86,30 +87,31 @@ FA_INLINE v128_t kv_dot_4x1(const float *q, int32_t ldq, const void *k, int32_t 
   return s;
 }
 
-/* [q . k_0, q . k_1, q . k_2, q . k_3] for one query row and 4 cache rows. */
-FA_INLINE v128_t kv_dot_1x4(const float *q, const void *const *k, int32_t d, const int dt) {
+/* [q . k_0, q . k_1, q . k_2, q . k_3] for one query row and 4 cache rows (at byte offset off). */
+FA_INLINE v128_t kv_dot_1x4(const float *q, const void *const *k, int32_t off, int32_t d, const int dt) {
+  const uint8_t *k0 = (const uint8_t *)k[0] + off, *k1 = (const uint8_t *)k[1] + off, *k2 = (const uint8_t *)k[2] + off, *k3 = (const uint8_t *)k[3] + off;
   v128_t a0 = VSPLAT(0.0f), a1 = a0, a2 = a0, a3 = a0;
   int32_t e = 0;
   for (; e + 8 <= d; e += 8) {
     const v128_t ql = wasm_v128_load(q + e), qh = wasm_v128_load(q + e + 4);
     v128_t lo, hi;
-    kv_load8(k[0], e, dt, &lo, &hi);
+    kv_load8(k0, e, dt, &lo, &hi);
     a0 = VFMA(qh, hi, VFMA(ql, lo, a0));
-    kv_load8(k[1], e, dt, &lo, &hi);
+    kv_load8(k1, e, dt, &lo, &hi);
     a1 = VFMA(qh, hi, VFMA(ql, lo, a1));
-    kv_load8(k[2], e, dt, &lo, &hi);
+    kv_load8(k2, e, dt, &lo, &hi);
     a2 = VFMA(qh, hi, VFMA(ql, lo, a2));
-    kv_load8(k[3], e, dt, &lo, &hi);
+    kv_load8(k3, e, dt, &lo, &hi);
     a3 = VFMA(qh, hi, VFMA(ql, lo, a3));
   }
   v128_t s = fa_hsum4(a0, a1, a2, a3);
   if (e < d) {
     float t0 = 0, t1 = 0, t2 = 0, t3 = 0;
     for (; e < d; e++) {
-      t0 += q[e] * kv_load1(k[0], e, dt);
-      t1 += q[e] * kv_load1(k[1], e, dt);
-      t2 += q[e] * kv_load1(k[2], e, dt);
-      t3 += q[e] * kv_load1(k[3], e, dt);
+      t0 += q[e] * kv_load1(k0, e, dt);
+      t1 += q[e] * kv_load1(k1, e, dt);
+      t2 += q[e] * kv_load1(k2, e, dt);
+      t3 += q[e] * kv_load1(k3, e, dt);
     }
     s = wasm_f32x4_add(s, wasm_f32x4_make(t0, t1, t2, t3));
   }
@@ -117,14 +119,14 @@ FA_INLINE v128_t kv_dot_1x4(const float *q, const void *const *k, int32_t d, con
 }
 
 /* acc[r][e..e+8) += sum_{j < nk} P[r][j] v_j[e..e+8) for 4 rows (8 accumulators in registers). */
-FA_INLINE void kv_pv_4x8(const float *P, int32_t ldp, const void *const *v, int32_t nk, int32_t e, const int dt, float *acc, int32_t lda) {
+FA_INLINE void kv_pv_4x8(const float *P, int32_t ldp, const void *const *v, int32_t off, int32_t nk, int32_t e, const int dt, float *acc, int32_t lda) {
   float *c0 = acc + e, *c1 = c0 + lda, *c2 = c1 + lda, *c3 = c2 + lda;
   const float *p0 = P, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
   v128_t a0 = wasm_v128_load(c0), b0 = wasm_v128_load(c0 + 4), a1 = wasm_v128_load(c1), b1 = wasm_v128_load(c1 + 4);
   v128_t a2 = wasm_v128_load(c2), b2 = wasm_v128_load(c2 + 4), a3 = wasm_v128_load(c3), b3 = wasm_v128_load(c3 + 4);
   for (int32_t j = 0; j < nk; j++) {
     v128_t lo, hi;
-    kv_load8(v[j], e, dt, &lo, &hi);
+    kv_load8((const uint8_t *)v[j] + off, e, dt, &lo, &hi);
     v128_t x = wasm_v128_load32_splat(p0 + j);
     a0 = VFMA(x, lo, a0);
     b0 = VFMA(x, hi, b0);
@@ -149,11 +151,11 @@ FA_INLINE void kv_pv_4x8(const float *P, int32_t ldp, const void *const *v, int3
 }
 
 /* kv_pv_4x8 for one row. */
-FA_INLINE void kv_pv_1x8(const float *P, const void *const *v, int32_t nk, int32_t e, const int dt, float *acc) {
+FA_INLINE void kv_pv_1x8(const float *P, const void *const *v, int32_t off, int32_t nk, int32_t e, const int dt, float *acc) {
   v128_t a = wasm_v128_load(acc + e), b = wasm_v128_load(acc + e + 4);
   for (int32_t j = 0; j < nk; j++) {
     v128_t lo, hi;
-    kv_load8(v[j], e, dt, &lo, &hi);
+    kv_load8((const uint8_t *)v[j] + off, e, dt, &lo, &hi);
     const v128_t x = wasm_v128_load32_splat(P + j);
     a = VFMA(x, lo, a);
     b = VFMA(x, hi, b);
@@ -162,60 +164,89 @@ FA_INLINE void kv_pv_1x8(const float *P, const void *const *v, int32_t nk, int32
   wasm_v128_store(acc + e + 4, b);
 }
 
+/*
+ * Per-thread scratch of a unit over kv heads [kvh0, kvh1): each head's online-softmax state
+ * (rows = the plan's rows per kv head; head i of the unit at rows [i * rows, (i + 1) * rows)),
+ * one score tile reused head by head, and the tile's token addresses.
+ */
 typedef struct {
-  float *q;   /* [rows][dp] */
+  float *q;   /* [heads * rows][dp] */
+  float *acc; /* [heads * rows][dp] */
+  float *m, *l; /* [heads * rows] */
   float *s;   /* [rows][KV_TILE] */
-  float *acc; /* [rows][dp] */
-  float *m, *l;
-  const void **krow, **vrow; /* [KV_TILE] */
+  const void **krow, **vrow; /* [KV_TILE]: token rows (all kv heads) */
+  uint32_t *sink;
 } kv_scratch;
 
 static int32_t align4(int32_t n) { return (n + 3) & ~3; }
 
 static kv_scratch kv_layout(const fa_kv *kv, float *base) {
-  const int32_t rows = kv->rows, dp = fa_dp(kv->base.d);
+  const int32_t rows = kv->rows, all = kv->heads * rows, dp = fa_dp(kv->base.d);
   kv_scratch w;
   w.q = base;
-  w.s = w.q + rows * dp;
-  w.acc = w.s + rows * KV_TILE;
-  w.m = w.acc + rows * dp;
-  w.l = w.m + align4(rows);
-  w.krow = (const void **)(w.l + align4(rows));
+  w.acc = w.q + all * dp;
+  w.m = w.acc + all * dp;
+  w.l = w.m + align4(all);
+  w.s = w.l + align4(all);
+  w.krow = (const void **)(w.s + rows * KV_TILE);
   w.vrow = w.krow + KV_TILE;
+  w.sink = (uint32_t *)(w.vrow + KV_TILE);
   return w;
 }
 
 /* Bytes of per-thread scratch a unit (or the combine) needs. */
 FA_EXPORT(fa_kv_scratch_bytes) int32_t fa_kv_scratch_bytes(const fa_kv *kv) {
-  const int32_t rows = kv->rows, dp = fa_dp(kv->base.d);
-  return (2 * rows * dp + rows * KV_TILE + 2 * align4(rows)) * 4 + 2 * KV_TILE * (int32_t)sizeof(void *);
+  const int32_t rows = kv->rows, all = kv->heads * rows, dp = fa_dp(kv->base.d);
+  return (2 * all * dp + 2 * align4(all) + rows * KV_TILE) * 4 + 2 * KV_TILE * (int32_t)sizeof(void *) + 16;
 }
 
 /*
- * Addresses of keys [j0, j0 + nc) of sequence b, kv head kvh, in both caches (kvcache.ts
- * kvCacheRow: token t lives in block table[b][t / block_size], row t % block_size); keys nc..nc4
- * repeat the last one (their scores are masked as padding).
+ * Addresses of the token rows (every kv head) of keys [j0, j0 + nc) of sequence b in both caches
+ * (kvcache.ts kvCacheRow: token t lives in block table[b][t / block_size], row t % block_size);
+ * keys nc..nc4 repeat the last one (their scores are masked as padding).
  */
-static void kv_rows(const fa_kv *kv, int32_t b, int32_t kvh, int32_t j0, int32_t nc, int32_t nc4, const void **krow, const void **vrow) {
+static void kv_rows(const fa_kv *kv, int32_t b, int32_t j0, int32_t nc, int32_t nc4, const void **krow, const void **vrow) {
   const int32_t bs = kv->block_size, w = kv->base.hkv * kv->base.d;
   const int32_t es = kv->dtype == FA_F32 ? 4 : 2;
   const int32_t *tb = kv->table + b * kv->max_blocks;
   for (int32_t r = 0; r < nc4; r++) {
     const int32_t t = j0 + (r < nc ? r : nc - 1);
     const int32_t blk = t / bs;
-    const int64_t off = ((int64_t)tb[blk] * bs + (t - blk * bs)) * w + kvh * kv->base.d;
+    const int64_t off = ((int64_t)tb[blk] * bs + (t - blk * bs)) * w;
     krow[r] = (const uint8_t *)kv->k_cache + off * es;
     vrow[r] = (const uint8_t *)kv->v_cache + off * es;
   }
 }
 
-/* S = Q K^T (R rows x nc4 keys) and acc += P V (nc keys), for the cache's dtype. */
-FA_INLINE void kv_tile_products(const fa_kv *kv, kv_scratch *w, int32_t R, int32_t nc, int32_t nc4, int pass, const int dt) {
-  const int32_t d = kv->base.d, dp = fa_dp(d), R4 = R & ~3, d8 = d & ~7;
+/*
+ * Reads one byte of every 64-byte line of bytes [from, from + bytes) of the tile's token rows,
+ * token after token: a sequential walk through each block, which the hardware prefetchers
+ * follow. The products then read the tile head by head (rows H_kv D apart, a new page at every
+ * key, which defeats the prefetchers) and find it in L1/L2. WebAssembly has no prefetch
+ * instruction; the walk costs a load per line.
+ */
+static uint32_t kv_touch(const void *const *rows, int32_t nc, int32_t from, int32_t bytes) {
+  uint32_t x = 0;
+  for (int32_t j = 0; j < nc; j++) {
+    const uint8_t *r = (const uint8_t *)rows[j] + from;
+    for (int32_t o = 0; o < bytes; o += 64) x |= r[o];
+  }
+  return x;
+}
+
+/* One kv head's slice of a unit's state, and its byte offset in a token row. */
+typedef struct {
+  float *q, *acc, *m, *l;
+  int32_t off;
+} kv_head;
+
+/* S = Q K^T (R rows x nc4 keys) and acc += P V (nc keys) for one kv head, for the cache's dtype. */
+FA_INLINE void kv_tile_products(const fa_kv *kv, const kv_scratch *w, const kv_head *hd, int32_t R, int32_t nc, int32_t nc4, int pass, const int dt) {
+  const int32_t d = kv->base.d, dp = fa_dp(d), R4 = R & ~3, d8 = d & ~7, off = hd->off;
   if (pass == 0) {
     for (int32_t r = 0; r < R4; r += 4) {
       for (int32_t j = 0; j < nc4; j++) {
-        const v128_t s = kv_dot_4x1(w->q + r * dp, dp, w->krow[j], d, dt);
+        const v128_t s = kv_dot_4x1(hd->q + r * dp, dp, (const uint8_t *)w->krow[j] + off, d, dt);
         float *o = w->s + r * KV_TILE + j;
         wasm_v128_store32_lane(o, s, 0);
         wasm_v128_store32_lane(o + KV_TILE, s, 1);
@@ -224,84 +255,108 @@ FA_INLINE void kv_tile_products(const fa_kv *kv, kv_scratch *w, int32_t R, int32
       }
     }
     for (int32_t r = R4; r < R; r++)
-      for (int32_t j = 0; j < nc4; j += 4) wasm_v128_store(w->s + r * KV_TILE + j, kv_dot_1x4(w->q + r * dp, w->krow + j, d, dt));
+      for (int32_t j = 0; j < nc4; j += 4) wasm_v128_store(w->s + r * KV_TILE + j, kv_dot_1x4(hd->q + r * dp, w->krow + j, off, d, dt));
     return;
   }
   for (int32_t r = 0; r < R4; r += 4)
-    for (int32_t e = 0; e < d8; e += 8) kv_pv_4x8(w->s + r * KV_TILE, KV_TILE, w->vrow, nc, e, dt, w->acc + r * dp, dp);
+    for (int32_t e = 0; e < d8; e += 8) kv_pv_4x8(w->s + r * KV_TILE, KV_TILE, w->vrow, off, nc, e, dt, hd->acc + r * dp, dp);
   for (int32_t r = R4; r < R; r++)
-    for (int32_t e = 0; e < d8; e += 8) kv_pv_1x8(w->s + r * KV_TILE, w->vrow, nc, e, dt, w->acc + r * dp);
+    for (int32_t e = 0; e < d8; e += 8) kv_pv_1x8(w->s + r * KV_TILE, w->vrow, off, nc, e, dt, hd->acc + r * dp);
   for (int32_t e = d8; e < d; e++) {
     for (int32_t r = 0; r < R; r++) {
       float t = 0;
-      for (int32_t j = 0; j < nc; j++) t += w->s[r * KV_TILE + j] * kv_load1(w->vrow[j], e, dt);
-      w->acc[r * dp + e] += t;
+      for (int32_t j = 0; j < nc; j++) t += w->s[r * KV_TILE + j] * kv_load1((const uint8_t *)w->vrow[j] + off, e, dt);
+      hd->acc[r * dp + e] += t;
     }
   }
 }
 
 /* One specialisation per dtype: dt is a constant inside each (the widening is chosen at compile time). */
-static void kv_products(const fa_kv *kv, kv_scratch *w, int32_t R, int32_t nc, int32_t nc4, int pass) {
-  if (kv->dtype == FA_BF16) kv_tile_products(kv, w, R, nc, nc4, pass, FA_BF16);
-  else if (kv->dtype == FA_F16) kv_tile_products(kv, w, R, nc, nc4, pass, FA_F16);
-  else kv_tile_products(kv, w, R, nc, nc4, pass, FA_F32);
+static void kv_products(const fa_kv *kv, const kv_scratch *w, const kv_head *hd, int32_t R, int32_t nc, int32_t nc4, int pass) {
+  if (kv->dtype == FA_BF16) kv_tile_products(kv, w, hd, R, nc, nc4, pass, FA_BF16);
+  else if (kv->dtype == FA_F16) kv_tile_products(kv, w, hd, R, nc, nc4, pass, FA_F16);
+  else kv_tile_products(kv, w, hd, R, nc, nc4, pass, FA_F32);
 }
 
-/* Writes finalized rows: out over the rows' q (each row belongs to one group), lse [b, h, i]. */
-static void kv_store(const fa_kv *kv, kv_scratch *w, int32_t b, int32_t kvh, int32_t i0, int32_t nq) {
+/* Writes one kv head's finalized rows: out over the rows' q (each row belongs to one unit or combine), lse [b, h, i]. */
+static void kv_store(const fa_kv *kv, const kv_head *hd, int32_t b, int32_t kvh, int32_t i0, int32_t nq) {
   const fa_problem *p = &kv->base;
   const int32_t g = p->h / p->hkv, d = p->d, dp = fa_dp(d);
   for (int32_t hh = 0; hh < g; hh++) {
     const int32_t h = kvh * g + hh;
     for (int32_t ii = 0; ii < nq; ii++) {
       const int32_t r = hh * nq + ii;
-      p->lse[fa_lse_index(p, b, h, i0 + ii)] = fa_finalize_row(w->m[r], w->l[r], w->acc + r * dp, dp);
+      p->lse[fa_lse_index(p, b, h, i0 + ii)] = fa_finalize_row(hd->m[r], hd->l[r], hd->acc + r * dp, dp);
     }
-    fa_store_rows(w->acc + hh * nq * dp, dp, nq, d, p->q + ((int64_t)(b * p->tq + i0) * p->h + h) * d, p->h * d);
+    fa_store_rows(hd->acc + hh * nq * dp, dp, nq, d, p->q + ((int64_t)(b * p->tq + i0) * p->h + h) * d, p->h * d);
   }
 }
 
-/* One unit (batch b, kv head kvh, query tile t, key chunk c); slot >= 0: the partial-state slot. */
-FA_EXPORT(fa_kv_unit) void fa_kv_unit(const fa_kv *kv, float *scratch, int32_t b, int32_t kvh, int32_t t, int32_t c, int32_t slot) {
+static kv_head kv_head_at(const fa_kv *kv, const kv_scratch *w, int32_t i, int32_t kvh) {
+  const int32_t at = i * kv->rows, dp = fa_dp(kv->base.d);
+  kv_head hd = {w->q + at * dp, w->acc + at * dp, w->m + at, w->l + at, kvh * kv->base.d * (kv->dtype == FA_F32 ? 4 : 2)};
+  return hd;
+}
+
+/*
+ * One unit: core's units (batch b, kv head, query tile t, key chunk c) of kv heads
+ * [kvh0, kvh1) together, so that the tile's token rows are walked once, in order, for all of
+ * them (kv_touch). slot0 >= 0: head kvh0's partial-state slot (head kvh's is slot0 + kvh - kvh0,
+ * as core's plan numbers them).
+ */
+FA_EXPORT(fa_kv_unit) void fa_kv_unit(const fa_kv *kv, float *scratch, int32_t b, int32_t kvh0, int32_t kvh1, int32_t t, int32_t c, int32_t slot0) {
   const fa_problem *p = &kv->base;
   const int32_t g = p->h / p->hkv, d = p->d, dp = fa_dp(d), tq = p->tq;
   const int32_t tk = kv->lens[b] + kv->tnew;
   const int32_t i0 = t * kv->qt, nq = fa_min(kv->qt, tq - i0), R = g * nq;
+  const int32_t es = kv->dtype == FA_F32 ? 4 : 2;
   kv_scratch w = kv_layout(kv, scratch);
-  for (int32_t hh = 0; hh < g; hh++)
-    fa_copy_rows(p->q + ((int64_t)(b * tq + i0) * p->h + kvh * g + hh) * d, p->h * d, nq, d, w.q + hh * nq * dp, dp);
-  for (int32_t r = 0; r < R; r++) {
-    w.m[r] = -FA_INF;
-    w.l[r] = 0.0f;
+  for (int32_t kvh = kvh0; kvh < kvh1; kvh++) {
+    const kv_head hd = kv_head_at(kv, &w, kvh - kvh0, kvh);
+    for (int32_t hh = 0; hh < g; hh++)
+      fa_copy_rows(p->q + ((int64_t)(b * tq + i0) * p->h + kvh * g + hh) * d, p->h * d, nq, d, hd.q + hh * nq * dp, dp);
+    for (int32_t r = 0; r < R; r++) {
+      hd.m[r] = -FA_INF;
+      hd.l[r] = 0.0f;
+    }
+    fa_zero(hd.acc, R * dp);
   }
-  fa_zero(w.acc, R * dp);
   /* keys some row of the tile sees (mask.ts tileKeyRange), then this unit's chunk of them */
   int32_t lo, hi, lo2, hi2;
   fa_key_range(p, i0, tq, tk, &lo, &hi2);
   fa_key_range(p, i0 + nq - 1, tq, tk, &lo2, &hi);
   const int64_t c0l = (int64_t)lo + (int64_t)c * kv->chunk; /* chunk is 2^31 - 1 when the range is not split */
   const int32_t c0 = (int32_t)c0l, c1 = (int32_t)(c0l + kv->chunk < hi + 1 ? c0l + kv->chunk : hi + 1);
+  uint32_t sink = 0;
   for (int32_t j0 = c0; j0 < c1; j0 += KV_TILE) {
     const int32_t nc = fa_min(KV_TILE, c1 - j0), nc4 = align4(nc);
-    kv_rows(kv, b, kvh, j0, nc, nc4, w.krow, w.vrow);
-    kv_products(kv, &w, R, nc, nc4, 0);
-    for (int32_t hh = 0; hh < g; hh++) {
-      const float slope = p->alibi ? p->alibi[b * p->h + kvh * g + hh] : 0.0f;
-      fa_score_tile(p, w.s + hh * nq * KV_TILE, KV_TILE, nq, nc, nc4, i0, j0, tq, tk, slope, 0);
+    kv_rows(kv, b, j0, nc, nc4, w.krow, w.vrow);
+    sink |= kv_touch(w.krow, nc, kvh0 * d * es, (kvh1 - kvh0) * d * es) | kv_touch(w.vrow, nc, kvh0 * d * es, (kvh1 - kvh0) * d * es);
+    for (int32_t kvh = kvh0; kvh < kvh1; kvh++) {
+      const kv_head hd = kv_head_at(kv, &w, kvh - kvh0, kvh);
+      kv_products(kv, &w, &hd, R, nc, nc4, 0);
+      for (int32_t hh = 0; hh < g; hh++) {
+        const float slope = p->alibi ? p->alibi[b * p->h + kvh * g + hh] : 0.0f;
+        fa_score_tile(p, w.s + hh * nq * KV_TILE, KV_TILE, nq, nc, nc4, i0, j0, tq, tk, slope, 0);
+      }
+      fa_softmax_update(w.s, KV_TILE, R, nc4, hd.m, hd.l, hd.acc, dp);
+      kv_products(kv, &w, &hd, R, nc, nc4, 1);
     }
-    fa_softmax_update(w.s, KV_TILE, R, nc4, w.m, w.l, w.acc, dp);
-    kv_products(kv, &w, R, nc, nc4, 1);
   }
-  if (slot < 0) {
-    kv_store(kv, &w, b, kvh, i0, nq);
-    return;
+  *w.sink = sink;
+  for (int32_t kvh = kvh0; kvh < kvh1; kvh++) {
+    const kv_head hd = kv_head_at(kv, &w, kvh - kvh0, kvh);
+    if (slot0 < 0) {
+      kv_store(kv, &hd, b, kvh, i0, nq);
+      continue;
+    }
+    const int64_t at = (int64_t)(slot0 + kvh - kvh0) * kv->rows;
+    for (int32_t r = 0; r < R; r++) {
+      kv->pm[at + r] = hd.m[r];
+      kv->pl[at + r] = hd.l[r];
+    }
+    fa_store_rows(hd.acc, dp, R, dp, kv->pacc + at * dp, dp);
   }
-  const int64_t at = (int64_t)slot * kv->rows;
-  for (int32_t r = 0; r < R; r++) {
-    kv->pm[at + r] = w.m[r];
-    kv->pl[at + r] = w.l[r];
-  }
-  fa_store_rows(w.acc, dp, R, dp, kv->pacc + at * dp, dp);
 }
 
 /* max that propagates NaN (Math.max), for the merge. */
@@ -317,25 +372,26 @@ FA_EXPORT(fa_kv_combine) void fa_kv_combine(const fa_kv *kv, float *scratch, int
   const int32_t g = p->h / p->hkv, dp = fa_dp(p->d);
   const int32_t i0 = t * kv->qt, nq = fa_min(kv->qt, p->tq - i0), R = g * nq;
   kv_scratch w = kv_layout(kv, scratch);
+  const kv_head hd = kv_head_at(kv, &w, 0, kvh);
   const int64_t a0 = (int64_t)slot0 * kv->rows;
   for (int32_t r = 0; r < R; r++) {
-    w.m[r] = kv->pm[a0 + r];
-    w.l[r] = kv->pl[a0 + r];
+    hd.m[r] = kv->pm[a0 + r];
+    hd.l[r] = kv->pl[a0 + r];
   }
-  fa_store_rows(kv->pacc + a0 * dp, dp, R, dp, w.acc, dp);
+  fa_store_rows(kv->pacc + a0 * dp, dp, R, dp, hd.acc, dp);
   for (int32_t c = 1; c < chunks; c++) {
     const int64_t at = (int64_t)(slot0 + c * p->hkv) * kv->rows;
     for (int32_t r = 0; r < R; r++) {
-      const float mb = kv->pm[at + r], m = nan_max(w.m[r], mb);
+      const float mb = kv->pm[at + r], m = nan_max(hd.m[r], mb);
       if (m == -FA_INF) continue; /* both empty */
-      const float fa = w.m[r] == m ? 1.0f : fa_exp1(w.m[r] - m), fb = mb == m ? 1.0f : fa_exp1(mb - m);
-      w.l[r] = w.l[r] * fa + kv->pl[at + r] * fb;
-      float *x = w.acc + r * dp;
+      const float fa = hd.m[r] == m ? 1.0f : fa_exp1(hd.m[r] - m), fb = mb == m ? 1.0f : fa_exp1(mb - m);
+      hd.l[r] = hd.l[r] * fa + kv->pl[at + r] * fb;
+      float *x = hd.acc + r * dp;
       const float *y = kv->pacc + (at + r) * dp;
       const v128_t va = VSPLAT(fa), vb = VSPLAT(fb);
       for (int32_t e = 0; e < dp; e += 4) wasm_v128_store(x + e, wasm_f32x4_add(wasm_f32x4_mul(wasm_v128_load(x + e), va), wasm_f32x4_mul(wasm_v128_load(y + e), vb)));
-      w.m[r] = m;
+      hd.m[r] = m;
     }
   }
-  kv_store(kv, &w, b, kvh, i0, nq);
+  kv_store(kv, &hd, b, kvh, i0, nq);
 }

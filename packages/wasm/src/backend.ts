@@ -27,7 +27,6 @@ import {
   isDeviceTensor,
   isFAError,
   isHostTensor,
-  KV_UNIT,
   numel,
   planBackward,
   planForward,
@@ -56,7 +55,7 @@ import {
 import { binaryName, chooseIsa, enableRelaxedSimd, probeFeatures, type Features, type Isa } from './features.js';
 import { copyIn, copyOut, copyOutTo } from './io.js';
 import { COPY_RING_BYTES, runJob, type Kernels, type WasmJob } from './job.js';
-import { copyUnits, hostCacheBytes, kvCallBytes, kvScratchBound, runKVCall, type KVEngine } from './kvcall.js';
+import { copyUnits, hostCacheBytes, kvCallBytes, KV_GROUP_UNIT, kvScratchBound, runKVCall, type KVEngine } from './kvcall.js';
 import { backwardBytes, forwardBytes, keyTiles, STACK_BYTES } from './layout.js';
 import { binaryUrl, compileBinary } from './loader.js';
 import { Arena, fmt, Heap, WASM32_MAX_BYTES } from './memory.js';
@@ -67,7 +66,7 @@ import { checkOwn, dataOf, elementBytes, regionData, WasmTensor } from './tensor
 import { chooseWasmTiles } from './tiles.js';
 
 const MAIN_STACK_BYTES = 64 * 1024;
-const UNIT_SIZE: Record<WasmJob['kind'], number> = { forward: FWD_UNIT, backward: BWD_UNIT, kvcache: KV_UNIT, copy: 2 };
+const UNIT_SIZE: Record<WasmJob['kind'], number> = { forward: FWD_UNIT, backward: BWD_UNIT, kvcache: KV_GROUP_UNIT, copy: 2 };
 
 /** Copy-loop methods of copyLoop(): a SIMD128 load/store loop, or memory.copy (csrc/copy.c). */
 export type CopyMethod = 'simd' | 'memcpy';
@@ -107,6 +106,7 @@ export class WasmBackend implements AttentionBackend {
       scaledInput: (t, dtype, scale, what) => this.scaledInput(t, dtype, scale, what),
       execute: (kind, problem, units, scratchBytes, pooled) => this.execute(kind, problem, units, [], scratchBytes, pooled),
       willUseWorkers: (units, flops) => this.willUseWorkers(units, flops),
+      threads: Math.max(1, threads),
       kvScratchBytes: (problem) => kernels.fa_kv_scratch_bytes(problem),
       combine: (problem, scratch, b, kvh, t, slot0, chunks) => kernels.fa_kv_combine(problem, scratch, b, kvh, t, slot0, chunks),
     };
@@ -178,7 +178,7 @@ export class WasmBackend implements AttentionBackend {
   supportsKVCache(p: KVCacheProblem): Support {
     const plan = planKVCache(p, this.opts.kvChunk);
     const threads = Math.max(1, this.threads);
-    const need = kvCallBytes(p, plan, threads, kvScratchBound(plan, p.d, STACK_BYTES)) + hostCacheBytes(p) + this.heap.top;
+    const need = kvCallBytes(p, plan, threads, kvScratchBound(plan, p.hkv, p.d, STACK_BYTES)) + hostCacheBytes(p) + this.heap.top;
     return need > this.heap.maxBytes ? this.tooLarge(need, 'the used blocks of host caches, q, out and the split-KV states') : { ok: true };
   }
 

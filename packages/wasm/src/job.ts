@@ -11,11 +11,12 @@ export interface WasmJob {
   readonly problem: number;
   /**
    * Forward: (batch, kv head, query tile) triples. Backward: (batch, kv head, first tile, end
-   * tile, private) 5-tuples. KV cache: core's (batch, kv head, query tile, key chunk, slot)
-   * 5-tuples. Copy: (address, bytes) pairs.
+   * tile, private) 5-tuples. KV cache: (batch, first kv head, end kv head, query tile, key
+   * chunk, slot of the first head) 6-tuples, core's units of consecutive kv heads together
+   * (kvcall.ts). Copy: (address, bytes) pairs.
    */
   readonly units: Int32Array;
-  /** Entries per unit: core's FWD_UNIT (3), BWD_UNIT (5) or KV_UNIT (5); copy: 2. */
+  /** Entries per unit: core's FWD_UNIT (3), BWD_UNIT (5); KV cache 6; copy 2. */
   readonly unitSize: number;
   /** Backward: address of each private dQ accumulator (index = a unit's `private`). */
   readonly privates: readonly number[];
@@ -40,7 +41,7 @@ export interface Kernels {
   readonly fa_dvec: (problem: number, out: number) => void;
   readonly fa_backward_unit: (problem: number, scratch: number, b: number, kvh: number, ktStart: number, ktEnd: number, dqPrivate: number) => void;
   readonly fa_kv_scratch_bytes: (kv: number) => number;
-  readonly fa_kv_unit: (kv: number, scratch: number, b: number, kvh: number, t: number, c: number, slot: number) => void;
+  readonly fa_kv_unit: (kv: number, scratch: number, b: number, kvh0: number, kvh1: number, t: number, c: number, slot0: number) => void;
   readonly fa_kv_combine: (kv: number, scratch: number, b: number, kvh: number, t: number, slot0: number, chunks: number) => void;
   readonly fa_copy_range: (src: number, n: number, dst: number, ring: number, method: number) => void;
   readonly fa_set_stack: (top: number) => void;
@@ -71,7 +72,7 @@ export function runJob(job: WasmJob, k: Kernels, ownStack: boolean): void {
         break;
       }
       case 'kvcache':
-        k.fa_kv_unit(job.problem, scratch, U[o], U[o + 1], U[o + 2], U[o + 3], U[o + 4]);
+        k.fa_kv_unit(job.problem, scratch, U[o], U[o + 1], U[o + 2], U[o + 3], U[o + 4], U[o + 5]);
         break;
       case 'copy':
         k.fa_copy_range(U[o] >>> 0, U[o + 1], scratch, COPY_RING_BYTES, job.problem);

@@ -71,9 +71,34 @@ export function kvCallBytes(p: KVCacheProblem, plan: KVCachePlan, threads: numbe
   return F * (nq + p.batch * p.h * p.tq + partials + indices) + KV_PROBLEM_BYTES + (threads + 1) * scratchPerThread;
 }
 
-/** An upper bound of csrc/kvcache.c's fa_kv_scratch_bytes plus a thread's stack. */
-export function kvScratchBound(plan: KVCachePlan, d: number, stackBytes: number): number {
-  return F * (2 * plan.rows * dp(d) + plan.rows * 64 + 2 * (plan.rows + 3)) + 2 * 64 * 4 + 16 + stackBytes;
+/** An upper bound of csrc/kvcache.c's fa_kv_scratch_bytes (units of `heads` kv heads) plus a thread's stack. */
+export function kvScratchBound(plan: KVCachePlan, heads: number, d: number, stackBytes: number): number {
+  const all = heads * plan.rows;
+  return F * (2 * all * dp(d) + 2 * (all + 3) + plan.rows * 64) + 2 * 64 * 4 + 16 + stackBytes;
+}
+
+/** Entries of a kernel unit: (batch, first kv head, end kv head, query tile, key chunk, slot of the first head). */
+export const KV_GROUP_UNIT = 6;
+
+/**
+ * The kernel's units: core's units (one per kv head, consecutive in the plan for each (batch,
+ * query tile, key chunk)) taken `heads` kv heads at a time, so that a unit walks each token row
+ * of its tiles once for all of them. All of a token's kv heads together when there are units
+ * enough for the threads (4 a thread), fewer otherwise (a short single sequence). Each kv head is
+ * computed the same way whatever the grouping: results do not depend on it.
+ */
+export function groupUnits(p: KVCacheProblem, plan: KVCachePlan, threads: number): { units: Int32Array; heads: number } {
+  const items = plan.units.length / KV_UNIT / p.hkv;
+  const want = threads <= 1 ? 1 : 4 * threads;
+  const heads = Math.max(1, Math.min(p.hkv, Math.floor((p.hkv * items) / want)));
+  const out: number[] = [];
+  for (let o = 0; o < plan.units.length; o += p.hkv * KV_UNIT) {
+    for (let h0 = 0; h0 < p.hkv; h0 += heads) {
+      const u = o + h0 * KV_UNIT; // core's unit of kv head h0
+      out.push(plan.units[u], h0, Math.min(p.hkv, h0 + heads), plan.units[u + 2], plan.units[u + 3], plan.units[u + 4]);
+    }
+  }
+  return { units: Int32Array.from(out), heads };
 }
 
 /** Bytes the copies of host caches take: the used rows of the used blocks, K and V. */
@@ -92,6 +117,8 @@ export interface KVEngine {
   /** Runs units on the workers or inline; `scratchBytes` per thread. */
   execute(kind: 'kvcache', problem: number, units: Int32Array, scratchBytes: number, pooled: boolean): Promise<void>;
   willUseWorkers(units: number, flops: number): boolean;
+  /** Worker threads (1 without). */
+  readonly threads: number;
   kvScratchBytes(problem: number): number;
   combine(problem: number, scratch: number, b: number, kvh: number, t: number, slot0: number, chunks: number): void;
 }
@@ -161,13 +188,14 @@ export async function runKVCall(e: KVEngine, p: KVCacheProblem, q: Tensor, kCach
     windowLeft: p.windowLeft, windowRight: p.windowRight, br: 0, bc: 0, scale: p.scale, softcap: p.softcap,
     cuQ: 0, cuK: 0, alibi, q: out, k: 0, v: 0, kt: 0, vp: 0, ktFirst: 0, lse, dout: 0, dvec: 0, dk: 0, dv: 0, dq: 0,
   };
+  const pooled = e.willUseWorkers(plan.units.length / KV_UNIT, 4 * p.h * p.tq * p.totalK * p.d);
+  const grouped = groupUnits(p, plan, pooled ? e.threads : 1);
   writeKVProblem(e.memory.buffer, ptr, base, {
     dtype: DTYPE_CODE[p.dtype], blockSize: p.blockSize, maxBlocks: p.maxBlocksPerSeq, tnew: p.tnew,
-    qt: plan.qt, rows: plan.rows, chunk: plan.chunk, lens, table, kCache: src.k, vCache: src.v, pm, pl, pacc,
+    qt: plan.qt, rows: plan.rows, chunk: plan.chunk, heads: grouped.heads, lens, table, kCache: src.k, vCache: src.v, pm, pl, pacc,
   });
-  const nUnits = plan.units.length / KV_UNIT;
   const scratch = e.kvScratchBytes(ptr);
-  await e.execute('kvcache', ptr, plan.units, scratch, e.willUseWorkers(nUnits, 4 * p.h * p.tq * p.totalK * p.d));
+  await e.execute('kvcache', ptr, grouped.units, scratch, pooled);
   if (plan.slots > 0) combine(e, plan, p, ptr, a.alloc(scratch, 'the combine scratch'));
   return { out, lse };
 }

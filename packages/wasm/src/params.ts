@@ -60,7 +60,7 @@ export function writeProblem(buffer: ArrayBufferLike, ptr: number, f: ProblemFie
 }
 
 /** csrc/kvcache.c's fa_kv: an fa_problem, then the cache fields (kvcache.c checks the layout). */
-export const KV_PROBLEM_BYTES = 176;
+export const KV_PROBLEM_BYTES = 180;
 
 export interface KVFields {
   /** Cache element type: 0 f32, 1 f16, 2 bf16. */
@@ -71,6 +71,8 @@ export interface KVFields {
   qt: number;
   rows: number;
   chunk: number;
+  /** kv heads per unit at most. */
+  heads: number;
   lens: number;
   table: number;
   kCache: number;
@@ -80,7 +82,7 @@ export interface KVFields {
   pacc: number;
 }
 
-const KV_INT_FIELDS = ['dtype', 'blockSize', 'maxBlocks', 'tnew', 'qt', 'rows', 'chunk'] as const;
+const KV_INT_FIELDS = ['dtype', 'blockSize', 'maxBlocks', 'tnew', 'qt', 'rows', 'chunk', 'heads'] as const;
 const KV_PTR_FIELDS = ['lens', 'table', 'kCache', 'vCache', 'pm', 'pl', 'pacc'] as const;
 
 export function writeKVProblem(buffer: ArrayBufferLike, ptr: number, base: ProblemFields, kv: KVFields): void {
