@@ -14,7 +14,8 @@
  *               iteration) over every byte of both caches, into a 64 KiB per-thread buffer;
  *   memory.copy the same walk with memory.copy;
  *   @fa cpu     core's TypeScript engine on the same problem (its host caches in shared memory).
- * Calls alternate (engine, simd copy, memory.copy, cpu); each figure is the best of FA_BENCH_REPS (7).
+ * Calls alternate (engine, simd copy, memory.copy, cpu) after FA_BENCH_WARMUP (8) warm-up rounds;
+ * each figure is the best of FA_BENCH_REPS (9) (the cpu engine's of 3).
  */
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -25,7 +26,8 @@ import { createWasmBackend } from '../dist/index.js';
 
 const env = process.env;
 const here = (p) => fileURLToPath(new URL(p, import.meta.url));
-const REPS = Number(env.FA_BENCH_REPS ?? 7);
+const REPS = Number(env.FA_BENCH_REPS ?? 9);
+const WARMUP = Number(env.FA_BENCH_WARMUP ?? 8);
 const THREADS = Number(env.FA_BENCH_THREADS ?? 2);
 const WITH_CPU = env.FA_BENCH_CPU !== '0';
 const SHAPES = (env.FA_BENCH_SHAPES ?? 'B1:T32768:H32:K8:paged256:f32,B1:T32768:H32:K8:paged256:bf16,B1:T32768:H32:K8:paged256:f16,B8:T4096:H32:K8:contig:f32,B8:T4096:H32:K8:paged256:bf16,B8:T4096:H8:K8:paged256:f32')
@@ -111,9 +113,13 @@ for (const s of SHAPES) {
     wasm.disposeTensor(r.out);
     wasm.disposeTensor(r.lse);
   };
-  await step(); // warm-up: dynamic tiering compiles the kernels with TurboFan
-  await wasm.copyLoop([kc, vc], 'simd');
-  await wasm.copyLoop([kc, vc], 'memcpy');
+  // warm-up: V8 runs new wasm code in its baseline compiler until dynamic tiering has compiled
+  // the hot functions with TurboFan, in every worker
+  for (let i = 0; i < WARMUP; i++) {
+    await step();
+    await wasm.copyLoop([kc, vc], 'simd');
+    await wasm.copyLoop([kc, vc], 'memcpy');
+  }
   for (let r = 0; r < REPS; r++) {
     best.wasm = Math.min(best.wasm, await time(step));
     best.simd = Math.min(best.simd, (await wasm.copyLoop([kc, vc], 'simd')).seconds);

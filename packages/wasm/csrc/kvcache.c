@@ -9,16 +9,17 @@
  *   Q rows (R x dp, float32, already scaled)
  *   for each tile of KV_TILE keys in the chunk:
  *     row addresses through the block table              kv_rows
- *     S   = Q K^T      K rows in place, 16-bit widened    kv_dot_4x1 / kv_dot_1x4
+ *     S   = Q K^T      K rows in place, 16-bit widened    kv_dot_4x2 / kv_dot_1x4
  *     S   = logits, -inf where masked                     fa_score_tile (scores.h)
  *     S   = e^(S - m'), rescale l and acc                 fa_softmax_update (softmax.h)
  *     acc += S V       V rows in place, 16-bit widened    kv_pv_4x8 / kv_pv_1x8
  *   one chunk: out = acc / l, lse = m + log l             fa_finalize_row
  *   several:   (m, l, acc) into the unit's partial slot; fa_kv_combine merges the chunks in order
  *
- * bf16 and f16 rows are widened to float32 in registers as they are loaded (bf16: a 16-bit shift;
- * f16: shifts, a multiply by 2^112 and the inf/NaN exponent; both exact), never decoded into a
- * tile first. The append of kNew/vNew is done by the engine before the units run.
+ * bf16 and f16 rows are widened to float32 in registers as they are loaded (widen.h: bf16 by a
+ * shift or a mask, f16 exactly with a few more operations), never decoded into a tile first; q and
+ * the accumulators of a 16-bit cache are kept in widen.h's (even, odd) order within chunks of 8.
+ * The append of kNew/vNew is done by the engine before the units run.
  */
 #include "fa.h"
 #include "vmath.h"
@@ -55,36 +56,62 @@ FA_INLINE v128_t fa_hsum4(v128_t a0, v128_t a1, v128_t a2, v128_t a3) {
   return wasm_f32x4_add(wasm_i64x2_shuffle(s01, s23, 0, 2), wasm_i64x2_shuffle(s01, s23, 1, 3));
 }
 
-/* [q_0 . k, q_1 . k, q_2 . k, q_3 . k] for 4 query rows (stride ldq) and one cache row. */
-FA_INLINE v128_t kv_dot_4x1(const float *q, int32_t ldq, const void *k, int32_t d, const int dt) {
+/*
+ * [q_r . k0] into *s0 and [q_r . k1] into *s1 for 4 query rows q_0..q_3 (stride ldq) and two
+ * cache rows: each Q vector is loaded once for both keys; 8 accumulators (two chains of 4 rows).
+ */
+FA_INLINE void kv_dot_4x2(const float *q, int32_t ldq, const void *k0, const void *k1, int32_t d, const int dt, v128_t *s0, v128_t *s1) {
   const float *q0 = q, *q1 = q0 + ldq, *q2 = q1 + ldq, *q3 = q2 + ldq;
-  v128_t a0 = VSPLAT(0.0f), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+  v128_t a0 = VSPLAT(0.0f), a1 = a0, a2 = a0, a3 = a0, c0 = a0, c1 = a0, c2 = a0, c3 = a0;
   int32_t e = 0;
   for (; e + 8 <= d; e += 8) {
-    v128_t lo, hi;
-    kv_load8(k, e, dt, &lo, &hi);
-    a0 = VFMA(wasm_v128_load(q0 + e), lo, a0);
-    b0 = VFMA(wasm_v128_load(q0 + e + 4), hi, b0);
-    a1 = VFMA(wasm_v128_load(q1 + e), lo, a1);
-    b1 = VFMA(wasm_v128_load(q1 + e + 4), hi, b1);
-    a2 = VFMA(wasm_v128_load(q2 + e), lo, a2);
-    b2 = VFMA(wasm_v128_load(q2 + e + 4), hi, b2);
-    a3 = VFMA(wasm_v128_load(q3 + e), lo, a3);
-    b3 = VFMA(wasm_v128_load(q3 + e + 4), hi, b3);
+    v128_t x0, y0, x1, y1;
+    kv_load8(k0, e, dt, &x0, &y0);
+    kv_load8(k1, e, dt, &x1, &y1);
+    v128_t u = wasm_v128_load(q0 + e);
+    a0 = VFMA(u, x0, a0);
+    c0 = VFMA(u, x1, c0);
+    u = wasm_v128_load(q1 + e);
+    a1 = VFMA(u, x0, a1);
+    c1 = VFMA(u, x1, c1);
+    u = wasm_v128_load(q2 + e);
+    a2 = VFMA(u, x0, a2);
+    c2 = VFMA(u, x1, c2);
+    u = wasm_v128_load(q3 + e);
+    a3 = VFMA(u, x0, a3);
+    c3 = VFMA(u, x1, c3);
+    u = wasm_v128_load(q0 + e + 4);
+    a0 = VFMA(u, y0, a0);
+    c0 = VFMA(u, y1, c0);
+    u = wasm_v128_load(q1 + e + 4);
+    a1 = VFMA(u, y0, a1);
+    c1 = VFMA(u, y1, c1);
+    u = wasm_v128_load(q2 + e + 4);
+    a2 = VFMA(u, y0, a2);
+    c2 = VFMA(u, y1, c2);
+    u = wasm_v128_load(q3 + e + 4);
+    a3 = VFMA(u, y0, a3);
+    c3 = VFMA(u, y1, c3);
   }
-  v128_t s = fa_hsum4(wasm_f32x4_add(a0, b0), wasm_f32x4_add(a1, b1), wasm_f32x4_add(a2, b2), wasm_f32x4_add(a3, b3));
+  v128_t r0 = fa_hsum4(a0, a1, a2, a3), r1 = fa_hsum4(c0, c1, c2, c3);
   if (e < d) {
-    float t0 = 0, t1 = 0, t2 = 0, t3 = 0;
+    float t0 = 0, t1 = 0, t2 = 0, t3 = 0, u0 = 0, u1 = 0, u2 = 0, u3 = 0;
     for (; e < d; e++) {
-      const float x = kv_load1(k, e, dt);
+      const float x = kv_load1(k0, e, dt), y = kv_load1(k1, e, dt);
       t0 += q0[e] * x;
       t1 += q1[e] * x;
       t2 += q2[e] * x;
       t3 += q3[e] * x;
+      u0 += q0[e] * y;
+      u1 += q1[e] * y;
+      u2 += q2[e] * y;
+      u3 += q3[e] * y;
     }
-    s = wasm_f32x4_add(s, wasm_f32x4_make(t0, t1, t2, t3));
+    r0 = wasm_f32x4_add(r0, wasm_f32x4_make(t0, t1, t2, t3));
+    r1 = wasm_f32x4_add(r1, wasm_f32x4_make(u0, u1, u2, u3));
   }
-  return s;
+  *s0 = r0;
+  *s1 = r1;
 }
 
 /* [q . k_0, q . k_1, q . k_2, q . k_3] for one query row and 4 cache rows (at byte offset off). */
@@ -245,13 +272,18 @@ FA_INLINE void kv_tile_products(const fa_kv *kv, const kv_scratch *w, const kv_h
   const int32_t d = kv->base.d, dp = fa_dp(d), R4 = R & ~3, d8 = d & ~7, off = hd->off;
   if (pass == 0) {
     for (int32_t r = 0; r < R4; r += 4) {
-      for (int32_t j = 0; j < nc4; j++) {
-        const v128_t s = kv_dot_4x1(hd->q + r * dp, dp, (const uint8_t *)w->krow[j] + off, d, dt);
+      for (int32_t j = 0; j < nc4; j += 2) {
+        v128_t s0, s1;
+        kv_dot_4x2(hd->q + r * dp, dp, (const uint8_t *)w->krow[j] + off, (const uint8_t *)w->krow[j + 1] + off, d, dt, &s0, &s1);
         float *o = w->s + r * KV_TILE + j;
-        wasm_v128_store32_lane(o, s, 0);
-        wasm_v128_store32_lane(o + KV_TILE, s, 1);
-        wasm_v128_store32_lane(o + 2 * KV_TILE, s, 2);
-        wasm_v128_store32_lane(o + 3 * KV_TILE, s, 3);
+        wasm_v128_store32_lane(o, s0, 0);
+        wasm_v128_store32_lane(o + KV_TILE, s0, 1);
+        wasm_v128_store32_lane(o + 2 * KV_TILE, s0, 2);
+        wasm_v128_store32_lane(o + 3 * KV_TILE, s0, 3);
+        wasm_v128_store32_lane(o + 1, s1, 0);
+        wasm_v128_store32_lane(o + 1 + KV_TILE, s1, 1);
+        wasm_v128_store32_lane(o + 1 + 2 * KV_TILE, s1, 2);
+        wasm_v128_store32_lane(o + 1 + 3 * KV_TILE, s1, 3);
       }
     }
     for (int32_t r = R4; r < R; r++)
@@ -278,10 +310,17 @@ static void kv_products(const fa_kv *kv, const kv_scratch *w, const kv_head *hd,
   else kv_tile_products(kv, w, hd, R, nc, nc4, pass, FA_F32);
 }
 
+/* f(x) on every full chunk of 8 of rows [0, nr) (row stride dp): 16-bit caches' (even, odd) order in and out. */
+static void kv_perm_rows(float *x, int32_t nr, int32_t d, int32_t dp, void (*f)(float *)) {
+  for (int32_t r = 0; r < nr; r++)
+    for (int32_t e = 0; e + 8 <= d; e += 8) f(x + r * dp + e);
+}
+
 /* Writes one kv head's finalized rows: out over the rows' q (each row belongs to one unit or combine), lse [b, h, i]. */
 static void kv_store(const fa_kv *kv, const kv_head *hd, int32_t b, int32_t kvh, int32_t i0, int32_t nq) {
   const fa_problem *p = &kv->base;
   const int32_t g = p->h / p->hkv, d = p->d, dp = fa_dp(d);
+  if (kv->dtype != FA_F32) kv_perm_rows(hd->acc, g * nq, d, dp, fa_unperm8);
   for (int32_t hh = 0; hh < g; hh++) {
     const int32_t h = kvh * g + hh;
     for (int32_t ii = 0; ii < nq; ii++) {
@@ -315,6 +354,7 @@ FA_EXPORT(fa_kv_unit) void fa_kv_unit(const fa_kv *kv, float *scratch, int32_t b
     const kv_head hd = kv_head_at(kv, &w, kvh - kvh0, kvh);
     for (int32_t hh = 0; hh < g; hh++)
       fa_copy_rows(p->q + ((int64_t)(b * tq + i0) * p->h + kvh * g + hh) * d, p->h * d, nq, d, hd.q + hh * nq * dp, dp);
+    if (kv->dtype != FA_F32) kv_perm_rows(hd.q, R, d, dp, fa_perm8);
     for (int32_t r = 0; r < R; r++) {
       hd.m[r] = -FA_INF;
       hd.l[r] = 0.0f;

@@ -27,7 +27,7 @@ FA_EXPORT(fa_test_vmath) void fa_test_vmath(int32_t fn, const float *x, float *y
 }
 
 /* dst[0..n) = the cache elements src[0..n) of dtype dt as float32 (n % 8 == 0), the widening the
- * products use: for test/kernels.test.ts, which checks it against core's decode on every f16 and
+ * products use (put back in natural order): for test/kernels.test.ts, which checks it against core's decode on every f16 and
  * bf16 bit pattern. */
 FA_EXPORT(fa_test_widen) void fa_test_widen(int32_t dt, const void *src, float *dst, int32_t n) {
   for (int32_t e = 0; e < n; e += 8) {
@@ -37,5 +37,6 @@ FA_EXPORT(fa_test_widen) void fa_test_widen(int32_t dt, const void *src, float *
     else kv_load8(src, e, FA_F32, &lo, &hi);
     wasm_v128_store(dst + e, lo);
     wasm_v128_store(dst + e + 4, hi);
+    if (dt != FA_F32) fa_unperm8(dst + e);
   }
 }
