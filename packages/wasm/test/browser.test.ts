@@ -1,5 +1,6 @@
 /**
- * A slice of the conformance kit (forward and backward) in headless Chromium, twice: on a page
+ * A slice of the conformance kit (forward and backward, the KV-cache cases with host and with
+ * device caches, and the extra checks) in headless Chromium, twice: on a page
  * served with COOP/COEP (cross-origin isolated: shared memory, the engine's own Web Workers, every
  * case through them) and on the same page without (one thread, unshared memory, the other
  * binary). The page and the engine's worker are bundled with esbuild, served with the .wasm
@@ -13,14 +14,20 @@ import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { conformanceCases, EXTRA_CHECKS, type CaseResult } from '@fa/core/testing';
+import { conformanceCases, EXTRA_CHECKS, KV_EXTRA_CHECKS, kvCacheCases, type CaseResult } from '@fa/core/testing';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, '..');
 const chromiumPath = process.env.FA_CHROMIUM ?? '/usr/bin/chromium';
 const COUNT = Number(process.env.FA_BROWSER_CASES ?? 48);
 const SEED = 3;
-const names = [...conformanceCases({ count: COUNT, quick: true, seed: SEED }).map((c) => c.name), ...EXTRA_CHECKS.map((x) => x.name)];
+const kv = kvCacheCases({ quick: true, seed: SEED }).map((c) => c.name);
+const names = [
+  ...conformanceCases({ count: COUNT, quick: true, seed: SEED }).map((c) => c.name),
+  ...kv,
+  ...kv.map((n) => `device caches: ${n}`), // page.ts DEVICE_CACHES
+  ...[...EXTRA_CHECKS, ...KV_EXTRA_CHECKS].map((x) => x.name),
+];
 const TIMEOUT = 20 * 60_000;
 const skipWhy = existsSync(chromiumPath) ? '' : `no chromium at ${chromiumPath} (run scripts/setup-webgpu.sh)`;
 

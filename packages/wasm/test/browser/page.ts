@@ -1,9 +1,11 @@
 /**
  * The page the headless-Chromium test loads: runs a slice of the conformance kit against the
  * wasm engine, every case through its worker pool where the page has threads (inline threshold
- * 0), and publishes the results on window.__fa.
+ * 0; KV-cache key ranges split every 24 keys, so the split and merge run too), the KV-cache
+ * cases with host caches and again with device caches (upload: read and appended in place), and
+ * publishes the results on window.__fa.
  */
-import { checkCase, conformanceCases, EXTRA_CHECKS, type CaseResult } from '@fa/core/testing';
+import { checkCase, checkKVCacheCase, conformanceCases, EXTRA_CHECKS, KV_EXTRA_CHECKS, kvCacheCases, type CaseResult } from '@fa/core/testing';
 import { createWasmBackend } from '../../dist/index.js';
 
 interface PageState {
@@ -21,6 +23,9 @@ declare global {
   }
 }
 
+/** Prefix of the KV-cache cases run with device caches (browser.test.ts lists them so). */
+export const DEVICE_CACHES = 'device caches: ';
+
 const state: PageState = { results: [], done: false };
 window.__fa = state;
 
@@ -28,7 +33,7 @@ async function main(): Promise<void> {
   const params = new URLSearchParams(location.search);
   const count = Number(params.get('count') ?? 48);
   const seed = Number(params.get('seed') ?? 3);
-  const be = await createWasmBackend({ inlineBelowFlops: 0 });
+  const be = await createWasmBackend({ inlineBelowFlops: 0, kvChunk: 24 });
   state.device = be.device;
   state.threads = be.threads;
   state.isolated = (globalThis as { crossOriginIsolated?: boolean }).crossOriginIsolated === true;
@@ -38,7 +43,15 @@ async function main(): Promise<void> {
     state.results.push(r);
     if (!r.pass) console.log(`page: FAIL ${r.name} ${r.message}`);
   }
-  for (const x of EXTRA_CHECKS) {
+  for (const upload of [false, true]) {
+    for (const c of kvCacheCases({ quick: true, seed })) {
+      const got = await checkKVCacheCase(be, c, { upload });
+      const r = upload ? { ...got, name: `${DEVICE_CACHES}${got.name}` } : got;
+      state.results.push(r);
+      if (!r.pass) console.log(`page: FAIL ${r.name} ${r.message}`);
+    }
+  }
+  for (const x of [...EXTRA_CHECKS, ...KV_EXTRA_CHECKS]) {
     const r = await x.run(be);
     state.results.push(r);
     if (!r.pass) console.log(`page: FAIL ${r.name} ${r.message}`);
