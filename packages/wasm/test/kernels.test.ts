@@ -8,7 +8,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { encode } from '@fa/core';
+import { decode, encode } from '@fa/core';
 import { binaryUrl, enableRelaxedSimd } from '../dist/index.js';
 import { PROBLEM_BYTES } from '../dist/params.js';
 
@@ -17,6 +17,7 @@ interface TestExports {
   fa_encode16(ptr: number, n: number, bf16: number): void;
   fa_test_mm(form: number, m: number, n: number, k: number, a: number, lda: number, b: number, ldb: number, c: number, ldc: number): void;
   fa_test_vmath(fn: number, x: number, y: number, n: number): void;
+  fa_test_widen(dt: number, src: number, dst: number, n: number): void;
 }
 
 const U32 = 2 ** -24;
@@ -167,6 +168,24 @@ for (const name of binaries) {
         const got = new Uint16Array(mem.buffer, X, n);
         for (let i = 0; i < n; i++) if (got[i] !== want[i]) expect.fail(`${dtype}(${src[i]}): got 0x${got[i].toString(16)}, core's encode gives 0x${want[i].toString(16)}`);
         expect(n).toBeGreaterThan(100_000);
+      });
+    }
+
+    for (const [dtype, code] of [['f16', 1], ['bf16', 2]] as const) {
+      it(`the KV-cache products' ${dtype} widening (in registers) equals core's decode on every bit pattern`, () => {
+        const n = 0x10000;
+        const bits = Uint16Array.from({ length: n }, (_, i) => i);
+        new Uint16Array(mem.buffer, X, n).set(bits);
+        ex.fa_test_widen(code, X, Y, n);
+        const got = new Float32Array(mem.buffer, Y, n);
+        const gotBits = new Uint32Array(mem.buffer, Y, n);
+        const want = decode(dtype, bits);
+        const wantBits = new Uint32Array(want.buffer);
+        for (let i = 0; i < n; i++) {
+          // NaN payloads are not part of core's contract: NaN must stay NaN (with its sign)
+          const ok = Number.isNaN(want[i]) ? Number.isNaN(got[i]) && gotBits[i] >>> 31 === i >>> 15 : gotBits[i] === wantBits[i];
+          if (!ok) expect.fail(`${dtype} 0x${i.toString(16)}: got ${got[i]} (0x${gotBits[i].toString(16)}), core's decode gives ${want[i]}`);
+        }
       });
     }
 
