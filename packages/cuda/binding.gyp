@@ -19,7 +19,11 @@
         "csrc/fa_fwd_f32.cu",
         "csrc/fa_bwd_f32.cu",
         "csrc/fa_prep.cu",
-        "csrc/fa_ffma.cu"
+        "csrc/fa_ffma.cu",
+        "csrc/fa_kvcache.cu",
+        "csrc/fa_kvcache_bf16.cu",
+        "csrc/fa_kvcache_f16.cu",
+        "csrc/fa_kvcache_f32.cu"
       ],
       "include_dirs": [
         "<!(node -p \"require('node-addon-api').include_dir\")",

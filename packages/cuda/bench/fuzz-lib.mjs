@@ -47,9 +47,44 @@ function describe(v) {
   return typeof v;
 }
 
+/** The KV-cache specs the fuzz mutates: the tensor-core kernel (bf16, d = 64) and the FFMA one (f32, odd d). */
+export const KV_FUZZ_BASES = [
+  { dtype: 'bf16', d: 64 },
+  { dtype: 'f32', d: 13 },
+  { dtype: 'f16', d: 6 },
+];
+
+/**
+ * A valid KV-cache spec on `ctx`: B=2, H=4, Hkv=2, d=64 unless given, Tq=2, one appended token, a
+ * paged cache of 6 blocks of 4 rows (3 per sequence), lengths [5, 2], lengths and table also on
+ * the device.
+ */
+export function validKvSpec(ctx, { dtype = 'bf16', d = 64 } = {}) {
+  const B = 2, H = 4, Hkv = 2, tq = 2, tnew = 1, bs = 4, nb = 6, mb = 3;
+  const es = dtype === 'f32' ? 4 : 2;
+  const nq = B * tq * H * d * es, nc = nb * bs * Hkv * d * es, nn = B * tnew * Hkv * d * es;
+  return {
+    dtype, B, H, Hkv, d, tq, tnew, paged: true, blockSize: bs, numBlocks: nb, maxBlocksPerSeq: mb,
+    cacheSeqlens: Int32Array.from([5, 2]), blockTable: Int32Array.from([0, 1, 2, 3, 4, 5]),
+    cacheSeqlensBuf: ctx.alloc(B * 4), blockTableBuf: ctx.alloc(B * mb * 4),
+    alibi: null, scale: 0.125, softcap: 0, windowLeft: -1, windowRight: 0,
+    q: ctx.alloc(nq), kCache: ctx.alloc(nc), vCache: ctx.alloc(nc), kNew: ctx.alloc(nn), vNew: ctx.alloc(nn), out: ctx.alloc(nq), lse: ctx.alloc(B * H * tq * 4),
+  };
+}
+
+// Per base: the dtypes of another element size, and other head dims (byte sizes then disagree),
+// but never a head dim whose bytes per row equal the base's in some dtype (f32 d = 1 and bf16 d = 2
+// describe the same buffers: mutating both fields would make a valid call).
+const otherDtypes = (b) => (b.dtype === 'f32' ? ['f16', 'bf16'] : ['f32']);
+function otherDims(b) {
+  const rowBytes = b.d * (b.dtype === 'f32' ? 4 : 2);
+  return [b.d + 1, b.d === 1 ? 8 : b.d - 1, Math.min(256, b.d * 2 + 8), 3, 7, 12, 100].filter((x) => x !== b.d && 2 * x !== rowBytes && 4 * x !== rowBytes);
+}
+
 /**
  * Runs `count` malformed calls against `ctx` (a native Context) and returns
- * { calls, threw, notErrors, badCodes, resolved } — a healthy binding has threw === calls.
+ * { calls, threw, notErrors, badCodes, resolved, kvCacheChanged } — a healthy binding has
+ * threw === calls, and (on a GPU) the KV caches the refused cache calls named are unchanged.
  * `other` is a second Context (for foreign-buffer cases).
  */
 export async function fuzzBinding(binding, ctx, other, count = 10000, seed = 1) {
@@ -88,7 +123,51 @@ export async function fuzzBinding(binding, ctx, other, count = 10000, seed = 1) 
   };
   const bwdOnly = { dout: badBuffers, dq: badBuffers, dk: badBuffers, dv: badBuffers };
   const fields = Object.keys(badFields);
-  const stats = { calls: 0, threw: 0, notErrors: 0, badCodes: 0, resolved: 0, samples: new Map(), resolvedCalls: [] };
+  // KV-cache calls, per base: field -> invalid values (each makes the call invalid on its own)
+  const pat = (n, k) => Uint16Array.from({ length: n / 2 }, (_, i) => (i * 31 + k) & 0x3fff);
+  const kvBases = [];
+  for (const base of KV_FUZZ_BASES) {
+    const kv = validKvSpec(ctx, base);
+    const kvWrong = ctx.alloc(kv.kCache.bytes - 2);
+    const bad = {
+      dtype: ['', null, 1, 'F32', thrower, ...otherDtypes(base)],
+      B: [0, -1, 1.5, 3, 65536, null, thrower],
+      H: [0, 3, 65536, null, 8],
+      Hkv: [0, 3, -1, 4],
+      d: [0, 264, null, 1.5, ...otherDims(base)],
+      tq: [-1, 1.5, 2 ** 31, 3, null],
+      tnew: [-1, 2, 2 ** 31, 0, null],
+      paged: ['yes', 1, false],
+      blockSize: [0, -4, 2 ** 31, 3, 8, null],
+      numBlocks: [0, 7, -1, 2 ** 31, null],
+      maxBlocksPerSeq: [0, 2, 2 ** 31, 1e9],
+      cacheSeqlens: [Int32Array.from([5]), Int32Array.from([-1, 2]), Int32Array.from([12, 2]), Int32Array.from([5, 12]), new Float32Array([5, 2]), [5, 2], detachedI32(2), null, thrower],
+      blockTable: [new Int32Array(5), Int32Array.from([0, 6, 2, 3, 4, 5]), Int32Array.from([0, 1, 2, -1, 4, 5]), Int32Array.from([0, 1, 2, 3, 99, 5].map((x, i) => (i === 3 ? 2 ** 31 - 1 : x))), new Float32Array(6), null, thrower],
+      cacheSeqlensBuf: [disposed, foreign, wrong, fake, {}, 5, kv.blockTableBuf],
+      blockTableBuf: [disposed, foreign, kv.cacheSeqlensBuf, {}, 'x'],
+      alibi: [new Float32Array(7), Float32Array.from({ length: 8 }, (_, i) => (i === 3 ? NaN : 0.1)), [0.1], 5],
+      scale: [NaN, Infinity, '1', null, undefined, 1e39],
+      softcap: [-1, NaN, Infinity, undefined, 1e39],
+      windowLeft: [-2, 1.5, 2 ** 31, NaN, undefined],
+      windowRight: [-2, 0.5, 2 ** 32, null],
+      q: badBuffers, kCache: [...badBuffers, kvWrong], vCache: [...badBuffers, kvWrong], kNew: [...badBuffers, null], vNew: [...badBuffers, undefined], out: badBuffers, lse: badBuffers,
+    };
+    // invalid only together: two sequences appending into one row, or a buffer the call writes aliasing another
+    const pairs = [
+      { cacheSeqlens: Int32Array.from([5, 1]), blockTable: Int32Array.from([0, 1, 2, 1, 4, 5]) },
+      { cacheSeqlens: Int32Array.from([1, 5]), blockTable: Int32Array.from([3, 4, 5, 0, 3, 2]) },
+      { out: kv.q }, { lse: kv.cacheSeqlensBuf }, { vCache: kv.kCache }, { kNew: kv.kCache }, { out: kv.kCache }, { q: kv.vCache },
+      { tnew: 0 }, { paged: false, blockTable: null, blockTableBuf: null },
+    ];
+    if (!ctx.dryRun) {  // a pattern in the caches, to check at the end that no refused call wrote them
+      await ctx.upload(kv.kCache, pat(kv.kCache.bytes, 1));
+      await ctx.upload(kv.vCache, pat(kv.vCache.bytes, 2));
+      await ctx.upload(kv.cacheSeqlensBuf, kv.cacheSeqlens);
+      await ctx.upload(kv.blockTableBuf, kv.blockTable);
+    }
+    kvBases.push({ ...base, kv, kvWrong, bad, fields: Object.keys(bad), pairs });
+  }
+  const stats = { calls: 0, threw: 0, notErrors: 0, badCodes: 0, resolved: 0, kvCacheChanged: 0, samples: new Map(), resolvedCalls: [] };
   let what = '';
   const record = (e) => {
     stats.threw++;
@@ -115,21 +194,32 @@ export async function fuzzBinding(binding, ctx, other, count = 10000, seed = 1) 
       record(e);
     }
   };
-  // per base: the other dtypes of another element size, and other head dims (byte sizes then
-  // disagree), but never a head dim whose bytes per row equal the base's in some dtype (f32 d = 1
-  // and bf16 d = 2 describe the same buffers: mutating both fields would make a valid call)
+  // per base: see otherDtypes / otherDims
   const badFor = (b, f) => {
-    if (f === 'dtype') return [...badFields.dtype, ...(b.dtype === 'f32' ? ['f16', 'bf16'] : ['f32'])];
-    if (f === 'd') {
-      const rowBytes = b.d * (b.dtype === 'f32' ? 4 : 2);
-      const other = [b.d + 1, b.d === 1 ? 8 : b.d - 1, Math.min(256, b.d * 2 + 8), 3, 100].filter((x) => x !== b.d && 2 * x !== rowBytes && 4 * x !== rowBytes);
-      return [...badFields.d, ...other];
-    }
+    if (f === 'dtype') return [...badFields.dtype, ...otherDtypes(b)];
+    if (f === 'd') return [...badFields.d, ...otherDims(b)];
     return badFields[f] ?? bwdOnly[f];
   };
   for (let i = 0; i < count; i++) {
     const kind = r();
-    if (kind < 0.7) {
+    if (kind < 0.25) {
+      const kb = pick(kvBases);
+      const s = { ...kb.kv };
+      what = `kvForward ${kb.dtype} d=${kb.d}:`;
+      if (r() < 0.1) {
+        const pair = pick(kb.pairs);
+        Object.assign(s, pair);
+        what += ` pair ${Object.keys(pair).join('+')}`;
+      } else {
+        const nmut = 1 + Math.floor(r() * 3);
+        for (let m = 0; m < nmut; m++) {
+          const f = pick(kb.fields);
+          s[f] = pick(kb.bad[f]);
+          what += ` ${f}=${describe(s[f])}`;
+        }
+      }
+      await call(() => ctx.kvForward(s));
+    } else if (kind < 0.7) {
       const backward = r() < 0.4;
       const b = pick(bases);
       const s = { ...(backward ? b.bwd : b.fwd) };
@@ -149,20 +239,38 @@ export async function fuzzBinding(binding, ctx, other, count = 10000, seed = 1) 
       await call(() => (backward ? ctx.backward(s) : ctx.forward(s)));
     } else if (kind < 0.8) {
       const bad = pick([null, 42, 'spec', [], () => 0, thrower, undefined, Symbol('s')]);
-      await call(() => (r() < 0.5 ? ctx.forward(bad) : ctx.backward(bad)));
+      what = `spec ${describe(bad)}`;
+      await call(() => (r() < 0.4 ? ctx.forward(bad) : r() < 0.5 ? ctx.backward(bad) : ctx.kvForward(bad)));
     } else if (kind < 0.93) {
       const up = r() < 0.5;
+      what = up ? 'upload' : 'download';
       const buf = r() < 0.5 ? fwd.q : pick(badBuffers);
       const data = buf === fwd.q ? pick([new Uint16Array(fwd.q.bytes / 2 + 1), new Uint8Array(3), new Float32Array(1), new DataView(new ArrayBuffer(fwd.q.bytes)), [1, 2], 'x', null, undefined, (() => { const a = new Uint16Array(fwd.q.bytes / 2); structuredClone(a.buffer, { transfer: [a.buffer] }); return a; })()])
         : new Uint16Array(fwd.q.bytes / 2);
       await call(() => (up ? ctx.upload(buf, data) : ctx.download(buf, data)));
     } else {
+      what = 'alloc';
       await call(() => ctx.alloc(pick([-1, NaN, 1.5, 2 ** 41, '8', undefined, null, {}, Infinity, -0.5, thrower])));
     }
   }
   // new DeviceBuffer() from JS is refused
+  what = 'new DeviceBuffer()';
   await call(() => new (Object.getPrototypeOf(fwd.q).constructor)(1));
+  if (!ctx.dryRun) {
+    const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
+    for (const { kv } of kvBases) {
+      const kc = new Uint16Array(kv.kCache.bytes / 2);
+      const vc = new Uint16Array(kv.vCache.bytes / 2);
+      await ctx.download(kv.kCache, kc);
+      await ctx.download(kv.vCache, vc);
+      if (!same(kc, pat(kv.kCache.bytes, 1)) || !same(vc, pat(kv.vCache.bytes, 2))) stats.kvCacheChanged = 1;
+    }
+  }
   for (const base of bases) for (const b of [...Object.values(base.fwd), ...Object.values(base.bwd)]) if (b && typeof b.dispose === 'function') b.dispose();
+  for (const { kv, kvWrong } of kvBases) {
+    for (const b of Object.values(kv)) if (b && typeof b.dispose === 'function') b.dispose();
+    kvWrong.dispose();
+  }
   foreign.dispose();
   wrong.dispose();
   return stats;

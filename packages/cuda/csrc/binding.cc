@@ -16,14 +16,17 @@
 //     ctx.forward(spec)             -> Promise<{ splits }>   spec: dtype 'f32' | 'f16' | 'bf16', any head dim
 //                                   1..256, f32Path 'auto' | 'tensor-cores' | 'ffma' (f32 only)
 //     ctx.backward(spec)            -> Promise<void>
+//     ctx.kvForward(spec)           -> Promise<{ splits }>  KV-cache append + attention (issue 12); dtype
+//                                   'f32' | 'f16' | 'bf16', any head dim 1..256
 //     ctx.memInfo()                 -> { free, total }
-//     ctx.smemNeeds(d, dtype?, f32Path?, limit?) -> { fwd, bwd, bwdDeterministic, limit }
+//     ctx.smemNeeds(d, dtype?, f32Path?, limit?) -> { fwd, bwd, bwdDeterministic, kv, limit }
 //     ctx.synchronize()             -> Promise<void>
 //     ctx.dispose()
 //   Buffer: .bytes, .disposed, .dispose()   (a finalizer frees it too)
 #include <cuda_runtime_api.h>
 #include <napi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <condition_variable>
@@ -36,6 +39,7 @@
 
 #include "binding_bridge.h"
 #include "fa_api.h"
+#include "fa_kvcache.h"
 
 namespace {
 
@@ -74,12 +78,16 @@ struct CtxState {
   std::mutex mu;
   std::condition_variable cv;
   uint64_t next_ticket = 0, serving = 0;
+  // KV-cache calls: a mapped host int the kernels set when a device index is out of range.
+  int* kv_flag_host = nullptr;
+  int* kv_flag_dev = nullptr;
   ~CtxState() {
     if (stream) {
       cudaSetDevice(device);
       cudaStreamSynchronize(stream);
       cudaStreamDestroy(stream);
     }
+    if (kv_flag_host) cudaFreeHost(kv_flag_host);
   }
 };
 
@@ -428,6 +436,105 @@ class AttnOp : public Op {
   }
 };
 
+// ---------------------------------------------------------------------------------------------
+// KV-cache attention (issue 12): the op behind ctx.kvForward. Index values arrive as host copies
+// (validated by KvParse, as describeKVCacheProblem does) and optionally as device buffers that the
+// kernels read; a device copy that disagrees with its host copy is caught by the kernels' range
+// checks (nothing out of bounds is touched) and reported as E_ARG.
+// ---------------------------------------------------------------------------------------------
+class KvOp : public Op {
+ public:
+  KvOp(Napi::Env env, std::shared_ptr<CtxState> ctx) : Op(env, std::move(ctx)) {}
+  fa::KvArgs args{};
+  fa::KvTensors tens{};
+  std::vector<int> lens, table;  // host copies; uploaded when no device copy was given
+  bool upload_lens = false, upload_table = false;
+  std::vector<float> alibi;
+  int splits_ = 1;
+
+ protected:
+  bool Run() override {
+    std::vector<void*> allocs;
+    auto cleanup = [&]() {
+      for (void* p : allocs) cudaFreeAsync(p, ctx_->stream);
+      cudaStreamSynchronize(ctx_->stream);
+    };
+    auto alloc = [&](void** p, size_t n) -> cudaError_t {
+      *p = nullptr;
+      if (n == 0) return cudaSuccess;
+      cudaError_t e = cudaMallocAsync(p, n, ctx_->stream);
+      if (e == cudaSuccess) allocs.push_back(*p);
+      return e;
+    };
+    args.smem_optin = ctx_->smem_optin;
+    const size_t kv_smem = fa::kv_smem_bytes(args.dtype, args.d, ctx_->smem_optin);
+    if (kv_smem > ctx_->smem_optin) {
+      code_ = "E_UNSUPPORTED";
+      msg_ = "head dim " + std::to_string(args.d) + ": the KV-cache kernel needs " + std::to_string(kv_smem) +
+             " bytes of shared memory per block; this GPU allows " + std::to_string(ctx_->smem_optin);
+      return false;
+    }
+    const size_t nl = upload_lens ? lens.size() : 0, nt = upload_table ? table.size() : 0;
+    const size_t small = (nl + nt) * sizeof(int) + alibi.size() * sizeof(float);
+    std::vector<uint8_t> host(small);
+    void* dsmall = nullptr;
+    cudaError_t e = alloc(&dsmall, small);
+    if (e != cudaSuccess) { cleanup(); return Fail(e, "allocating the KV-cache index copies"); }
+    if (small) {
+      uint8_t* h = host.data();
+      if (nl) std::memcpy(h, lens.data(), nl * sizeof(int));
+      if (nt) std::memcpy(h + nl * sizeof(int), table.data(), nt * sizeof(int));
+      if (!alibi.empty()) std::memcpy(h + (nl + nt) * sizeof(int), alibi.data(), alibi.size() * sizeof(float));
+      e = cudaMemcpyAsync(dsmall, host.data(), small, cudaMemcpyHostToDevice, ctx_->stream);
+      if (e != cudaSuccess) { cleanup(); return Fail(e, "copying the KV-cache index copies"); }
+    }
+    int* di = static_cast<int*>(dsmall);
+    if (upload_lens) args.seqlens = di;
+    if (upload_table) args.block_table = di + nl;
+    args.alibi = alibi.empty() ? nullptr : reinterpret_cast<const float*>(di + nl + nt);
+    args.num_sms = ctx_->sms;
+    if (!ctx_->kv_flag_host) {
+      void* h = nullptr;
+      e = cudaHostAlloc(&h, sizeof(int), cudaHostAllocMapped);
+      if (e == cudaSuccess) {
+        void* d = nullptr;
+        e = cudaHostGetDevicePointer(&d, h, 0);
+        if (e == cudaSuccess) {
+          ctx_->kv_flag_host = static_cast<int*>(h);
+          ctx_->kv_flag_dev = static_cast<int*>(d);
+        } else {
+          cudaFreeHost(h);
+        }
+      }
+      if (e != cudaSuccess) { cleanup(); return Fail(e, "allocating the KV-cache index flag"); }
+    }
+    *reinterpret_cast<volatile int*>(ctx_->kv_flag_host) = 0;
+    args.bad_index = ctx_->kv_flag_dev;
+    void* ws = nullptr;
+    const size_t wsb = fa::kv_workspace_bytes(&args);
+    e = alloc(&ws, wsb);
+    if (e != cudaSuccess) { cleanup(); return Fail(e, "allocating the split-KV workspace (" + std::to_string(wsb) + " bytes)"); }
+    splits_ = args.num_splits;
+    e = fa::kv_forward(&args, tens, ws, ctx_->stream);
+    if (e != cudaSuccess) { cleanup(); return Fail(e, "KV-cache attention"); }
+    e = cudaStreamSynchronize(ctx_->stream);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e != cudaSuccess) { cleanup(); return Fail(e, "KV-cache attention"); }
+    for (void* p : allocs) cudaFreeAsync(p, ctx_->stream);  // stream-ordered: no second synchronize
+    if (*reinterpret_cast<volatile int*>(ctx_->kv_flag_host) != 0) {
+      code_ = "E_ARG";
+      msg_ = "a device index tensor (cacheSeqlens or blockTable) holds a value out of range that its host copy does not; the kernels skipped those entries (nothing out of bounds was read or written)";
+      return false;
+    }
+    return true;
+  }
+  Napi::Value Result(Napi::Env env) override {
+    Napi::Object r = Napi::Object::New(env);
+    r.Set("splits", Napi::Number::New(env, splits_));
+    return r;
+  }
+};
+
 class Context : public Napi::ObjectWrap<Context> {
  public:
   static Napi::Function Init(Napi::Env env) {
@@ -435,7 +542,7 @@ class Context : public Napi::ObjectWrap<Context> {
                        {InstanceMethod<&Context::Alloc>("alloc"), InstanceMethod<&Context::Upload>("upload"),
                         InstanceMethod<&Context::Download>("download"), InstanceMethod<&Context::Forward>("forward"),
                         InstanceMethod<&Context::Backward>("backward"), InstanceMethod<&Context::MemInfo>("memInfo"),
-                        InstanceMethod<&Context::SmemNeeds>("smemNeeds"),
+                        InstanceMethod<&Context::SmemNeeds>("smemNeeds"), InstanceMethod<&Context::KvForward>("kvForward"),
                         InstanceMethod<&Context::Synchronize>("synchronize"), InstanceMethod<&Context::DisposeCtx>("dispose"),
                         InstanceAccessor<&Context::GetDevice>("device"), InstanceAccessor<&Context::GetSms>("sms"),
                         InstanceAccessor<&Context::GetDry>("dryRun")});
@@ -633,7 +740,155 @@ class Context : public Napi::ObjectWrap<Context> {
     op->Start();
     return p;
   }
-  // { fwd, bwd, bwdDeterministic, limit } in bytes of the kernels a call with head dim d, dtype
+  // ---- KV cache (issue 12) ------------------------------------------------------------------
+  // Validates a kvForward spec into a KvOp, every index value checked from its host copy (the
+  // rules of core's describeKVCacheProblem). Throws before any CUDA call.
+  KvOp* KvParse(Napi::Env env, Napi::Value specv) {
+    constexpr int64_t kIntMax = 2147483647;
+    Napi::Object o = AsObject(env, specv, "spec");
+    fa::KvArgs a{};
+    a.dtype = ParseDtype(env, o.Get("dtype"));
+    const int es = a.dtype == fa::kF32 ? 4 : 2;  // bytes per element
+    a.B = static_cast<int>(GetInt(env, o, "B", 1, 65535));
+    a.H = static_cast<int>(GetInt(env, o, "H", 1, 65535));
+    a.Hkv = static_cast<int>(GetInt(env, o, "Hkv", 1, 65535));
+    a.d = static_cast<int>(GetInt(env, o, "d", 1, 256));
+    if (a.H % a.Hkv != 0) Throw(env, "E_SHAPE", "H must be a multiple of Hkv");
+    a.tq = static_cast<int>(GetInt(env, o, "tq", 0, kIntMax));
+    a.tnew = static_cast<int>(GetInt(env, o, "tnew", 0, kIntMax));
+    const bool paged = GetBool(env, o, "paged");
+    a.block_size = static_cast<int>(GetInt(env, o, "blockSize", 1, kIntMax));
+    a.max_blocks = static_cast<int>(GetInt(env, o, "maxBlocksPerSeq", 1, kIntMax));
+    a.num_blocks = GetInt(env, o, "numBlocks", 1, kIntMax);
+    if (!paged && (a.num_blocks != a.B || a.max_blocks != 1)) Throw(env, "E_SHAPE", "a contiguous cache has numBlocks = B and maxBlocksPerSeq = 1");
+    const int64_t cap = static_cast<int64_t>(a.block_size) * a.max_blocks;
+    if (cap > kIntMax) Throw(env, "E_TOO_LARGE", "a sequence's capacity (maxBlocksPerSeq x blockSize) must be below 2^31");
+    if (static_cast<int64_t>(a.B) * a.tq * a.H > kIntMax || static_cast<int64_t>(a.B) * a.tnew * a.Hkv > kIntMax)
+      Throw(env, "E_TOO_LARGE", "B x tq x H and B x tnew x Hkv must be below 2^31");
+    if (static_cast<int64_t>(a.B) * a.max_blocks > kIntMax) Throw(env, "E_TOO_LARGE", "the block table must have fewer than 2^31 entries");
+    // the cache tensors: numBlocks x blockSize rows of Hkv x d elements, at most 2^46 bytes
+    const double cache_bytes = static_cast<double>(a.num_blocks) * a.block_size * a.Hkv * a.d * es;
+    if (cache_bytes > 70368744177664.0) Throw(env, "E_TOO_LARGE", "the cache tensors would exceed 2^46 bytes");
+
+    std::vector<int> lens = CopyTyped<int>(env, o.Get("cacheSeqlens"), napi_int32_array, static_cast<size_t>(a.B), "cacheSeqlens");
+    std::vector<int> table;
+    if (paged) {
+      table = CopyTyped<int>(env, o.Get("blockTable"), napi_int32_array, static_cast<size_t>(a.B) * a.max_blocks, "blockTable");
+    } else if (!o.Get("blockTable").IsUndefined() && !o.Get("blockTable").IsNull()) {
+      Throw(env, "E_ARG", "blockTable is given for a contiguous cache (paged is false)");
+    }
+    a.max_tk = 0;
+    for (int b = 0; b < a.B; ++b) {
+      const int64_t len = lens[b];
+      if (len < 0) Throw(env, "E_ARG", "cacheSeqlens[" + std::to_string(b) + "] is " + std::to_string(len) + "; lengths must be >= 0");
+      if (len + a.tnew > cap)
+        Throw(env, "E_ARG", "sequence " + std::to_string(b) + ": length " + std::to_string(len) + " + " + std::to_string(a.tnew) + " appended tokens exceed its capacity " + std::to_string(cap));
+      const int64_t n = len + a.tnew;
+      a.max_tk = static_cast<int>(std::max<int64_t>(a.max_tk, n));
+      if (paged) {
+        for (int64_t j = 0, nb = (n + a.block_size - 1) / a.block_size; j < nb; ++j) {
+          const int blk = table[static_cast<size_t>(b) * a.max_blocks + j];
+          if (blk < 0 || blk >= a.num_blocks)
+            Throw(env, "E_ARG", "blockTable[" + std::to_string(b) + "][" + std::to_string(j) + "] = " + std::to_string(blk) + " is outside the cache's " + std::to_string(a.num_blocks) + " blocks");
+        }
+      }
+    }
+    if (paged && a.tnew > 0) {  // two appends into one cache row would race: the row spans per block must be disjoint
+      if (static_cast<int64_t>(a.B) * a.tnew > (int64_t{1} << 27)) Throw(env, "E_TOO_LARGE", "a call appends at most 2^27 tokens (B x tnew)");
+      struct Span {
+        int64_t blk, r0, r1;
+      };
+      std::vector<Span> spans;
+      for (int b = 0; b < a.B; ++b) {
+        const int64_t p0 = lens[b], p1 = p0 + a.tnew - 1, bs = a.block_size;
+        for (int64_t j = p0 / bs; j <= p1 / bs; ++j)
+          spans.push_back({table[static_cast<size_t>(b) * a.max_blocks + j], std::max(p0, j * bs) - j * bs, std::min(p1, j * bs + bs - 1) - j * bs});
+      }
+      std::sort(spans.begin(), spans.end(), [](const Span& x, const Span& y) { return x.blk != y.blk ? x.blk < y.blk : x.r0 < y.r0; });
+      for (size_t i = 1; i < spans.size(); ++i)
+        if (spans[i].blk == spans[i - 1].blk && spans[i].r0 <= spans[i - 1].r1)
+          Throw(env, "E_ARG", "two appends write row " + std::to_string(spans[i].r0) + " of cache block " + std::to_string(spans[i].blk) + " (block tables that share a block they write)");
+    }
+    a.scale = static_cast<float>(GetNum(env, o, "scale"));
+    if (!std::isfinite(a.scale)) Throw(env, "E_ARG", "scale overflows float32");
+    const double sc = GetNum(env, o, "softcap");
+    if (sc < 0 || !std::isfinite(static_cast<float>(sc))) Throw(env, "E_ARG", "softcap must be >= 0 (0 = none) and fit float32");
+    a.softcap = static_cast<float>(sc);
+    a.win_left = static_cast<int>(GetInt(env, o, "windowLeft", -1, kIntMax));
+    a.win_right = static_cast<int>(GetInt(env, o, "windowRight", -1, kIntMax));
+    std::vector<float> alibi;
+    Napi::Value al = o.Get("alibi");
+    if (!al.IsUndefined() && !al.IsNull()) {
+      alibi = CopyTyped<float>(env, al, napi_float32_array, static_cast<size_t>(a.B) * a.H, "alibi");
+      for (float x : alibi)
+        if (!std::isfinite(x)) Throw(env, "E_ARG", "alibi slopes must be finite");
+    }
+
+    // exact buffer sizes; a buffer the call writes (out, lse, the caches) aliases no other
+    const uint64_t nq = static_cast<uint64_t>(a.B) * a.tq * a.H * a.d * es, nn = static_cast<uint64_t>(a.B) * a.tnew * a.Hkv * a.d * es;
+    const uint64_t nc = static_cast<uint64_t>(cache_bytes), nl = static_cast<uint64_t>(a.B) * a.H * a.tq * 4;
+    auto op = std::make_unique<KvOp>(env, state_);
+    std::vector<std::pair<Buffer*, bool>> seen;  // (buffer, written)
+    auto buf = [&](const char* key, uint64_t bytes, bool written, bool optional) -> Buffer* {
+      Napi::Value v = o.Get(key);
+      if (optional && (v.IsUndefined() || v.IsNull())) return nullptr;
+      Buffer* b = UnwrapBuffer(env, v, state_, key);
+      if (b->bytes_ != bytes) Throw(env, "E_SHAPE", std::string(key) + " must have " + std::to_string(bytes) + " bytes, has " + std::to_string(b->bytes_));
+      for (const auto& s : seen)
+        if (s.first == b && (written || s.second)) Throw(env, "E_ARG", std::string(key) + " is the same buffer as another argument, and one of them is written");
+      seen.emplace_back(b, written);
+      return b;
+    };
+    fa::KvTensors& t = op->tens;
+    Buffer* bq = buf("q", nq, false, false);
+    Buffer* bkc = buf("kCache", nc, true, false);
+    Buffer* bvc = buf("vCache", nc, true, false);
+    Buffer* bkn = nullptr;
+    Buffer* bvn = nullptr;
+    if (a.tnew > 0) {
+      bkn = buf("kNew", nn, false, false);
+      bvn = buf("vNew", nn, false, false);
+    } else if (!o.Get("kNew").IsUndefined() && !o.Get("kNew").IsNull()) {
+      Throw(env, "E_ARG", "kNew is given with tnew = 0");
+    } else if (!o.Get("vNew").IsUndefined() && !o.Get("vNew").IsNull()) {
+      Throw(env, "E_ARG", "vNew is given with tnew = 0");
+    }
+    Buffer* bo = buf("out", nq, true, false);
+    Buffer* bl = buf("lse", nl, true, false);
+    Buffer* blens = buf("cacheSeqlensBuf", static_cast<uint64_t>(a.B) * 4, false, true);
+    Buffer* btab = nullptr;
+    if (paged) btab = buf("blockTableBuf", static_cast<uint64_t>(a.B) * a.max_blocks * 4, false, true);
+    else if (!o.Get("blockTableBuf").IsUndefined() && !o.Get("blockTableBuf").IsNull()) Throw(env, "E_ARG", "blockTableBuf is given for a contiguous cache");
+    t.q = bq->ptr_;
+    t.k_cache = bkc->ptr_;
+    t.v_cache = bvc->ptr_;
+    t.k_new = bkn ? bkn->ptr_ : nullptr;
+    t.v_new = bvn ? bvn->ptr_ : nullptr;
+    t.o = bo->ptr_;
+    t.lse = static_cast<float*>(bl->ptr_);
+    a.seqlens = blens ? static_cast<const int*>(blens->ptr_) : nullptr;
+    a.block_table = btab ? static_cast<const int*>(btab->ptr_) : nullptr;
+    for (const auto& s : seen) op->Hold(s.first);
+    op->args = a;
+    op->upload_lens = blens == nullptr;
+    op->upload_table = paged && btab == nullptr;
+    op->lens = std::move(lens);
+    op->table = std::move(table);
+    op->alibi = std::move(alibi);
+    return op.release();
+  }
+  Napi::Value KvForward(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    CheckLive(env);
+    if (info.Length() < 1) Throw(env, "E_ARG", "a spec object is required");
+    KvOp* op = KvParse(env, info[0]);
+    Napi::Promise p = op->Promise();
+    op->Start();
+    return p;
+  }
+  // ---- end KV cache --------------------------------------------------------------------------
+
+  // { fwd, bwd, bwdDeterministic, kv, limit } in bytes of the kernels a call with head dim d, dtype
   // (default 'bf16') and f32Path (default 'auto') runs on this context's GPU (limit 0 in a dry run:
   // then f32 counts as fitting the split kernels). Honours FA_CUDA_NO_WGMMA / FA_CUDA_NO_WGMMA_BWD
   // like the launches do. `limit` (tests) plans as if the GPU allowed that many bytes per block.
@@ -661,6 +916,7 @@ class Context : public Napi::ObjectWrap<Context> {
     r.Set("fwd", Napi::Number::New(env, static_cast<double>(n.fwd)));
     r.Set("bwd", Napi::Number::New(env, static_cast<double>(n.bwd)));
     r.Set("bwdDeterministic", Napi::Number::New(env, static_cast<double>(n.bwd_deterministic)));
+    r.Set("kv", Napi::Number::New(env, static_cast<double>(fa::kv_smem_bytes(a.dtype, a.d, state_->smem_optin))));
     r.Set("limit", Napi::Number::New(env, static_cast<double>(state_->smem_optin)));
     return r;
   }

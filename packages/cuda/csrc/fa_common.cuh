@@ -214,8 +214,10 @@ __device__ __forceinline__ void query_block_range(const FaArgs& a, const SeqInfo
 }
 
 // Score of a raw dot product x for query i and key j, in log2 units (times log2 e), with the
-// derivative factor of the soft-cap (1 - tanh^2) in *dcap when asked for.
-__device__ __forceinline__ float score_log2(const FaArgs& a, float x, float slope, int i, int j, int off, float* dcap) {
+// derivative factor of the soft-cap (1 - tanh^2) in *dcap when asked for. Args: FaArgs, or the
+// KV-cache kernels' KvArgs (anything with `scale` and `softcap`).
+template <typename Args>
+__device__ __forceinline__ float score_log2(const Args& a, float x, float slope, int i, int j, int off, float* dcap) {
   float s = x * a.scale;
   if (a.softcap > 0.f) {
     const float th = tanhf(s / a.softcap);
@@ -240,6 +242,16 @@ __device__ __forceinline__ float quad_max(float x) {
 __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int w = 16; w > 0; w >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, w));
+  return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int w = 16; w > 0; w >>= 1) x += __shfl_xor_sync(0xffffffffu, x, w);
+  return x;
 }
 
 __device__ __forceinline__ int64_t lse_index(const FaArgs& a, int b, int h, int q0, int i) {

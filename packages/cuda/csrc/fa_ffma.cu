@@ -21,16 +21,6 @@ namespace {
 
 using F = FfmaTraits;
 
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-  for (int w = 16; w > 0; w >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, w));
-  return x;
-}
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int w = 16; w > 0; w >>= 1) x += __shfl_xor_sync(0xffffffffu, x, w);
-  return x;
-}
 __device__ __forceinline__ float dot(const float* x, const float* y, int d) {
   float s = 0.f;
   for (int c = 0; c < d; ++c) s = fmaf(x[c], y[c], s);

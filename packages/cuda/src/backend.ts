@@ -8,12 +8,8 @@
  */
 import {
   allocHost,
-  describeKVCacheProblem,
-  hostIndexTensor,
   isDeviceIndexTensor,
-  writeHostIndex,
   type DeviceIndexTensor,
-  type HostIndexTensor,
   type IndexData,
   type KVCacheOptions,
   type KVCacheProblem,
@@ -36,6 +32,7 @@ import {
   type Support,
   type Tensor,
 } from '@fa/core';
+import { CudaIndexTensor, cudaForwardWithKVCache, cudaUploadIndex, cudaWriteIndex, type KvEngine } from './kvcache.js';
 import { loadNative, type NativeAttnSpec, type NativeBuffer, type NativeContext, type NativeF32Path, type NativeProbe } from './native.js';
 
 const CODES = new Set<FAErrorCode>(['E_SHAPE', 'E_DTYPE', 'E_ARG', 'E_UNSUPPORTED', 'E_TOO_LARGE', 'E_OOM', 'E_DEVICE', 'E_IO']);
@@ -80,7 +77,6 @@ export interface CudaBackendOptions {
   f32?: NativeF32Path;
 }
 
-const KV_PENDING = 'the cuda engine has no KV-cache kernels yet (forwardWithKVCache; issue 12): use the cpu or webgpu engine for KV-cache calls';
 const F32_PATHS: readonly NativeF32Path[] = ['auto', 'tensor-cores', 'ffma'];
 
 export class CudaBackend implements AttentionBackend {
@@ -112,8 +108,8 @@ export class CudaBackend implements AttentionBackend {
   }
 
   supports(p: AttentionProblem): Support {
-    if (p.d > 256) return { ok: false, reason: `head dim ${p.d} is not supported on CUDA (at most 256)` };
-    if (p.h > 65535 || p.batch > 65535) return { ok: false, reason: 'more than 65535 heads or sequences' };
+    const common = commonSupport(p);
+    if (!common.ok) return common;
     if (p.totalQ > 2 ** 31 - 1 || p.totalK > 2 ** 31 - 1) return { ok: false, reason: 'more than 2^31-1 tokens' };
     return this.#fitsSharedMemory(p);
   }
@@ -167,30 +163,48 @@ export class CudaBackend implements AttentionBackend {
     return b;
   }
 
-  /**
-   * Transitional: the CUDA KV-cache kernels are being built separately (issue 12). Until they
-   * land, the call is validated like on every engine and then declined with this reason; index
-   * tensors are host mirrors so that code written against the interface runs unchanged.
-   */
-  supportsKVCache(_p: KVCacheProblem): Support {
-    return { ok: false, reason: KV_PENDING };
+  // ---- KV cache (issue 12): the kernels are csrc/fa_kvcache.cuh, the call is kvcache.ts ----
+  supportsKVCache(p: KVCacheProblem): Support {
+    const common = commonSupport(p);
+    if (!common.ok) return common;
+    if (p.batch * p.tq * p.h > 2 ** 31 - 1 || p.batch * p.tnew * p.hkv > 2 ** 31 - 1) return { ok: false, reason: 'more than 2^31-1 query rows (B·Tq·H) or appended rows (B·Tnew·Hkv)' };
+    if (p.capacity > 2 ** 31 - 1) return { ok: false, reason: 'a sequence capacity (maxBlocksPerSeq·blockSize) of 2^31 tokens or more' };
+    const n = this.#ctx.smemNeeds(p.d, p.dtype);
+    if (n.limit > 0 && n.kv > n.limit) {
+      return { ok: false, reason: `head dim ${p.d}: the KV-cache kernel needs ${(n.kv / 1024).toFixed(1)} KiB of shared memory per block; ${this.device} allows ${(n.limit / 1024).toFixed(1)} KiB` };
+    }
+    return { ok: true };
+  }
+
+  /** What kvcache.ts uses of this backend. */
+  #kvEngine(): KvEngine {
+    return {
+      owner: this,
+      ctx: this.#ctx,
+      supportsKVCache: (p) => this.supportsKVCache(p),
+      dev: (t, what, temps) => this.#dev(t, what, temps),
+      alloc: (bytes, keep) => this.#alloc(bytes, keep),
+      wrap: (dtype, shape, buf) => new CudaTensor(dtype, shape, buf, this),
+      read: (t) => this.read(t),
+      fail: toFAError,
+    };
   }
 
   async forwardWithKVCache(q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions): Promise<ForwardResult> {
     this.#live();
-    describeKVCacheProblem(q, kCache, vCache, opts, this.name);
-    throw new FAError('E_UNSUPPORTED', KV_PENDING);
+    return cudaForwardWithKVCache(this.#kvEngine(), q, kCache, vCache, opts);
   }
 
   async uploadIndex(data: IndexData, shape?: readonly number[]): Promise<DeviceIndexTensor> {
     this.#live();
-    return hostIndexTensor(this.name, data, shape);
+    return cudaUploadIndex(this.#kvEngine(), data, shape);
   }
 
   async writeIndex(t: DeviceIndexTensor, data: IndexData, offset = 0): Promise<void> {
     this.#live();
-    writeHostIndex(t, data, offset, this.name);
+    return cudaWriteIndex(this.#kvEngine(), t, data, offset);
   }
+  // ---- end KV cache ----
 
   async upload(t: HostTensor): Promise<Tensor> {
     this.#live();
@@ -223,7 +237,8 @@ export class CudaBackend implements AttentionBackend {
   disposeTensor(t: Tensor | DeviceIndexTensor): void {
     if (isHostTensor(t)) return;
     if (isDeviceIndexTensor(t)) {
-      if (t.backend === this.name) (t as HostIndexTensor).disposed = true;
+      if (!(t instanceof CudaIndexTensor) || t.owner !== this) throw new FAError('E_ARG', 'disposeTensor: the index tensor belongs to another backend');
+      t.handle.dispose();
       return;
     }
     if (!(t instanceof CudaTensor) || t.owner !== this) throw new FAError('E_ARG', 'disposeTensor: the tensor belongs to another backend');
@@ -357,6 +372,13 @@ export function probeReason(p: NativeProbe): string {
     return `the NVIDIA driver supports CUDA ${cudaVersion(p.driver)}; this addon was built with CUDA ${cudaVersion(p.runtime)} and needs a driver for it (or build it with your CUDA toolkit: npm rebuild @fa/cuda --build-from-source) (${why})`;
   }
   return why;
+}
+
+/** The rules both supports() and supportsKVCache() apply: head dim, heads and sequences. */
+function commonSupport(p: { readonly d: number; readonly h: number; readonly batch: number }): Support {
+  if (p.d > 256) return { ok: false, reason: `head dim ${p.d} is not supported on CUDA (at most 256)` };
+  if (p.h > 65535 || p.batch > 65535) return { ok: false, reason: 'more than 65535 heads or sequences' };
+  return { ok: true };
 }
 
 /** Whether a CUDA backend can start here, and if not, why ("unavailable: ..."). */

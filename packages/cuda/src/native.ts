@@ -68,6 +68,45 @@ export interface NativeAttnSpec {
   dv?: NativeBuffer;
 }
 
+/**
+ * What kvForward takes (a KV-cache call: append kNew/vNew, then attend); the binding validates
+ * every field again in C++, index values from their host copies. A contiguous cache is
+ * `paged: false` with numBlocks = B, maxBlocksPerSeq = 1, blockSize = its capacity.
+ */
+export interface NativeKvSpec {
+  dtype: 'f32' | 'f16' | 'bf16';
+  B: number;
+  H: number;
+  Hkv: number;
+  d: number;
+  tq: number;
+  tnew: number;
+  paged: boolean;
+  blockSize: number;
+  numBlocks: number;
+  maxBlocksPerSeq: number;
+  /** Host copy of the lengths [B] (an index tensor's mirror), validated by the binding. */
+  cacheSeqlens: Int32Array;
+  /** Host copy of the block table [B · maxBlocksPerSeq] (paged only). */
+  blockTable?: Int32Array | null;
+  /** The lengths' device copy (an index tensor) the kernels read; absent: the host copy is uploaded. */
+  cacheSeqlensBuf?: NativeBuffer | null;
+  blockTableBuf?: NativeBuffer | null;
+  alibi?: Float32Array | null;
+  scale: number;
+  softcap: number;
+  windowLeft: number;
+  windowRight: number;
+  q: NativeBuffer;
+  kCache: NativeBuffer;
+  vCache: NativeBuffer;
+  /** Given exactly when tnew > 0. */
+  kNew?: NativeBuffer | null;
+  vNew?: NativeBuffer | null;
+  out: NativeBuffer;
+  lse: NativeBuffer;
+}
+
 export interface NativeContext {
   readonly device: string;
   readonly sms: number;
@@ -77,13 +116,15 @@ export interface NativeContext {
   download(buf: NativeBuffer, data: ArrayBufferView): Promise<void>;
   forward(spec: NativeAttnSpec): Promise<{ splits: number }>;
   backward(spec: NativeAttnSpec): Promise<void>;
+  /** KV-cache append + attention; resolves with the number of key splits it ran. */
+  kvForward(spec: NativeKvSpec): Promise<{ splits: number }>;
   memInfo(): { free: number; total: number };
   /**
    * Shared memory per block (bytes) the kernels of a call with head dim d (1..256), dtype (default
-   * 'bf16') and f32 path (default 'auto') need here, and the GPU's limit (0 in a dry run).
-   * `limit` (tests) plans the f32 path as if the GPU allowed that many bytes per block.
+   * 'bf16') and f32 path (default 'auto') need here (kv: the KV-cache kernel), and the GPU's limit
+   * (0 in a dry run). `limit` (tests) plans the f32 path as if the GPU allowed that many bytes per block.
    */
-  smemNeeds(d: number, dtype?: 'f32' | 'f16' | 'bf16', f32Path?: NativeF32Path, limit?: number): { fwd: number; bwd: number; bwdDeterministic: number; limit: number };
+  smemNeeds(d: number, dtype?: 'f32' | 'f16' | 'bf16', f32Path?: NativeF32Path, limit?: number): { fwd: number; bwd: number; bwdDeterministic: number; kv: number; limit: number };
   synchronize(): Promise<void>;
   dispose(): void;
 }

@@ -1,7 +1,7 @@
 // ≥ 10,000 malformed calls straight into the binding: each must be a JS error, none may crash.
 // Validation happens in C++ before any CUDA call, so a dry-run context exercises all of it here.
 import { describe, expect, it } from 'vitest';
-import { FUZZ_BASES, fuzzBinding, validSpec } from '../bench/fuzz-lib.mjs';
+import { FUZZ_BASES, fuzzBinding, KV_FUZZ_BASES, validKvSpec, validSpec } from '../bench/fuzz-lib.mjs';
 import { loadNative } from '../src/native.js';
 
 const native = loadNative();
@@ -16,6 +16,12 @@ describe.skipIf(!native.ok)(`binding fuzz${native.ok ? '' : ` (skipped: ${native
         await expect(backward ? ctx.backward(spec) : ctx.forward(spec)).resolves.toBeDefined();
       }
     }
+  });
+
+  it('the KV-cache specs the fuzz mutates are valid (bf16 d 64, f32 d 13, f16 d 6)', async () => {
+    if (!native.ok) return;
+    const ctx = new native.binding.Context({ dryRun: true });
+    for (const base of KV_FUZZ_BASES) await expect(ctx.kvForward(validKvSpec(ctx, base) as never)).resolves.toBeDefined();
   });
 
   it('12,000 malformed calls into the binding each throw a JS error with a code', async () => {

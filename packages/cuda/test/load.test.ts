@@ -82,22 +82,31 @@ describe.skipIf(!native.ok)('TypeScript wrapper over a dry-run context (no CUDA 
     // A dry context runs no kernels (limit 0); its needs are those of the mma.sync kernels (no
     // sm_90), i.e. what an sm_8x card runs. Hand-computed from the tile traits (fa_common.cuh):
     // backward BwdCfg<256, BM 64, BN 64>: (2·64·256 + 4·64·256 + 2·64·64)·2 B + 4·64·4 B.
-    expect(ctx.smemNeeds(256)).toEqual({ fwd: (64 * 256 + 4 * 32 * 256) * 2, bwd: (2 * 64 * 256 + 4 * 64 * 256 + 2 * 64 * 64) * 2 + 1024, bwdDeterministic: (2 * 64 * 256 + 4 * 64 * 256 + 2 * 64 * 64) * 2 + 1024, limit: 0 });
+    expect(ctx.smemNeeds(256)).toEqual({ fwd: (64 * 256 + 4 * 32 * 256) * 2, bwd: (2 * 64 * 256 + 4 * 64 * 256 + 2 * 64 * 64) * 2 + 1024, bwdDeterministic: (2 * 64 * 256 + 4 * 64 * 256 + 2 * 64 * 64) * 2 + 1024, kv: 4 * 2 * 2 * 16 * 256 * 2, limit: 0 });
     expect(ctx.smemNeeds(128).bwd).toBe((2 * 128 * 128 + 4 * 64 * 128 + 2 * 128 * 64) * 2 + 1024);
-    // a head dim that is not a multiple of 8 runs the kernels of the next multiple of 8
-    expect(ctx.smemNeeds(12)).toEqual(ctx.smemNeeds(16));
-    expect(ctx.smemNeeds(1, 'f16')).toEqual(ctx.smemNeeds(8, 'f16'));
+    // a head dim that is not a multiple of 8 runs the dense kernels of the next multiple of 8 (and
+    // the FFMA KV-cache kernel: below)
+    const dense = (n: { kv: number }) => ({ ...n, kv: 0 });
+    expect(dense(ctx.smemNeeds(12))).toEqual(dense(ctx.smemNeeds(16)));
+    expect(dense(ctx.smemNeeds(1, 'f16'))).toEqual(dense(ctx.smemNeeds(8, 'f16')));
     expect(() => ctx.smemNeeds(0)).toThrow(/integer from 1 to 256/);
     expect(() => ctx.smemNeeds(64, 'f64' as 'f32')).toThrow(/dtype/);
     expect(() => ctx.smemNeeds(64, 'f32', 'fast' as 'ffma')).toThrow(/f32Path/);
     // f32, split into two f16 planes (twice the 16-bit tiles; fa_traits.cuh): the mma.sync forward
     // FwdTraits<128, split> = BM 64, BN 64; backward BwdTraits<128, split> = BM 32, BN 64.
+    // kv: the KV-cache kernel at D = 128: f16/bf16 run KvTraits<128> (8 warps x 2 stages x (K + V) x
+    // 16 keys x 128 x 2 B); f32 the FFMA kernel (fa_kvcache_ffma.cuh: Q [16][128], P [8 warps][8
+    // keys][16 rows], 4 x 16 row fields, then 8 warps x 2 stages x (K + V) x 8 keys x 144 floats)
+    const kv128 = 8 * 2 * 2 * 16 * 128 * 2;
+    const kvF32 = (16 * 128 + 8 * 8 * 16 + 4 * 16 + 8 * 2 * 2 * 8 * 144) * 4;
+    expect(ctx.smemNeeds(128, 'bf16').kv).toBe(kv128);
+    expect(ctx.smemNeeds(13, 'bf16').kv).toBe((16 * 32 + 8 * 32 * 16 + 4 * 16 + 8 * 2 * 2 * 32 * 36) * 4);  // d % 8 != 0: FFMA, bucket 32
     const split128 = { fwd: (64 * 128 + 4 * 64 * 128) * 2 * 2, bwd: (2 * 64 * 128 + 4 * 32 * 128 + 2 * 64 * 32) * 2 * 2 + 4 * 32 * 4 };
-    expect(ctx.smemNeeds(128, 'f32')).toEqual({ ...split128, bwdDeterministic: split128.bwd, limit: 0 });
+    expect(ctx.smemNeeds(128, 'f32')).toEqual({ ...split128, bwdDeterministic: split128.bwd, kv: kvF32, limit: 0 });
     expect(ctx.smemNeeds(128, 'f32', 'auto', 163 * 1024)).toEqual(ctx.smemNeeds(128, 'f32'));
     // FFMA (fa_smem.cuh): q rows [16][d], key tiles [32][d | 1]; chosen where the split tiles do not fit
     const ffma128 = { fwd: (16 * 128 + 32 * 129 + 32 * 128) * 4, bwd: (2 * 16 * 128 + 2 * 32 * 129 + 2 * 32) * 4 };
-    expect(ctx.smemNeeds(128, 'f32', 'ffma')).toEqual({ ...ffma128, bwdDeterministic: ffma128.bwd, limit: 0 });
+    expect(ctx.smemNeeds(128, 'f32', 'ffma')).toEqual({ ...ffma128, bwdDeterministic: ffma128.bwd, kv: kvF32, limit: 0 });
     expect(ctx.smemNeeds(128, 'f32', 'auto', 99 * 1024)).toEqual(ctx.smemNeeds(128, 'f32', 'ffma'));
     expect(ctx.smemNeeds(256, 'f32', 'ffma').bwd).toBeLessThanOrEqual(99 * 1024);
     expect(ctx.smemNeeds(128, 'f32', 'tensor-cores', 99 * 1024)).toEqual(ctx.smemNeeds(128, 'f32'));

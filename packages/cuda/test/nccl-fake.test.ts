@@ -24,7 +24,7 @@ describe.skipIf(!native.ok || 'reason' in fake)(`a fake NCCL 2.28.3${'reason' in
     expect(Array.from(id.slice(0, 4))).toEqual([0, 1, 2, 3]);
     expect(id.length).toBe(128);
     const ctx = new native.binding.Context({ dryRun: true });
-    const backend = new CudaBackend(ctx, { ok: true, driver: 0, runtime: 0, device: 'dry' }, 0);
+    const backend = new CudaBackend(ctx, { ok: true, driver: 0, runtime: 0, device: 'dry' }, {}, 0);
     const r = await createNcclCommunicator(backend, { rank: 0, size: 1, env: { FA_NCCL_LIB: fake.path } }).catch((x: unknown) => x);
     if (cudaStatus().available) {
       // a real GPU: the fake NCCL "initialises" and the communicator can be destroyed

@@ -98,7 +98,7 @@ describe.skipIf(!native.ok)('on a dry-run CUDA context (argument plumbing, no ke
   const mk = () => {
     if (!native.ok) throw new Error('unreachable');
     const ctx = new native.binding.Context({ dryRun: true });
-    return new CudaBackend(ctx, { ok: true, driver: 0, runtime: 0, device: 'dry' }, 0);
+    return new CudaBackend(ctx, { ok: true, driver: 0, runtime: 0, device: 'dry' }, {}, 0);
   };
 
   it('NcclCommunicator hands the buffers and its ring neighbours to the native communicator', async () => {

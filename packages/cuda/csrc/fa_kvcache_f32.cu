@@ -1,0 +1,4 @@
+#include "fa_kvcache_launch.cuh"
+namespace fa {
+cudaError_t kv_forward_f32(KvArgs* a, const KvTensors& t, cudaStream_t st) { return dispatch_kv<float>(a, t, st); }
+}  // namespace fa
