@@ -1,20 +1,26 @@
 /*
  * Attention over a KV cache (packages/core/src/kvcache.ts; FlashAttention's
  * flash_attn_with_kvcache): a few query rows against cache rows read where they lie, through
- * the block table, in the cache's own dtype. One unit is core's (batch b, kv head, query tile,
- * key chunk) (packages/core/src/cpu/kvcache.ts planKVCache); its R rows are every query of the
- * tile for every query head that reads this kv head (row r = hh * nq + ii: query i0 + ii of head
- * kvh * g + hh), so each cached K and V row is read once for the whole GQA group:
+ * the block table, in the cache's own dtype. The work is core's units (batch b, kv head, query
+ * tile, key chunk) (packages/core/src/cpu/kvcache.ts planKVCache), a unit of this kernel taking
+ * consecutive kv heads [kvh0, kvh1) of one (b, tile, chunk) together. Each kv head's R rows are
+ * every query of the tile for every query head that reads it (row r = hh * nq + ii: query
+ * i0 + ii of head kvh * g + hh), so each cached K and V row is read once for the GQA group:
  *
- *   Q rows (R x dp, float32, already scaled)
+ *   Q rows of each kv head (R x dp, float32, already scaled)
  *   for each tile of KV_TILE keys in the chunk:
- *     row addresses through the block table              kv_rows
- *     S   = Q K^T      K rows in place, 16-bit widened    kv_dot_4x2 / kv_dot_1x4
- *     S   = logits, -inf where masked                     fa_score_tile (scores.h)
- *     S   = e^(S - m'), rescale l and acc                 fa_softmax_update (softmax.h)
- *     acc += S V       V rows in place, 16-bit widened    kv_pv_4x8 / kv_pv_1x8
+ *     token addresses through the block table            kv_rows
+ *     one load a line of the tile's rows, token by token  kv_touch (the prefetchers follow it)
+ *     for each kv head:
+ *       S   = Q K^T    K rows in place, 16-bit widened    kv_dot_4x2 / kv_dot_1x4
+ *       S   = logits, -inf where masked                   fa_score_tile (scores.h)
+ *       S   = e^(S - m'), rescale l and acc               fa_softmax_update (softmax.h)
+ *       acc += S V     V rows in place, 16-bit widened    kv_pv_4x8 / kv_pv_1x8
  *   one chunk: out = acc / l, lse = m + log l             fa_finalize_row
- *   several:   (m, l, acc) into the unit's partial slot; fa_kv_combine merges the chunks in order
+ *   several:   (m, l, acc) into each head's partial slot; fa_kv_combine merges chunks in order
+ *
+ * A kv head's arithmetic is the same whichever heads share its unit: results do not depend on
+ * the grouping (which the engine chooses from the thread count).
  *
  * bf16 and f16 rows are widened to float32 in registers as they are loaded (widen.h: bf16 by a
  * shift or a mask, f16 exactly with a few more operations), never decoded into a tile first; q and
