@@ -7,7 +7,7 @@
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { describeProblem, isFAError, tensor, type HostTensor, type Tensor } from '@fa/core';
+import { AutoBackend, describeKVCacheProblemShapes, describeProblem, isFAError, resolveBackend, tensor, type HostTensor, type Tensor } from '@fa/core';
 import { makeCase, runConformance } from '@fa/core/testing';
 import { createWasmBackend, WASM_PRIORITY } from '../dist/index.js';
 
@@ -41,8 +41,23 @@ describe('wasm engine', () => {
     expect(WASM_PRIORITY).toBeLessThan(50);
   });
 
+  it('is one of the auto backend\'s engines, above cpu, and takes its dense and KV-cache calls', async () => {
+    const auto = await resolveBackend();
+    expect(auto).toBeInstanceOf(AutoBackend);
+    const names = (auto as AutoBackend).engines.map((c) => c.name);
+    expect(names.indexOf('wasm')).toBeGreaterThanOrEqual(0);
+    expect(names.indexOf('wasm')).toBeLessThan(names.indexOf('cpu'));
+    const kv = describeKVCacheProblemShapes([1, 1, 8, 64], [1, 128, 2, 64], 'bf16', { cacheSeqlens: [100], newShape: [1, 1, 2, 64] });
+    expect((auto as AutoBackend).resolve(kv).backend.name).toBe('wasm');
+    expect((auto as AutoBackend).resolve(describeProblem(rand([1, 64, 2, 32], 1), rand([1, 64, 2, 32], 2), rand([1, 64, 2, 32], 3))).backend.name).toBe('wasm');
+    // caches uploaded through the auto backend go to wasm, and its KV-cache calls run there
+    const kc = await auto.upload(rand([1, 128, 2, 64], 4));
+    expect(kc.kind === 'device' && kc.backend).toBe('wasm');
+    await auto.dispose();
+  });
+
   it('refuses bad options with E_ARG', async () => {
-    for (const o of [{ threads: -1 }, { threads: 1.5 }, { relaxedSimd: 'yes' }, { tiles: { br: 0, bc: 64 } }, { tiles: { br: 64 } }, { backwardTiles: { br: 64, bc: 5000 } }, { inlineBelowFlops: -1 }, { maxMemoryBytes: 10 }]) {
+    for (const o of [{ threads: -1 }, { threads: 1.5 }, { relaxedSimd: 'yes' }, { tiles: { br: 0, bc: 64 } }, { tiles: { br: 64 } }, { backwardTiles: { br: 64, bc: 5000 } }, { inlineBelowFlops: -1 }, { maxMemoryBytes: 10 }, { kvChunk: 0 }]) {
       expect(await code(createWasmBackend(o as never)), JSON.stringify(o)).toBe('E_ARG');
     }
   });

@@ -8,6 +8,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { appendKVCacheHost, describeKVCacheProblem, describeKVCacheProblemShapes, encode, isFAError, referenceKVCache, tensor, type DType, type HostData, type HostTensor, type KVCacheOptions, type Tensor } from '@fa/core';
+import { checkKVCacheCase, makeKVCacheCase } from '@fa/core/testing';
 import { createWasmBackend, type WasmBackend } from '../dist/index.js';
 
 function values(n: number, seed: number): Float32Array {
@@ -80,6 +81,27 @@ describe('wasm KV-cache call', () => {
       expect(same(await run(split[1], dtype).then((r) => r.out), s1.out)).toBe(true);
     }
     for (const be of [...engines, ...split]) await be.dispose();
+  });
+
+  it('computes head dims with a remainder past the 8-wide chunks, and GQA groups that are not a multiple of 4, in every dtype (the kit rules)', async () => {
+    const be = await createWasmBackend({ threads: 2, inlineBelowFlops: 0, kvChunk: 40 });
+    const failed: string[] = [];
+    let n = 0;
+    for (const dtype of ['f32', 'f16', 'bf16'] as const) {
+      for (const d of [3, 12, 100, 129, 200, 300]) {
+        for (const [h, hkv] of [[5, 1], [6, 2], [8, 2]]) {
+          const c = makeKVCacheCase({ dtype, seqlens: [90, 17], tnew: 2, tq: 2, blockSize: 16, causal: true, d, h, hkv, seed: d * 31 + h });
+          for (const upload of [false, true]) {
+            const r = await checkKVCacheCase(be, c, { upload });
+            n++;
+            if (!r.pass || r.skipped) failed.push(`${dtype} D${d} H${h}/${hkv}${upload ? ' device' : ''}: ${r.message}`);
+          }
+        }
+      }
+    }
+    expect(failed).toEqual([]);
+    expect(n).toBe(108);
+    await be.dispose();
   });
 
   it('runs a decode loop on uploaded caches: appended and read in place, outputs on the device, index tensors advanced with writeIndex', async () => {
