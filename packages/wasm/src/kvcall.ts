@@ -101,11 +101,12 @@ export function groupUnits(p: KVCacheProblem, plan: KVCachePlan, threads: number
   return { units: Int32Array.from(out), heads };
 }
 
-/** Bytes the copies of host caches take: the used rows of the used blocks, K and V. */
+/**
+ * Bytes the copies of host caches take: whole blocks for the blocks a call reads (only their used
+ * rows are written; a contiguous cache is one block of its capacity a sequence), K and V.
+ */
 export function hostCacheBytes(p: KVCacheProblem): number {
-  let rows = 0;
-  for (const r of usedBlocks(p).rows) rows += r;
-  return 2 * rows * p.hkv * p.d * elementBytes(p.dtype);
+  return 2 * usedBlocks(p).blocks.length * p.blockSize * p.hkv * p.d * elementBytes(p.dtype);
 }
 
 /** What the engine lends a KV call (backend.ts). */
