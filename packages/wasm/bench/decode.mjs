@@ -14,6 +14,7 @@
  *               iteration) over every byte of both caches, into a 64 KiB per-thread buffer;
  *   memory.copy the same walk with memory.copy;
  *   @fa cpu     core's TypeScript engine on the same problem (its host caches in shared memory).
+ * FA_BENCH_RELAXED=1 runs the engine's relaxed-SIMD binary (Node 20: sets V8's flag).
  * Calls alternate (engine, simd copy, memory.copy, cpu) after FA_BENCH_WARMUP (8) warm-up rounds;
  * each figure is the best of FA_BENCH_REPS (9) (the cpu engine's of 3).
  */
@@ -94,7 +95,7 @@ async function time(f) {
   return (performance.now() - t0) / 1e3;
 }
 
-const wasm = await createWasmBackend({ threads: THREADS });
+const wasm = await createWasmBackend({ threads: THREADS, relaxedSimd: env.FA_BENCH_RELAXED === '1' });
 await wasm.warm();
 const cpu = WITH_CPU ? await createCpuBackend({ threads: THREADS }) : undefined;
 const commit = sh('git', ['rev-parse', '--short', 'HEAD']);
