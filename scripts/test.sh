@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Quick start, command 2: install everything the tests need (a software Vulkan driver and
-# Chromium for the WebGPU tests, nvcc-built CUDA kernels where nvcc exists), build, type-check
+# Chromium for the WebGPU tests, clang-19 for rebuilding @fa/wasm's binaries, nvcc-built CUDA
+# kernels where nvcc exists), build, type-check
 # and run every test of every package; the last line sums vitest's counts over the packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-webgpu.sh
+bash scripts/setup-wasm.sh
 # shellcheck disable=SC1091
 source "${FA_VULKAN_DIR:-/opt/fa-vulkan}/env.sh"
 bash scripts/setup.sh

@@ -1,10 +1,16 @@
 /**
  * The web page (web/) built into dist-web/: `pnpm --filter @fa/demo build:web`. Relative asset
- * paths, so the folder can be served from anywhere; ES-module workers (the CPU engine's worker
- * bundles @fa/core, which loads parts of itself dynamically).
+ * paths, so the folder can be served from anywhere; ES-module workers (the engine worker bundles
+ * @fa/core and @fa/wasm, whose own worker threads and .wasm binaries come along as assets).
+ * The dev and preview servers send COOP/COEP, which make the page cross-origin isolated so the
+ * wasm engine gets SharedArrayBuffer and its threads; web/public/_headers asks the same of static
+ * hosts that read it (Netlify, Cloudflare Pages). Served without them, the page runs the wasm
+ * engine on one thread and says so.
  */
 import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vite';
+
+const isolation = { 'Cross-Origin-Opener-Policy': 'same-origin', 'Cross-Origin-Embedder-Policy': 'require-corp' };
 
 export default defineConfig({
   root: fileURLToPath(new URL('./web', import.meta.url)),
@@ -17,4 +23,6 @@ export default defineConfig({
     chunkSizeWarningLimit: 2000,
   },
   worker: { format: 'es' },
+  server: { headers: isolation },
+  preview: { headers: isolation },
 });

@@ -1,5 +1,5 @@
 /**
- * Backend discovery for the command: @fa/core registers "cpu" on import; the GPU engines
+ * Backend discovery for the command: @fa/core registers "cpu" on import; the wasm and GPU engines
  * register themselves when their packages are installed and import cleanly. A package that is
  * missing or fails to load is a reason, never a crash.
  */
@@ -15,6 +15,7 @@ export interface OptionalEngine {
 }
 
 export const OPTIONAL_ENGINES: readonly { name: string; pkg: string }[] = [
+  { name: 'wasm', pkg: '@fa/wasm' },
   { name: 'webgpu', pkg: '@fa/webgpu' },
   { name: 'cuda', pkg: '@fa/cuda' },
 ];
@@ -97,7 +98,7 @@ export function loadOptionalEngines(requested = 'auto'): Promise<OptionalEngine[
   return loaded;
 }
 
-export const BACKEND_CHOICES = ['auto', 'cpu', 'webgpu', 'cuda'];
+export const BACKEND_CHOICES = ['auto', 'cpu', 'wasm', 'webgpu', 'cuda'];
 
 /** The backend for --backend NAME (auto = the best that starts). */
 export async function pickBackend(name: string): Promise<AttentionBackend> {

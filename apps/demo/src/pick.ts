@@ -1,12 +1,17 @@
 /**
- * Which engine tells the story: cuda, then webgpu on a hardware adapter, then cpu (a software
- * WebGPU adapter such as SwiftShader or lavapipe is slower than the CPU engine), passing over an
- * engine whose supports() declines the story's problem (core's choice by problem, askSupports).
- * --backend NAME overrides, software adapters included; a named engine that declines is
- * E_UNSUPPORTED.
+ * Which engine tells the story: cuda, then webgpu on a hardware adapter, then wasm, then cpu (a
+ * software WebGPU adapter such as SwiftShader or lavapipe is slower than the CPU engines),
+ * passing over an engine whose supports() declines the story's problem (core's choice by
+ * problem, askSupports). --backend NAME overrides, software adapters included; a named engine
+ * that declines is E_UNSUPPORTED.
  */
 import { askSupports, FAError, listBackends, resolveBackend, type AttentionBackend, type AttentionProblem } from '@fa/core';
 import { loadOptionalEngines, pickBackend } from './engines.js';
+import { isSoftwareAdapter } from './story/engine-kind.js';
+
+export { isSoftwareAdapter };
+
+const STORY_ORDER = ['cuda', 'webgpu', 'wasm', 'cpu'];
 
 export interface Candidate {
   readonly name: string;
@@ -15,18 +20,12 @@ export interface Candidate {
   backend?: AttentionBackend;
 }
 
-const SOFTWARE = /swiftshader|llvmpipe|lavapipe|software|basic render|microsoft basic/i;
-
-export function isSoftwareAdapter(b: AttentionBackend): boolean {
-  return b.name === 'webgpu' && SOFTWARE.test(b.device);
-}
-
 /** The problem a command would run on an engine (its dtype and sizes may depend on the engine). */
 export type ProblemFor = (b: AttentionBackend) => AttentionProblem;
 
 /**
- * Resolves every engine (cuda, webgpu, cpu) and picks the first that computes `problemFor(it)`;
- * `requested` = --backend.
+ * Resolves every engine (cuda, webgpu, wasm, cpu) and picks the first that computes
+ * `problemFor(it)`; `requested` = --backend.
  */
 export async function pickStoryBackend(requested = 'auto', problemFor?: ProblemFor): Promise<{ backend: AttentionBackend; candidates: Candidate[] }> {
   const engines = await loadOptionalEngines(requested);
@@ -35,12 +34,12 @@ export async function pickStoryBackend(requested = 'auto', problemFor?: ProblemF
     const backend = await pickBackend(requested);
     const s = problemFor ? askSupports(backend, problemFor(backend)) : { ok: true as const };
     if (!s.ok) throw new FAError('E_UNSUPPORTED', `backend ${requested} cannot compute this problem: ${s.reason} (--backend auto picks an engine that can)`);
-    const candidates = ['cuda', 'webgpu', 'cpu'].map((name): Candidate => (name === backend.name ? { name, status: 'used', backend } : { name, status: `not tried (--backend ${requested})` }));
+    const candidates = STORY_ORDER.map((name): Candidate => (name === backend.name ? { name, status: 'used', backend } : { name, status: `not tried (--backend ${requested})` }));
     return { backend, candidates };
   }
   const listed = await listBackends(); // starts each engine once (cached by the registry)
   const candidates: Candidate[] = [];
-  for (const name of ['cuda', 'webgpu', 'cpu']) {
+  for (const name of STORY_ORDER) {
     const opt = engines.find((e) => e.name === name);
     const st = listed.find((b) => b.name === name);
     if (opt?.failure) candidates.push({ name, status: `unavailable: ${opt.failure}` });

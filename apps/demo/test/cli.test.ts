@@ -74,6 +74,8 @@ describe('fa backends', () => {
     expect(r.stderr).toBe('');
     const lines = r.stdout.trimEnd().split('\n');
     expect(lines.find((l) => l.startsWith('cpu'))).toMatch(/^cpu\s+CPU.*\savailable$/);
+    // the WebAssembly engine is a dependency of the command and runs on every Node it supports
+    expect(lines.find((l) => l.startsWith('wasm '))).toMatch(/^wasm\s+WebAssembly (SIMD128|relaxed SIMD) ×\d+ threads?\s+available$/);
     // the GPU engines are listed too: available, or why not
     for (const name of ['webgpu', 'cuda']) expect(lines.find((l) => l.startsWith(name + ' '))).toMatch(/\s(available|unavailable: .+)$/);
   });
@@ -94,13 +96,13 @@ describe('fa run on NumPy fixtures', () => {
     expect(cases.some((c) => c.dtype === 'bf16')).toBe(true);
   });
 
-  for (const c of cases) {
-    it(`${c.name}: ${c.args.filter((a) => a.startsWith('--') && !['--q', '--k', '--v'].includes(a)).join(' ') || '(defaults)'}`, async () => {
+  for (const backend of ['cpu', 'wasm']) for (const c of cases) {
+    it(`${backend}: ${c.name}: ${c.args.filter((a) => a.startsWith('--') && !['--q', '--k', '--v'].includes(a)).join(' ') || '(defaults)'}`, async () => {
       const out = freshOut();
-      const r = await fa(['run', '--backend', 'cpu', ...c.args, '--out', out]);
+      const r = await fa(['run', '--backend', backend, ...c.args, '--out', out]);
       expect(r.stderr).toBe('');
       expect(r.code).toBe(0);
-      expect(r.stdout).toMatch(/^fa run: cpu \(.+\) q \[.*\] .*forward .* ms/);
+      expect(r.stdout).toMatch(new RegExp(`^fa run: ${backend} \\(.+\\) q \\[.*\\] .*forward .* ms`));
       expect(r.stdout.trim().split('\n')).toHaveLength(1);
       expect(readdirSync(out).sort()).toEqual(c.outputs.map((o) => `${o}.npy`).sort());
       for (const o of c.outputs) {
@@ -309,8 +311,9 @@ describe('an engine that declines the problem (a fake cuda without f32, preloade
     const out = freshOut();
     const r = await faDeclining(['run', '--backend', 'auto', '--q', 'q.npy', '--k', 'k.npy', '--v', 'v.npy', '--dout', 'dout.npy', '--out', out]);
     expect(r.code, r.stderr).toBe(0);
-    expect(r.stderr).toBe(`fa: note: cuda declines this problem (${REASON}); running it on cpu\n`);
-    expect(r.stdout).toMatch(/^fa run: cpu \(/);
+    // the next engine below cuda here: wasm (webgpu has no driver on this machine)
+    expect(r.stderr).toBe(`fa: note: cuda declines this problem (${REASON}); running it on wasm\n`);
+    expect(r.stdout).toMatch(/^fa run: wasm \(/);
     expect(r.stdout.trim().split('\n')).toHaveLength(1);
     for (const o of ['out', 'lse', 'dq', 'dk', 'dv']) {
       const e = relErr(readNpy(join(out, `${o}.npy`)).data as Float32Array, readNpy(join(FIX, 'expected/basic', `${o}.npy`)).data as Float32Array);
@@ -339,8 +342,8 @@ describe('an engine that declines the problem (a fake cuda without f32, preloade
     const out = freshOut();
     const r = await faDeclining(['run', ...c.args, '--out', out]);
     expect(r.code, r.stderr).toBe(0);
-    expect(r.stderr).toBe(`fa: note: cuda declines this problem (${KV_REASON}); running it on cpu\n`);
-    expect(r.stdout).toMatch(/^fa run: cpu \(.*KV cache/);
+    expect(r.stderr).toBe(`fa: note: cuda declines this problem (${KV_REASON}); running it on wasm\n`);
+    expect(r.stdout).toMatch(/^fa run: wasm \(.*KV cache/);
     for (const o of c.outputs) {
       const e = relErr(readNpy(join(out, `${o}.npy`)).data as Float32Array, readNpy(join(FIX, `expected/${c.name}`, `${o}.npy`)).data as Float32Array);
       expect(e, o).toBeLessThanOrEqual(TOL.bf16);
@@ -356,10 +359,10 @@ describe('an engine that declines the problem (a fake cuda without f32, preloade
     const d = await faDeclining(['demo', '--dtype', 'f32', '--seq', '40', '--dim', '16', '--rows', '4']);
     expect(d.code, d.stderr).toBe(0);
     expect(d.stdout).toMatch(/^\s+cuda\s+skipped: declines this problem \(f32 is not computed natively/m);
-    expect(d.stdout).toMatch(/Engine: cpu/);
+    expect(d.stdout).toMatch(/Engine: wasm/);
     const b = await faDeclining(['bench', '--dtype', 'f32', '--seq', '16', '--heads', '1', '--dim', '8', '--repeat', '1']);
     expect(b.code, b.stderr).toBe(0);
-    expect(b.stdout).toMatch(/^fa bench: cpu /m);
+    expect(b.stdout).toMatch(/^fa bench: wasm /m);
     const n = await faDeclining(['bench', '--backend', 'cuda', '--dtype', 'f32', '--seq', '16', '--dim', '8']);
     expect(n.code).toBe(1);
     expect(n.stderr).toBe(`fa: E_UNSUPPORTED: backend cuda cannot compute this problem: ${REASON} (--backend auto picks an engine that can)\n`);

@@ -157,7 +157,29 @@ describe('fa demo', () => {
   });
 });
 
+describe('fa demo without a GPU', () => {
+  it('picks the wasm engine by itself, verified exact, with its memory measured', async () => {
+    const r = await fa(['demo', '--tokens', '1024', '--dim', '32', '--json', '--rows', '16']);
+    expect(r.code, r.stderr).toBe(0);
+    const res = JSON.parse(r.stdout);
+    // no Vulkan driver in this environment and no CUDA GPU: auto lands on wasm (above cpu)
+    if (res.engine.name === 'webgpu' || res.engine.name === 'cuda') return;
+    expect(res.engine).toMatchObject({ name: 'wasm', dtype: 'f32', onDevice: false });
+    expect(res.engine.device).toMatch(/^WebAssembly (SIMD128|relaxed SIMD) ×\d+ thread/);
+    expect(res.exactness.verified).toBe(true);
+    expect(res.memory.forwardPeakExtra).toBeGreaterThan(0);
+  }, 240_000);
+});
+
 describe('fa bench', () => {
+  it('runs on the wasm engine', async () => {
+    const r = await fa(['bench', '--backend', 'wasm', '--seq', '64,128', '--dim', '16', '--repeat', '1']);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^fa bench: wasm/);
+    expect(r.stdout).toMatch(/WebAssembly memory/);
+  });
+
   it('prints throughput and memory tables', async () => {
     const r = await fa(['bench', '--backend', 'cpu', '--seq', '64,128', '--dim', '16', '--repeat', '1']);
     expect(r.stderr).toBe('');

@@ -5,13 +5,18 @@
  * that the page reports a verified exact result and that the SVG charts rendered. Saves a
  * screenshot (and the engine that ran) under test-output/.
  *
+ * The server sends COOP/COEP (cross-origin isolation, as the Vite servers and web/public/_headers
+ * do), except under /plain/, which serves the same files without them: there the wasm engine has
+ * no SharedArrayBuffer and must run on one thread and say so. SwiftShader is a software adapter,
+ * so on the page's auto choice the wasm engine runs, with threads.
+ *
  * Chromium comes from scripts/setup-webgpu.sh (apt: chromium). Without it the test is skipped
  * and says why; FA_CHROMIUM overrides the path.
  */
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { extname, join, normalize, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -32,14 +37,18 @@ const requests: string[] = [];
 function serve(root: string): Promise<string> {
   server = createServer((req, res) => {
     requests.push(req.url ?? '');
-    const rel = normalize(decodeURIComponent(new URL(req.url ?? '/', 'http://127.0.0.1').pathname)).replace(/^[/\\]+/, '') || 'index.html';
+    let rel = normalize(decodeURIComponent(new URL(req.url ?? '/', 'http://127.0.0.1').pathname)).replace(/^[/\\]+/, '');
+    const plain = rel === 'plain' || rel.startsWith('plain/');
+    if (plain) rel = rel.replace(/^plain\/?/, '');
+    rel ||= 'index.html';
+    const isolation = plain ? {} : { 'cross-origin-opener-policy': 'same-origin', 'cross-origin-embedder-policy': 'require-corp' };
     const path = join(root, rel);
     if (!path.startsWith(root + sep) && path !== root) {
       res.writeHead(403).end();
       return;
     }
     readFile(path).then(
-      (body) => res.writeHead(200, { 'content-type': TYPES[extname(path)] ?? 'application/octet-stream', 'cache-control': 'no-store' }).end(body),
+      (body) => res.writeHead(200, { 'content-type': TYPES[extname(path)] ?? 'application/octet-stream', 'cache-control': 'no-store', ...isolation }).end(body),
       () => res.writeHead(404).end(),
     );
   });
@@ -57,7 +66,8 @@ describe.skipIf(!haveChromium)('the web page in headless Chromium', () => {
     server?.close();
   });
 
-  it('runs a small configuration, verifies it against float64 and draws the charts', async () => {
+  /** Opens `path` (relative to the server), waits for the autorun, checks the verdict and charts. */
+  async function runPage(path: string, shot: string): Promise<{ engine: string; engineText: string; part2: string }> {
     const { chromium } = await import('playwright-core');
     const profile = mkdtempSync(join(process.env.TMPDIR ?? tmpdir(), 'fa-web-test-'));
     const ctx = await chromium.launchPersistentContext(profile, {
@@ -75,7 +85,7 @@ describe.skipIf(!haveChromium)('the web page in headless Chromium', () => {
         const u = r.url();
         if (!u.startsWith(base) && !/^(data|blob):/.test(u)) foreign.push(u);
       });
-      await page.goto(`${base}?T=256&D=32&autorun=1`);
+      await page.goto(`${base}${path}`);
       await page.waitForSelector('body[data-status="done"], body[data-status="error"]', { timeout: 240_000 });
       const status = await page.getAttribute('body', 'data-status');
       const engine = (await page.getAttribute('#engine', 'data-engine')) ?? 'none';
@@ -84,12 +94,11 @@ describe.skipIf(!haveChromium)('the web page in headless Chromium', () => {
       const part3 = (await page.textContent('#part3 pre')) ?? '';
       // let the tile-by-tile animation reach its last step before the picture
       await page.waitForSelector('#walk[data-step="6"]', { timeout: 30_000 });
-      await page.screenshot({ path: join(OUT, 'web.png'), fullPage: true });
-      writeFileSync(join(OUT, 'web-engine.txt'), `${engine}\n${engineText}\n\n${part2}\n\n${part3}\n`);
-      console.log(`web.test: engine ${engine}: ${engineText}\n${part2}`);
+      await page.screenshot({ path: join(OUT, `${shot}.png`), fullPage: true });
+      writeFileSync(join(OUT, `${shot}-engine.txt`), `${engine}\n${engineText}\n\n${part2}\n\n${part3}\n`);
+      console.log(`web.test (${path}): engine ${engine}: ${engineText}\n${part2}`);
 
       expect(status, part2).toBe('done');
-      expect(['webgpu', 'cpu']).toContain(engine);
       expect(await page.getAttribute('#verdict', 'data-verified')).toBe('true');
       expect(await page.textContent('#verdict')).toMatch(/verified exact/);
       expect(part3).toMatch(/Verified exact/);
@@ -103,9 +112,32 @@ describe.skipIf(!haveChromium)('the web page in headless Chromium', () => {
       // the page asks nothing of anyone but the local server
       expect(requests.length).toBeGreaterThan(0);
       expect(foreign).toEqual([]);
+      return { engine, engineText, part2 };
     } finally {
       await ctx.close();
       rmSync(profile, { recursive: true, force: true });
     }
+  }
+
+  it('runs a small configuration, verifies it against float64 and draws the charts (auto: wasm with threads, SwiftShader being a software adapter)', async () => {
+    const r = await runPage('?T=256&D=32&autorun=1', 'web');
+    expect(['webgpu', 'wasm', 'cpu']).toContain(r.engine);
+    if (r.engine === 'wasm') {
+      // cross-origin isolated: the engine's own worker threads
+      expect(r.engineText).toMatch(availableParallelism() > 1 ? /WebAssembly (SIMD128|relaxed SIMD) ×\d+ threads/ : /×1 thread/);
+      expect(r.engineText).not.toMatch(/one thread/);
+      expect(r.engineText).toMatch(/software adapter/);
+    }
+  }, 300_000);
+
+  it('runs the wasm engine on one thread where the page is not cross-origin isolated, and says why', async () => {
+    const r = await runPage('plain/?T=256&D=32&autorun=1&engine=wasm', 'web-plain');
+    expect(r.engine).toBe('wasm');
+    expect(r.engineText).toMatch(/×1 thread \(one thread: .*cross-origin isolated/);
+  }, 300_000);
+
+  it('runs WebGPU when asked for, even on a software adapter', async () => {
+    const r = await runPage('?T=256&D=32&autorun=1&engine=webgpu', 'web-webgpu');
+    expect(r.engine).toBe('webgpu');
   }, 300_000);
 });

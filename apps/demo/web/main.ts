@@ -1,11 +1,15 @@
 /**
  * The web page: the story of `fa demo` in a browser. WebGPU through @fa/webgpu when the browser
- * has an adapter (imported dynamically, so the page works without it), otherwise @fa/core's CPU
- * engine in a Web Worker. Controls for T, D and causal; the memory, traffic and throughput
- * charts (the same SVG code as `fa demo --report`); the online softmax animated tile by tile.
+ * has a hardware adapter (imported dynamically, so the page works without it), otherwise
+ * @fa/wasm's WebAssembly SIMD engine in a Web Worker (with worker threads of its own when the page
+ * is cross-origin isolated: the Vite server and the built page's _headers send COOP/COEP), and
+ * @fa/core's CPU engine in a Web Worker where WebAssembly SIMD is missing. A software WebGPU
+ * adapter (SwiftShader) is slower than both CPU engines and is used only when asked for.
+ * Controls for T, D and causal; the memory, traffic and throughput charts (the same SVG code as
+ * `fa demo --report`); the online softmax animated tile by tile.
  *
- * URL parameters (for links and the browser test): T, D, causal=1, engine=auto|webgpu|cpu,
- * autorun=1.
+ * URL parameters (for links and the browser test): T, D, causal=1,
+ * engine=auto|webgpu|wasm|cpu, autorun=1.
  */
 import { askSupports, describeProblemShapes, type AttentionBackend } from '@fa/core';
 import { intensityChart, ioChart, memoryChart, throughputChart } from '../src/story/figures.js';
@@ -13,13 +17,15 @@ import { fmtBytes, fmtInt, fmtRate, fmtSeconds } from '../src/story/format.js';
 import { backwardPart, FULL_T, ioSummary, naivePart, walkthroughPart } from '../src/story/parts.js';
 import type { DemoResult, MemoryPoint, PassSummary, ThroughputEntry } from '../src/story/result.js';
 import type { Progress } from '../src/story/run.js';
+import { isSoftwareAdapter } from '../src/story/engine-kind.js';
 import { part1, part3, part4, part5, part6 } from '../src/story/text.js';
 import { runOnBackend, type RunReport, type RunRequest } from './session.js';
 import { buildSteps, renderStep } from './walkthrough.js';
 
 type Engine =
   | { readonly kind: 'webgpu'; readonly backend: AttentionBackend; readonly device: string; readonly maxBuffer: number | null }
-  | { readonly kind: 'cpu'; readonly worker: Worker; readonly device: string };
+  | { readonly kind: 'worker'; readonly name: WorkerEngine; readonly worker: Worker; readonly device: string };
+type WorkerEngine = 'wasm' | 'cpu';
 
 const $ = <T extends HTMLElement = HTMLElement>(sel: string): T => {
   const el = document.querySelector<T>(sel);
@@ -36,7 +42,7 @@ const setStatus = (s: string) => {
 
 let engine: Engine | undefined;
 let webgpuFailure: string | undefined;
-/** Why this run left a started WebGPU engine for the CPU worker (choice by problem). */
+/** Why this run left a started WebGPU engine for a CPU worker (choice by problem). */
 let declined: string | undefined;
 const rates = new Map<string, number>();
 
@@ -52,38 +58,58 @@ async function startWebGPU(): Promise<Engine | string> {
   }
 }
 
-let worker: Worker | undefined;
-let workerDevice = 'Web Worker';
-function startCpu(): Promise<Engine> {
-  if (worker) return Promise.resolve({ kind: 'cpu', worker, device: workerDevice });
-  const w = new Worker(new URL('./cpu-worker.ts', import.meta.url), { type: 'module' });
-  return new Promise((resolve, reject) => {
-    const onMsg = (e: MessageEvent<{ type: string; device?: string }>) => {
-      if (e.data.type !== 'ready') return;
-      w.removeEventListener('message', onMsg);
-      worker = w;
-      workerDevice = e.data.device ?? workerDevice;
-      resolve({ kind: 'cpu', worker: w, device: workerDevice });
+const workers = new Map<WorkerEngine, Promise<Engine>>();
+let wasmFailure: string | undefined;
+
+/** Starts a CPU engine in its own Web Worker (engine-worker.ts), once. */
+function startWorker(name: WorkerEngine): Promise<Engine> {
+  let started = workers.get(name);
+  if (started) return started;
+  started = new Promise<Engine>((resolve, reject) => {
+    const w = new Worker(new URL('./engine-worker.ts', import.meta.url), { type: 'module' });
+    const onMsg = (e: MessageEvent<{ type: string; device?: string; message?: string }>) => {
+      if (e.data.type === 'ready') {
+        w.removeEventListener('message', onMsg);
+        resolve({ kind: 'worker', name, worker: w, device: e.data.device ?? 'Web Worker' });
+      } else if (e.data.type === 'failed') {
+        w.removeEventListener('message', onMsg);
+        w.terminate();
+        reject(new Error(e.data.message ?? 'unknown reason'));
+      }
     };
     w.addEventListener('message', onMsg);
-    w.addEventListener('error', (e) => reject(new Error(`the CPU worker failed to start: ${e.message}`)));
+    w.addEventListener('error', (e) => reject(new Error(`the ${name} worker failed to start: ${e.message}`)));
+    w.postMessage({ type: 'start', engine: name });
   });
+  started.catch(() => workers.delete(name));
+  workers.set(name, started);
+  return started;
 }
 
 async function chooseEngine(pref: string): Promise<Engine> {
-  if (pref !== 'cpu') {
+  if (pref === 'auto' || pref === 'webgpu') {
     const g = await startWebGPU();
-    if (typeof g !== 'string') return g;
-    webgpuFailure = g;
-    if (pref === 'webgpu') throw new Error(`WebGPU is unavailable: ${g}`);
+    if (typeof g === 'string') webgpuFailure = g;
+    else if (pref === 'webgpu' || !isSoftwareAdapter({ name: 'webgpu', device: g.device })) return g;
+    else webgpuFailure = `only a software adapter (${g.device}), slower than the CPU engines; choose webgpu to use it`;
+    if (pref === 'webgpu') throw new Error(`WebGPU is unavailable: ${webgpuFailure}`);
   }
-  return startCpu();
+  if (pref === 'auto' || pref === 'wasm') {
+    try {
+      return await startWorker('wasm');
+    } catch (e) {
+      wasmFailure = e instanceof Error ? e.message : String(e);
+      if (pref === 'wasm') throw new Error(`the wasm engine is unavailable: ${wasmFailure}`);
+    }
+  }
+  return startWorker('cpu');
 }
 
 /**
  * The engine for this run: choice by problem, as `fa` and resolveBackend() do. On "auto", a
  * WebGPU engine that declines the run's problem (a buffer larger than the adapter allows, say)
- * hands it to the CPU worker, and the engine line says why; asked for by name, it is an error.
+ * hands it to the wasm worker (the cpu worker where wasm is missing), and the engine line says
+ * why; asked for by name, it is an error.
  */
 async function engineFor(e: Engine, pref: string, req: RunRequest): Promise<Engine> {
   if (e.kind !== 'webgpu') return e;
@@ -96,23 +122,29 @@ async function engineFor(e: Engine, pref: string, req: RunRequest): Promise<Engi
     return e;
   }
   if (pref === 'webgpu') throw new Error(`webgpu cannot compute this problem: ${s.reason}`);
-  const cpu = await startCpu();
-  declined = `webgpu declines this problem (${s.reason}); running it on cpu`;
+  let cpu: Engine;
+  try {
+    cpu = await startWorker('wasm');
+  } catch (err) {
+    wasmFailure = err instanceof Error ? err.message : String(err);
+    cpu = await startWorker('cpu');
+  }
+  declined = `webgpu declines this problem (${s.reason}); running it on ${engineName(cpu)}`;
   showEngine(cpu);
   return cpu;
 }
 
 function engineName(e: Engine): string {
-  return e.kind === 'webgpu' ? 'webgpu' : 'cpu';
+  return e.kind === 'webgpu' ? 'webgpu' : e.name;
 }
 
 function showEngine(e: Engine): void {
   const el = $('#engine');
   el.dataset.engine = engineName(e);
-  el.textContent =
-    e.kind === 'webgpu'
-      ? `Engine: webgpu on ${e.device}`
-      : `Engine: cpu, @fa/core's CPU engine in a Web Worker (one thread; the page stays responsive)${declined ? ` — ${declined}` : webgpuFailure ? ` — WebGPU unavailable: ${webgpuFailure}` : ''}`;
+  const gpuNote = declined ? ` — ${declined}` : webgpuFailure ? ` — WebGPU unavailable: ${webgpuFailure}` : '';
+  if (e.kind === 'webgpu') el.textContent = `Engine: webgpu on ${e.device}`;
+  else if (e.name === 'wasm') el.textContent = `Engine: wasm, @fa/wasm's WebAssembly SIMD engine in a Web Worker: ${e.device}${gpuNote}`;
+  else el.textContent = `Engine: cpu, @fa/core's CPU engine in a Web Worker (one thread; the page stays responsive)${wasmFailure ? ` — wasm unavailable: ${wasmFailure}` : ''}${gpuNote}`;
 }
 
 let nextId = 1;
@@ -318,7 +350,7 @@ function applyParams(): void {
   if (params.get('causal') === '1') $<HTMLInputElement>('#causal').checked = true;
   if (params.get('backward') === '0') $<HTMLInputElement>('#backward').checked = false;
   const eng = params.get('engine');
-  if (eng === 'webgpu' || eng === 'cpu' || eng === 'auto') $<HTMLSelectElement>('#engineChoice').value = eng;
+  if (eng === 'webgpu' || eng === 'wasm' || eng === 'cpu' || eng === 'auto') $<HTMLSelectElement>('#engineChoice').value = eng;
 }
 
 async function main(): Promise<void> {

@@ -1,11 +1,12 @@
 /**
  * One run of the story in a browser: inputs, forward, backward, the float64 check on sampled
- * rows. The same function runs on the page's main thread (WebGPU) and inside the CPU Web Worker.
+ * rows. The same function runs on the page's main thread (WebGPU) and inside the engine Web Worker.
  * Results are plain data (they cross postMessage).
  */
 import type { AttentionBackend } from '@fa/core';
 import { checkRows, sampleRows, type RowsCheck } from '../src/story/exact.js';
 import { gpuMemoryProbe } from '../src/story/gpumem.js';
+import { wasmMemoryProbe } from '../src/story/wasmmem.js';
 import { AttentionRun, makeInputs, type Progress } from '../src/story/run.js';
 
 export interface RunRequest {
@@ -38,8 +39,8 @@ export interface RunReport {
 export async function runOnBackend(backend: AttentionBackend, req: RunRequest, progress: (p: Progress) => void): Promise<RunReport> {
   const inputs = makeInputs(req.T, req.D, 'f32', req.seed, false);
   const run = new AttentionRun(backend, inputs, req.causal);
-  const rate = req.rate ?? (backend.name === 'cpu' ? 2e8 : 1e9);
-  const probe = () => (backend.name === 'cpu' ? undefined : gpuMemoryProbe(backend));
+  const rate = req.rate ?? (backend.name === 'cpu' ? 2e8 : backend.name === 'wasm' ? 5e9 : 1e9);
+  const probe = () => (backend.name === 'cpu' ? undefined : (wasmMemoryProbe(backend) ?? gpuMemoryProbe(backend)));
   try {
     const p1 = probe();
     const fwd = await run.forward({ predictedSeconds: run.forwardFlops / rate, progress, chunkSeconds: 0.5, ...(p1 ? { memory: p1 } : {}) });

@@ -14,7 +14,9 @@ import type { Io } from '../io.js';
 import { bufferProbe } from '../memory.js';
 import { isSoftwareAdapter, pickStoryBackend } from '../pick.js';
 import { fmtBytes, fmtInt, fmtSeconds } from '../story/format.js';
+import { onCpu } from '../story/engine-kind.js';
 import { gpuMemoryProbe } from '../story/gpumem.js';
+import { wasmMemoryProbe } from '../story/wasmmem.js';
 import { makeInputs, type MemoryProbe } from '../story/run.js';
 import { fit } from '../story/text.js';
 
@@ -81,7 +83,7 @@ async function finish(b: AttentionBackend, t: Tensor): Promise<void> {
 }
 
 function probe(b: AttentionBackend): MemoryProbe | undefined {
-  return b.name === 'cpu' ? bufferProbe() : gpuMemoryProbe(b);
+  return b.name === 'cpu' ? bufferProbe() : (wasmMemoryProbe(b) ?? gpuMemoryProbe(b));
 }
 
 const bytesOf = (t: Tensor): number => {
@@ -186,7 +188,7 @@ export async function benchCommand(args: readonly string[], io: Io): Promise<num
   const dtypeFlag = p.strings.has('dtype') ? parseDType(p.strings.get('dtype'), '--dtype') : undefined;
   const opts: AttentionOptions = p.booleans.has('causal') ? { causal: true } : {};
   const name = p.strings.get('backend') ?? 'auto';
-  const sizesOf = (b: AttentionBackend) => sizesFlag ?? (b.name !== 'cpu' && !isSoftwareAdapter(b) ? [1024, 4096, 16384] : [256, 512, 1024]);
+  const sizesOf = (b: AttentionBackend) => sizesFlag ?? (!onCpu(b) && !isSoftwareAdapter(b) ? [1024, 4096, 16384] : [256, 512, 1024]);
   // f32 unless the engine declines it (then bf16), at the largest size the engine would run
   const problemOf = (b: AttentionBackend, dtype: DType) => {
     const T = Math.max(1, ...sizesOf(b));
@@ -205,7 +207,7 @@ export async function benchCommand(args: readonly string[], io: Io): Promise<num
   const json: BenchRow[] = [];
   for (const b of engines) {
     const dtype = dtypeOf(b);
-    const gpu = b.name !== 'cpu' && !isSoftwareAdapter(b);
+    const gpu = !onCpu(b) && !isSoftwareAdapter(b);
     const sizes = sizesFlag ?? (gpu ? [1024, 4096, 16384] : [256, 512, 1024]);
     if (sizes.length === 0) throw argError('--seq needs at least one size');
     const rows: BenchRow[] = [];
@@ -225,8 +227,8 @@ export async function benchCommand(args: readonly string[], io: Io): Promise<num
       ...rows.map((r) => [fmtInt(r.T), fmtBytes(r.hbmNaive), fmtBytes(r.hbmFlash), r.intensityNaive.toFixed(1), r.intensityFlash.toFixed(0)]),
     ]))
       io.out(l);
-    io.out(`  mem: measured peak extra memory (${b.name === 'cpu' ? 'ArrayBuffers' : 'device'}), beyond inputs and outputs.`);
-    if (b.name === 'cpu') io.out('  CPU timings are a rough guide, not GPU figures.');
+    io.out(`  mem: measured peak extra memory (${b.name === 'cpu' ? 'ArrayBuffers' : b.name === 'wasm' ? 'WebAssembly memory' : 'device'}), beyond inputs and outputs.`);
+    if (onCpu(b)) io.out('  CPU timings are a rough guide, not GPU figures.');
   }
   if (p.booleans.has('json')) io.out(JSON.stringify(json, null, 2));
   return 0;

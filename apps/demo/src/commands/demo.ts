@@ -26,7 +26,9 @@ import { progressBar } from '../progress.js';
 import { reportHtml } from '../report.js';
 import { checkRows, sampleRows } from '../story/exact.js';
 import { fmtBytes } from '../story/format.js';
+import { onCpu } from '../story/engine-kind.js';
 import { gpuMemoryProbe } from '../story/gpumem.js';
+import { wasmMemoryProbe } from '../story/wasmmem.js';
 import { naiveMemory } from '../story/model.js';
 import { naiveAttention } from '../story/naive.js';
 import { backwardPart, FULL_T, ioSummary, naivePart, parallelPart, walkthroughPart } from '../story/parts.js';
@@ -37,7 +39,7 @@ import { runGeneration } from '../story/generate.js';
 import { copyBandwidth } from '../story/bandwidth.js';
 
 const SPEC: FlagSpec = {
-  backend: { type: 'string', value: 'NAME', help: `engine: ${BACKEND_CHOICES.join(', ')} (default auto: cuda, then webgpu on a hardware adapter, then cpu)` },
+  backend: { type: 'string', value: 'NAME', help: `engine: ${BACKEND_CHOICES.join(', ')} (default auto: cuda, then webgpu on a hardware adapter, then wasm, then cpu)` },
   tokens: { type: 'string', value: 'T', help: 'tokens (default: 100000 on a GPU; on a CPU the largest T that fits --budget)' },
   seq: { type: 'string', value: 'T', help: 'same as --tokens' },
   budget: { type: 'string', value: 'SECONDS', help: 'time for forward + backward when T is chosen for you (default 50)' },
@@ -110,10 +112,10 @@ function parseOpts(args: readonly string[]): Opts | 'help' {
 /** Seconds for forward + backward on a CPU: about a minute with calibration and checks, leaving room for setup in the 3-minute quick start. */
 export const DEFAULT_BUDGET = 50;
 
-const isGpu = (b: AttentionBackend) => b.name !== 'cpu' && !isSoftwareAdapter(b);
+const isGpu = (b: AttentionBackend) => !onCpu(b) && !isSoftwareAdapter(b);
 
 function probeFor(b: AttentionBackend): MemoryProbe | undefined {
-  return b.name === 'cpu' ? bufferProbe() : gpuMemoryProbe(b);
+  return b.name === 'cpu' ? bufferProbe() : (wasmMemoryProbe(b) ?? gpuMemoryProbe(b));
 }
 
 /** Forward + backward once at size T (calibration or a throughput entry). */
@@ -190,7 +192,7 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
   const { dtype, D } = storyShape(backend, o);
   const causal = o.causal;
   const machine = machineInfo(backend);
-  const engine = { name: backend.name, device: backend.device, dtype, onDevice: backend.name !== 'cpu' };
+  const engine = { name: backend.name, device: backend.device, dtype, onDevice: !onCpu(backend) };
 
   // 1. naive attention at 100K tokens
   const available = machine.gpuTotal ?? machine.ramTotal;
@@ -200,13 +202,14 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
 
   // 2. calibrate, choose T, run
   const software = isSoftwareAdapter(backend);
-  const calT = Math.min(o.tokens ?? Infinity, gpu ? 8192 : 1024);
+  // calibrate where the engine's per-call costs (copies, thread round trips) no longer dominate
+  const calT = Math.min(o.tokens ?? Infinity, gpu ? 8192 : backend.name === 'wasm' ? 4096 : 1024);
   const points: MemoryPoint[] = [];
   const headerLines = header({ engine, candidates: pre.candidates, config: { T: 0, D, causal, seed: o.seed, budgetSeconds: o.budget, tokensFrom: 'flag' } });
   say(io, o.json, [...headerLines, ...part1(pre)]);
 
   // warm-up (worker threads, JIT, shader pipelines), then the calibration run
-  const warmTs = gpu ? [Math.min(calT, 1024)] : [...new Set([256, 512].map((t) => Math.min(t, calT)))].filter((t) => t < calT || calT <= 256);
+  const warmTs = gpu ? [Math.min(calT, 1024)] : [...new Set([256, 512, calT / 4].map((t) => Math.min(t, calT)))].filter((t) => t < calT || calT <= 256);
   for (const t of warmTs) {
     const w = await measure(backend, t, D, dtype, causal, o.seed + 100 + t, probeFor(backend));
     if (w.fwdExtra !== undefined) points.push({ T: t, flash: w.fwdExtra });

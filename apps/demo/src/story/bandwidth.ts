@@ -6,10 +6,17 @@
  * - cpu (host tensors): TypedArray.prototype.set of the cache into a fresh array (memcpy) on the
  *   calling thread — the engine spreads a step over its worker threads, so it can exceed it;
  * - webgpu: copyBufferToBuffer of the cache's GPU buffer, counting bytes read + written;
+ * - wasm (its device tensors): the engine's copyLoop(), a WebAssembly SIMD load/store loop over the
+ *   cache's bytes on the engine's worker threads (the same threads the decode step runs on);
  * - other engines: not measured (null).
  */
 import type { Tensor } from '@fa/core';
 import type { CopyBandwidth } from './generate.js';
+
+interface CopyLoopLike {
+  copyLoop?(tensors: readonly Tensor[], method?: 'simd' | 'memcpy'): Promise<{ seconds: number; bytes: number }>;
+  readonly threads?: number;
+}
 
 interface GpuLike {
   gpuDevice?: { createBuffer(d: { size: number; usage: number }): { destroy(): void }; createCommandEncoder(): { copyBufferToBuffer(a: unknown, ao: number, b: unknown, bo: number, n: number): void; finish(): unknown }; queue: { submit(c: unknown[]): void; onSubmittedWorkDone(): Promise<void> } };
@@ -26,6 +33,19 @@ export async function copyBandwidth(engine: unknown, cache: Tensor, bytes: numbe
       best = Math.min(best, (performance.now() - t0) / 1e3);
     }
     return { bytesPerSecond: src.byteLength / best, method: 'memcpy on 1 thread, bytes read' };
+  }
+  const loop = engine as CopyLoopLike;
+  if (typeof loop.copyLoop === 'function' && cache.kind === 'device' && cache.backend === 'wasm') {
+    await loop.copyLoop([cache]); // warm-up: tiered-up code on every thread
+    let best = Infinity;
+    let bytes = 0;
+    for (let r = 0; r < 5; r++) {
+      const c = await loop.copyLoop([cache]);
+      best = Math.min(best, c.seconds);
+      bytes = c.bytes;
+    }
+    const threads = Math.max(1, loop.threads ?? 1);
+    return { bytesPerSecond: bytes / best, method: `wasm SIMD copy loop, ${threads} thread${threads > 1 ? 's' : ''}` };
   }
   const dev = (engine as GpuLike).gpuDevice;
   const buf = (cache.handle as { buffer?: unknown } | null)?.buffer;

@@ -41,7 +41,8 @@ export function workerExecArgv(argv: readonly string[]): string[] {
   return out;
 }
 
-export class WorkerPool {
+/** J: the job type its workers understand (the CPU engine's Job; @fa/wasm passes its own). */
+export class WorkerPool<J = Job> {
   private slots: Slot[] = [];
   private tail: Promise<unknown> = Promise.resolve();
   private disposed = false;
@@ -50,6 +51,8 @@ export class WorkerPool {
     readonly size: number,
     private readonly WorkerClass: WorkerCtor,
     private readonly url: URL,
+    /** The engine named in thread names and error messages. */
+    private readonly label = 'cpu',
   ) {}
 
   /** Threads started so far (the pool starts them on first use). */
@@ -69,14 +72,24 @@ export class WorkerPool {
 
   private spawn(): Slot {
     const execArgv = typeof process !== 'undefined' && Array.isArray(process.execArgv) ? workerExecArgv(process.execArgv) : undefined;
-    const worker = new this.WorkerClass(this.url, { name: `fa-cpu-${this.slots.length}`, ...(execArgv ? { execArgv } : {}) });
+    const name = `fa-${this.label}-${this.slots.length}`;
+    let worker: NodeWorker;
+    try {
+      worker = new this.WorkerClass(this.url, { name, ...(execArgv ? { execArgv } : {}) });
+    } catch (e) {
+      // V8 flags (`node --experimental-wasm-relaxed-simd app.js`) are process-wide and Node
+      // refuses them in a worker's execArgv: start it without the flags Node names.
+      if ((e as { code?: string }).code !== 'ERR_WORKER_INVALID_EXEC_ARGV' || !execArgv) throw e;
+      const invalid = new Set(String((e as Error).message).replace(/^[^:]*:\s*/, '').split(/,\s*/));
+      worker = new this.WorkerClass(this.url, { name, execArgv: execArgv.filter((a) => !invalid.has(a)) });
+    }
     worker.unref();
     const slot: Slot = { worker, dead: false };
     const fail = (why: string, cause?: unknown) => {
       slot.dead = true;
       const p = slot.pending;
       slot.pending = undefined;
-      p?.reject(new FAError('E_DEVICE', `cpu worker thread failed: ${why}`, { cause }));
+      p?.reject(new FAError('E_DEVICE', `${this.label} worker thread failed: ${why}`, { cause }));
     };
     worker.on('message', (msg: { id: number; ok: boolean; error?: { name: string; message: string; code?: string; stack?: string } }) => {
       const p = slot.pending;
@@ -85,7 +98,7 @@ export class WorkerPool {
       if (msg.ok) p.resolve();
       else {
         const e = msg.error!;
-        const err = e.name === 'FAError' && e.code ? new FAError(e.code as 'E_DEVICE', e.message) : new FAError('E_DEVICE', `cpu worker thread failed: ${e.message}`);
+        const err = e.name === 'FAError' && e.code ? new FAError(e.code as 'E_DEVICE', e.message) : new FAError('E_DEVICE', `${this.label} worker thread failed: ${e.message}`);
         if (e.stack) err.stack = e.stack;
         p.reject(err);
       }
@@ -96,14 +109,14 @@ export class WorkerPool {
   }
 
   /** Runs `job` on up to `threads` workers; resolves when all of them are done. */
-  run(job: Job, threads: number): Promise<void> {
+  run(job: J, threads: number): Promise<void> {
     const result = this.tail.then(() => this.runNow(job, threads));
     this.tail = result.catch(() => undefined);
     return result;
   }
 
-  private async runNow(job: Job, threads: number): Promise<void> {
-    if (this.disposed) throw new FAError('E_DEVICE', 'the cpu backend was disposed');
+  private async runNow(job: J, threads: number): Promise<void> {
+    if (this.disposed) throw new FAError('E_DEVICE', `the ${this.label} backend was disposed`);
     const n = Math.max(1, Math.min(this.size, threads));
     this.fill(n);
     const used = this.slots.slice(0, n);
@@ -132,7 +145,7 @@ export class WorkerPool {
         s.dead = true;
         const p = s.pending;
         s.pending = undefined;
-        p?.reject(new FAError('E_DEVICE', 'the cpu backend was disposed while a call was running'));
+        p?.reject(new FAError('E_DEVICE', `the ${this.label} backend was disposed while a call was running`));
         await s.worker.terminate();
       }),
     );

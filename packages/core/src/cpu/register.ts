@@ -7,5 +7,13 @@ import { createCpuBackend } from './engine.js';
 
 export { CpuBackend, createCpuBackend, DEFAULT_INLINE_BELOW_FLOPS, type CpuEngineOptions } from './engine.js';
 export { chooseTiles, DEFAULT_CPU_CACHE, paddedD, workingSetBytes, type CacheModel, type TileSizes } from './tiles.js';
+// The engine's work units, its thread pool and its deterministic dQ reduction, for engines that
+// bring only their own kernels (@fa/wasm): the dense plans and the KV-cache plan (units, key
+// chunks, partial-state slots).
+export { planForward } from './forward.js';
+export { planBackward, reducePrivate, type BackwardPlan } from './backward.js';
+export { planKVCache, KV_CHUNK, type KVCachePlan } from './kvcache.js';
+export { FWD_UNIT, BWD_UNIT, KV_UNIT } from './job.js';
+export { WorkerPool, workerExecArgv } from './pool.js';
 
 registerBackend('cpu', () => createCpuBackend(), 0);

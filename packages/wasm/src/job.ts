@@ -1,0 +1,82 @@
+/**
+ * A unit of @fa/wasm work as plain data, what a worker receives (structured-cloned: numbers and
+ * SharedArrayBuffer views), and runJob, what every thread does with it. The units are core's
+ * (planForward / planBackward in packages/core/src/cpu), taken from a shared Atomics counter as
+ * in the TypeScript engine; only the kernels are WebAssembly. (No runtime import of @fa/core here:
+ * the worker bundle stays small.)
+ */
+export interface WasmJob {
+  readonly kind: 'forward' | 'backward' | 'kvcache' | 'copy';
+  /** Address of the call's fa_problem (kvcache: its fa_kv; copy: the copy method, 0 or 1). */
+  readonly problem: number;
+  /**
+   * Forward: (batch, kv head, query tile) triples. Backward: (batch, kv head, first tile, end
+   * tile, private) 5-tuples. KV cache: (batch, first kv head, end kv head, query tile, key
+   * chunk, slot of the first head) 6-tuples, core's units of consecutive kv heads together
+   * (kvcall.ts). Copy: (address, bytes) pairs.
+   */
+  readonly units: Int32Array;
+  /** Entries per unit: core's FWD_UNIT (3), BWD_UNIT (5); KV cache 6; copy 2. */
+  readonly unitSize: number;
+  /** Backward: address of each private dQ accumulator (index = a unit's `private`). */
+  readonly privates: readonly number[];
+  /** [0]: next unit (Atomics.add); [1]: next thread slot. */
+  readonly counter: Int32Array;
+  /** Per-thread slots: scratch at the start, the thread's stack growing down from the end. */
+  readonly slots: number;
+  readonly slotBytes: number;
+}
+
+/** The small per-thread buffer a copy job writes into (it stays in L1/L2: csrc/copy.c). */
+export const COPY_RING_BYTES = 64 * 1024;
+
+/** The exports of a csrc/ binary. */
+export interface Kernels {
+  readonly fa_forward_scratch_bytes: (problem: number) => number;
+  readonly fa_backward_scratch_bytes: (problem: number) => number;
+  readonly fa_scale: (ptr: number, n: number, s: number) => void;
+  readonly fa_encode16: (ptr: number, n: number, bf16: number) => void;
+  readonly fa_pack_kv: (problem: number, b: number, kvh: number) => void;
+  readonly fa_forward_unit: (problem: number, scratch: number, b: number, kvh: number, qt: number) => void;
+  readonly fa_dvec: (problem: number, out: number) => void;
+  readonly fa_backward_unit: (problem: number, scratch: number, b: number, kvh: number, ktStart: number, ktEnd: number, dqPrivate: number) => void;
+  readonly fa_kv_scratch_bytes: (kv: number) => number;
+  readonly fa_kv_unit: (kv: number, scratch: number, b: number, kvh0: number, kvh1: number, t: number, c: number, slot0: number) => void;
+  readonly fa_kv_combine: (kv: number, scratch: number, b: number, kvh: number, t: number, slot0: number, chunks: number) => void;
+  readonly fa_copy_range: (src: number, n: number, dst: number, ring: number, method: number) => void;
+  readonly fa_set_stack: (top: number) => void;
+  readonly __heap_base: WebAssembly.Global;
+}
+
+/**
+ * Runs units of the job until the counter runs out. A worker moves its stack into its slot;
+ * the calling thread (the inline path) keeps its own stack (`ownStack` false).
+ */
+export function runJob(job: WasmJob, k: Kernels, ownStack: boolean): void {
+  const slot = Atomics.add(job.counter, 1, 1);
+  const scratch = job.slots + slot * job.slotBytes;
+  if (ownStack) k.fa_set_stack(scratch + job.slotBytes);
+  const U = job.units;
+  const n = U.length / job.unitSize;
+  for (;;) {
+    const u = Atomics.add(job.counter, 0, 1);
+    if (u >= n) return;
+    const o = u * job.unitSize;
+    switch (job.kind) {
+      case 'forward':
+        k.fa_forward_unit(job.problem, scratch, U[o], U[o + 1], U[o + 2]);
+        break;
+      case 'backward': {
+        const priv = U[o + 4];
+        k.fa_backward_unit(job.problem, scratch, U[o], U[o + 1], U[o + 2], U[o + 3], priv < 0 ? 0 : job.privates[priv]);
+        break;
+      }
+      case 'kvcache':
+        k.fa_kv_unit(job.problem, scratch, U[o], U[o + 1], U[o + 2], U[o + 3], U[o + 4], U[o + 5]);
+        break;
+      case 'copy':
+        k.fa_copy_range(U[o] >>> 0, U[o + 1], scratch, COPY_RING_BYTES, job.problem);
+        break;
+    }
+  }
+}
