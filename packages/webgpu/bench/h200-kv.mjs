@@ -2,8 +2,8 @@
 // driver), one run:
 //   1. the KV-cache part of the conformance kit: every KV case (99: 33 templates × f32/f16/bf16)
 //      and the decode-loop and bad-argument checks, with host caches and index arrays, then again
-//      with device caches (upload) — the gate; then once more with device caches and the decode
-//      kernel forced (its row tiles on the Tq > 1 cases);
+//      with device caches (upload) — the gate; then once more with device caches on the tiled
+//      kernel (the rule sends every kit case to the decode kernel);
 //   2. decode: Tq = 1, one token appended per call, H = 32 over Hkv = 8, D = 128, every sequence at
 //      Tk − 1 cached tokens; B = 8, Tk = 32K (and B = 1, Tk = 32K / 128K; B = 64, Tk = 4K: the
 //      issue's shapes); f32 and packed f16 (and bf16), paged (blocks of 256, shuffled table) and
@@ -120,8 +120,8 @@ const variant = (o) => createWebGPUBackend({ device: pdev, ...o });
 
 // ---------------------------------------------------------------- 1. the kit (the gate)
 if (!SKIP.has('kit')) {
-  const forced = await variant({ kvKernel: 'decode' });
-  for (const [name, b, upload] of [['host caches', be, false], ['device caches', be, true], ['device caches, decode kernel forced', forced, true]]) {
+  const forced = await variant({ kvKernel: 'tiled' });
+  for (const [name, b, upload] of [['host caches', be, false], ['device caches', be, true], ['device caches, tiled kernel forced', forced, true]]) {
     const t0 = performance.now();
     const s = await runConformance(b, { cases: [], kvCache: true, upload, quick: SMALL });
     const line = `${formatSummary(s)} (${name})`;
@@ -221,7 +221,7 @@ async function decodeInputs({ B, T, H, Hkv, D, bs, dtype, Tq = 1 }) {
 }
 
 /** Wall µs per call (best of 3 runs of `reps` back-to-back calls, one drain each) and per-pass GPU µs. */
-async function timeCalls(b, x, reps) {
+async function timeCalls(b, x, reps, profiled = SMALL ? 2 : 10) {
   const call = async () => {
     const r = await b.forwardWithKVCache(x.q, x.kc, x.vc, x.opts);
     b.disposeTensor(r.out);
@@ -236,7 +236,7 @@ async function timeCalls(b, x, reps) {
     await b.sync();
     best = Math.min(best, (performance.now() - t0) / reps);
   }
-  const gpuUs = await profile(SMALL ? 2 : 10, call);
+  const gpuUs = await profile(profiled, call);
   await b.sync();
   return { us: best * 1000, gpu: gpuUs };
 }
@@ -257,8 +257,10 @@ if (!SKIP.has('decode')) {
         { B: 8, T: 32768, H: 32, Hkv: 8, D: 100, bs: 256, dtype: 'f32' },
       ];
   // the split target and keys in flight, on these shapes (index into shapes)
-  const sweepOn = SMALL ? [0] : [0, 2, 6];
-  const sweep = SMALL ? [{ kvTargetWorkgroups: 64 }] : [256, 512, 2048, 4096].map((n) => ({ kvTargetWorkgroups: n })).concat([{ kvKeysPerStep: 1 }, { kvKeysPerStep: 2 }, { kvKeysPerStep: 4 }, { kvPrefetch: false }]);
+  const sweepOn = SMALL ? [0] : [0, 2, 6, 8];
+  const sweep = SMALL
+    ? [{ kvTargetWorkgroups: 64 }]
+    : [{ kvKeysPerStep: 1 }, { kvKeysPerStep: 2 }, { kvKeysPerStep: 4 }, { kvPrefetch: true }, { kvTargetWorkgroups: 512 }, { kvTargetWorkgroups: 2048 }];
   for (const [si, s] of shapes.entries()) {
     if (si > 3 && elapsed() > BUDGET_S) {
       log(`(budget: skipped ${JSON.stringify(s)})`);
@@ -267,10 +269,12 @@ if (!SKIP.has('decode')) {
     try {
       const x = await decodeInputs(s);
       const bytes = 2 * s.B * s.T * s.Hkv * s.D * (s.dtype === 'f32' ? 4 : 2); // K and V rows one step reads
-      const copyS = await copySeconds(x.kc.handle.buffer, x.cacheBytes);
-      const copyGbs = (2 * x.cacheBytes) / copyS / 1e9;
-      const row = { ...s, cache: s.bs ? `paged ${s.bs}` : 'contiguous', copyGbs };
+      // the copy just before and just after the decode calls (the GPU's state can drift)
+      const copyBefore = (2 * x.cacheBytes) / (await copySeconds(x.kc.handle.buffer, x.cacheBytes)) / 1e9;
       const d = await timeCalls(be, x, SMALL ? 3 : 50);
+      const copyAfter = (2 * x.cacheBytes) / (await copySeconds(x.kc.handle.buffer, x.cacheBytes)) / 1e9;
+      const copyGbs = (copyBefore + copyAfter) / 2;
+      const row = { ...s, cache: s.bs ? `paged ${s.bs}` : 'contiguous', copyGbs, copyBefore, copyAfter, plan: be.lastKVPlan };
       Object.assign(row, { us: d.us, gbs: bytes / d.us / 1e3, gpu: d.gpu, ratio: bytes / d.us / 1e3 / copyGbs });
       if (d.gpu) row.ratioGpu = bytes / d.gpu.total / 1e3 / copyGbs;
       const t = await timeCalls(tiled, x, SMALL ? 2 : 5);
@@ -281,8 +285,8 @@ if (!SKIP.has('decode')) {
         for (const o of sweep) {
           const b = await variant(o);
           const r = await timeCalls(b, x, SMALL ? 2 : 30);
+          const e = { shape: s, opts: o, us: r.us, gpu: r.gpu, gbs: bytes / r.us / 1e3, plan: b.lastKVPlan };
           await b.dispose();
-          const e = { shape: s, opts: o, us: r.us, gpu: r.gpu, gbs: bytes / r.us / 1e3 };
           results.sweep.push(e);
           log(`  sweep ${JSON.stringify(o)}: ${r.us.toFixed(0)} µs (${e.gbs.toFixed(0)} GB/s); GPU µs: ${fmtGpu(r.gpu)}`);
         }
@@ -296,21 +300,23 @@ if (!SKIP.has('decode')) {
   }
 }
 
-// Tq > 1 (speculative verification): rows per kv head 8, 16, 32 on the decode and tiled kernels
+// Tq > 1 (speculative verification, chunked prefill): rows per kv head 8 … 256 on both kernels
 if (!SKIP.has('tq') && elapsed() < BUDGET_S) {
   const forced = await variant({ kvKernel: 'decode' });
-  for (const Tq of SMALL ? [2, 8] : [2, 4, 8]) {
+  for (const Tq of SMALL ? [2, 8] : [2, 4, 8, 16, 32, 64]) {
+    if (elapsed() > BUDGET_S + 15) break;
     const s = SMALL ? { B: 2, T: 512, H: 4, Hkv: 2, D: 64, bs: 64, dtype: 'bf16', Tq } : { B: 8, T: 32768, H: 32, Hkv: 8, D: 128, bs: 256, dtype: 'bf16', Tq };
     try {
       const x = await decodeInputs(s);
       const bytes = 2 * s.B * s.T * s.Hkv * s.D * 2;
       const r = { ...s };
-      for (const [name, b] of [['auto', be], ['decode', forced], ['tiled', tiled]]) {
-        const m = await timeCalls(b, x, SMALL ? 2 : 10);
-        r[name] = { us: m.us, gpu: m.gpu, gbs: bytes / m.us / 1e3 };
+      const reps = SMALL ? 2 : Tq >= 16 ? 2 : 10;
+      for (const [name, b] of [['auto', be], ['decode', forced], ['tiled', tiled], ['auto2', be]]) {
+        const m = await timeCalls(b, x, reps, SMALL ? 2 : Tq >= 16 ? 2 : 5);
+        r[name] = { us: m.us, gpu: m.gpu, gbs: bytes / m.us / 1e3, kernel: b.lastKVPlan?.kernel };
       }
       results.tq.push(r);
-      log(`Tq ${Tq} (rows/kv head ${(s.H / s.Hkv) * Tq}): auto ${r.auto.us.toFixed(0)} µs, decode ${r.decode.us.toFixed(0)} µs (GPU ${fmtGpu(r.decode.gpu)}), tiled ${r.tiled.us.toFixed(0)} µs (GPU ${fmtGpu(r.tiled.gpu)})`);
+      log(`Tq ${Tq} (rows/kv head ${(s.H / s.Hkv) * Tq}): auto ${r.auto.us.toFixed(0)} µs (${r.auto.kernel}; again ${r.auto2.us.toFixed(0)}), decode ${r.decode.us.toFixed(0)} µs (GPU ${fmtGpu(r.decode.gpu)}), tiled ${r.tiled.us.toFixed(0)} µs (GPU ${fmtGpu(r.tiled.gpu)})`);
       x.dispose();
     } catch (e) {
       results.errors.push(`Tq ${Tq}: ${e.message}`);
@@ -321,22 +327,53 @@ if (!SKIP.has('tq') && elapsed() < BUDGET_S) {
   await forced.dispose();
 }
 
-// per-call time of a tiny problem: the host's share of a call
+// per-call time of a tiny problem: the host's share of a call, and what a few Dawn calls cost
 {
   const x = await decodeInputs({ B: 1, T: 256, H: 32, Hkv: 8, D: 128, bs: 256, dtype: 'bf16' });
   const m = await timeCalls(be, x, SMALL ? 5 : 200);
-  results.overhead = m;
-  log(`tiny call (B 1, Tk 256): ${m.us.toFixed(1)} µs per call wall; GPU µs: ${fmtGpu(m.gpu)}`);
+  const n = SMALL ? 20 : 500;
+  const per = async (f) => {
+    const t0 = performance.now();
+    for (let i = 0; i < n; i++) await f();
+    return ((performance.now() - t0) / n) * 1000;
+  };
+  const host = {
+    callResolves: await per(async () => {
+      const r = await be.forwardWithKVCache(x.q, x.kc, x.vc, x.opts);
+      be.disposeTensor(r.out);
+      be.disposeTensor(r.lse);
+    }),
+    errorScopes: await per(async () => {
+      dev.pushErrorScope('validation');
+      dev.pushErrorScope('out-of-memory');
+      await dev.popErrorScope();
+      await dev.popErrorScope();
+    }),
+    tenBuffers: await per(async () => {
+      const bs = Array.from({ length: 10 }, () => dev.createBuffer({ size: 4096, usage: 0x80 | 0x8 }));
+      for (const b of bs) b.destroy();
+    }),
+    emptySubmit: await per(async () => dev.queue.submit([dev.createCommandEncoder().finish()])),
+  };
+  await be.sync();
+  results.overhead = { ...m, host };
+  log(`tiny call (B 1, Tk 256): ${m.us.toFixed(1)} µs per call wall; GPU µs: ${fmtGpu(m.gpu)}; host µs: ${Object.entries(host).map(([k, v]) => `${k} ${v.toFixed(1)}`).join(', ')}`);
   x.dispose();
 }
 await tiled.dispose();
 
 log('');
-log(`| B | Tk | D | cache | dtype | µs/call | GB/s read | GPU µs (append + decode + combine) | copy GB/s (r+w) | decode / copy (wall) | (GPU) | tiled µs/call |`);
+log(`| B | Tk | D | cache | dtype | µs/call | GB/s read | GPU µs (append + decode + combine) | copy GB/s (r+w; before / after) | decode / copy (wall) | (GPU) | tiled µs/call |`);
 log('|---:|---:|---:|:---|:---|---:|---:|:---|---:|---:|---:|---:|');
 for (const r of results.decode) {
   const g = r.gpu ? `${(r.gpu['kv append'] ?? 0).toFixed(1)} + ${(r.gpu['kv decode'] ?? r.gpu['kv attend'] ?? 0).toFixed(1)} + ${(r.gpu['kv combine'] ?? 0).toFixed(1)}` : 'n/a';
-  log(`| ${r.B} | ${r.T} | ${r.D} | ${r.cache} | ${r.dtype} | ${r.us.toFixed(0)} | ${r.gbs.toFixed(1)} | ${g} | ${r.copyGbs.toFixed(1)} | ${(100 * r.ratio).toFixed(0)} % | ${r.ratioGpu ? (100 * r.ratioGpu).toFixed(0) + ' %' : ''} | ${r.tiledUs.toFixed(0)} |`);
+  log(`| ${r.B} | ${r.T} | ${r.D} | ${r.cache} | ${r.dtype} | ${r.us.toFixed(0)} | ${r.gbs.toFixed(1)} | ${g} | ${r.copyGbs.toFixed(0)} (${r.copyBefore.toFixed(0)} / ${r.copyAfter.toFixed(0)}) | ${(100 * r.ratio).toFixed(0)} % | ${r.ratioGpu ? (100 * r.ratioGpu).toFixed(0) + ' %' : ''} | ${r.tiledUs.toFixed(0)} |`);
+}
+if (results.tq.length) {
+  log('');
+  log('| Tq | rows / kv head | auto (kernel) µs | decode µs | tiled µs |');
+  log('|---:|---:|---:|---:|---:|');
+  for (const r of results.tq) log(`| ${r.Tq} | ${(r.H / r.Hkv) * r.Tq} | ${r.auto.us.toFixed(0)} (${r.auto.kernel}) | ${r.decode.us.toFixed(0)} | ${r.tiled.us.toFixed(0)} |`);
 }
 log(`total ${elapsed().toFixed(0)} s`);
 save();

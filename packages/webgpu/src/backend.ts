@@ -43,7 +43,7 @@ import { PipelineCache } from './pipelines.js';
 import { supportOf, unsupportedError } from './support.js';
 import { WGIndexTensor, WGTensor } from './tensor.js';
 import { encodeKVCache, kvSupport, type KVEnv } from './kvcache.js';
-import { type KVCaps, type KVTuning, planKV } from './kvplan.js';
+import { type KVCaps, type KVPlan, type KVTuning, planKV } from './kvplan.js';
 import { type Caps, type Choice, type KernelKind, chooseSpec } from './tiles.js';
 import { type KernelSpec, type Tile, encoding, specKey } from './wgsl/spec.js';
 import { forwardWGSL } from './wgsl/forward.js';
@@ -66,6 +66,8 @@ export class WebGPUBackend implements AttentionBackend {
   private readonly calls = new CallGuard({ device: () => this.acq.device, adapterName: () => this.device, lostInfo: () => this.lostInfo });
   /** Specialisations used by the most recent call (for tests and benchmarks). */
   lastSpecs: KernelSpec[] = [];
+  /** The plan of the last KV-cache call (which kernel, its specialisation and split; tests, benchmarks). */
+  lastKVPlan: KVPlan | undefined;
 
   private constructor(
     acq: Acquired,
@@ -218,6 +220,7 @@ export class WebGPUBackend implements AttentionBackend {
       name: this.name,
       caps: this.kvCaps(),
       tuning: this.kvTuning(),
+      planned: (plan) => (this.lastKVPlan = plan),
       device: () => this.acq.device,
       createBuffer: (scope, bytes, usage, label) => this.createBuffer(scope, bytes, usage, label),
       input: (scope, t, what) => this.input(scope, t, what),
@@ -338,7 +341,7 @@ export class WebGPUBackend implements AttentionBackend {
     return paramsBuffer(this.acq.device, scope, p, tile, this.outF32(p), diOff);
   }
 
-  private bind(pipe: GPUComputePipeline, buffers: (GPUBuffer | undefined)[]): GPUBindGroup {
+  private bind(pipe: GPUComputePipeline, buffers: (GPUBuffer | GPUBufferBinding | undefined)[]): GPUBindGroup {
     return bindGroup(this.acq.device, pipe, buffers);
   }
 

@@ -12,6 +12,8 @@ export { findGPU, acquire, type AcquireOptions } from './gpu.js';
 export { TILE_CANDIDATES, PREFERRED_TILES, chooseSpec, type Caps, type KernelKind } from './tiles.js';
 export type { Tile, KernelSpec } from './wgsl/spec.js';
 export { forwardWGSL } from './wgsl/forward.js';
+export { planKV, decodeSpec, KV_DECODE_MAX_ROWS, KV_TARGET_WORKGROUPS, type KVPlan, type KVCaps, type KVTuning } from './kvplan.js';
+export { kvDecodeWGSL, type KVDecodeSpec } from './wgsl/kvdecode.js';
 export { dkdvWGSL, dqWGSL, deltaWGSL } from './wgsl/backward.js';
 
 /** Creates a WebGPU engine (outside the registry), e.g. with a given device or a forced tile. */

@@ -54,7 +54,7 @@ export interface KVEnv {
   /** The buffer of a tensor input: the backend's own, or an upload of a host tensor. */
   input(scope: Scope, t: Tensor, what: string): GPUBuffer;
   pipeline(key: string, code: () => string): Promise<GPUComputePipeline>;
-  bind(pipe: GPUComputePipeline, buffers: (GPUBuffer | undefined)[]): GPUBindGroup;
+  bind(pipe: GPUComputePipeline, buffers: (GPUBuffer | GPUBufferBinding | undefined)[]): GPUBindGroup;
   readBuffer(scope: Scope, buf: GPUBuffer, dtype: HostTensor['dtype'], shape: readonly number[]): Promise<HostTensor>;
   /** Wraps an output buffer as a device tensor. */
   wrap(buf: GPUBuffer, dtype: HostTensor['dtype'], shape: readonly number[]): Tensor;
@@ -64,6 +64,8 @@ export interface KVEnv {
   readonly caps: KVCaps;
   /** The engine's kv* options. */
   readonly tuning: KVTuning;
+  /** Told each call's plan. */
+  planned?(plan: KVPlan): void;
 }
 
 /** A small storage buffer holding `data` (at least 16 bytes). */
@@ -92,6 +94,7 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
   const dev = env.device();
   const enc: KVEncoding = p.dtype;
   const plan = planKV(p, env.caps, env.tuning);
+  env.planned?.(plan);
   const dspec = plan.decode;
   const [pAttend, pCombine, pAppend] = await Promise.all([
     dspec ? env.pipeline(kvDecodeKey(dspec), () => kvDecodeWGSL(dspec)) : env.pipeline(`kv-attend:${enc}`, () => kvAttendWGSL(enc)),
@@ -113,17 +116,23 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
   const vb = env.input(scope, vCache, 'vCache');
   const qb = env.input(scope, q, 'q');
   const lens = indexInput(env, scope, opts.cacheSeqlens, p.cacheSeqlens, 'cacheSeqlens');
-  const table = p.paged ? indexInput(env, scope, opts.blockTable, p.blockTable, 'blockTable') : smallBuffer(env, scope, p.blockTable, 'identity block table');
-  const slopes = smallBuffer(env, scope, p.alibi ?? new Float32Array(4), 'ALiBi slopes');
+  // Bindings a call does not read are bound to a buffer it has anyway (fewer buffers per call:
+  // their creation is most of a small call's host time): a contiguous cache's table (the rows
+  // follow from b and t), absent ALiBi slopes.
+  const table = p.paged ? indexInput(env, scope, opts.blockTable, p.blockTable, 'blockTable') : lens;
+  const slopes = p.alibi ? smallBuffer(env, scope, p.alibi, 'ALiBi slopes') : qb;
   const base: Omit<KVParamValues, 'n'> = {
     batch: p.batch, tq: p.tq, h: p.h, hkv: p.hkv, d: p.d, tnew: p.tnew, bs: p.blockSize, maxBlocks: p.maxBlocksPerSeq,
     scale: p.scale, softcap: p.softcap, wl: p.windowLeft, wr: p.windowRight, alibi: p.alibi !== undefined,
-    rows: plan.rows, chunk: plan.chunk, splits: plan.splits, rowTiles: plan.rowTiles, lanes: plan.lanes ?? 0,
+    rows: plan.rows, chunk: plan.chunk, splits: plan.splits, rowTiles: plan.rowTiles, lanes: plan.lanes ?? 0, paged: p.paged,
   };
-  const params = (n: number, label: string, vec = false) => {
-    const b = env.createBuffer(scope, KVP_BYTES, BufferUsage.UNIFORM | BufferUsage.COPY_DST, label);
-    dev.queue.writeBuffer(b, 0, packKVParams({ ...base, n, vec }));
-    return b;
+  // the three passes' uniforms in one buffer, one slot each
+  const slot = Math.ceil(KVP_BYTES / dev.limits.minUniformBufferOffsetAlignment) * dev.limits.minUniformBufferOffsetAlignment;
+  const uniforms = env.createBuffer(scope, 3 * slot, BufferUsage.UNIFORM | BufferUsage.COPY_DST, 'kv params');
+  const uniformData = new Uint8Array(3 * slot);
+  const params = (i: number, n: number, vec = false): GPUBufferBinding => {
+    uniformData.set(new Uint8Array(packKVParams({ ...base, n, vec })), i * slot);
+    return { buffer: uniforms, offset: i * slot, size: KVP_BYTES };
   };
   // K rows start at multiples of D elements: 16-byte loads need D·bytes a multiple of 16
   const vec = (p.d * bytesPerElement(p.dtype)) % 16 === 0;
@@ -139,8 +148,8 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
   // 1. append (device caches): every sequence's rows before any sequence attends
   if (pAppend) {
     const n = p.batch * p.tnew * p.hkv * p.d;
-    const g = new Array<GPUBuffer | undefined>(7);
-    g[KV_APPEND.params] = params(n, 'kv append params');
+    const g = new Array<GPUBuffer | GPUBufferBinding | undefined>(7);
+    g[KV_APPEND.params] = params(0, n);
     g[KV_APPEND.kn] = env.input(scope, opts.kNew!, 'kNew');
     g[KV_APPEND.vn] = env.input(scope, opts.vNew!, 'vNew');
     g[KV_APPEND.k] = kb; g[KV_APPEND.v] = vb; g[KV_APPEND.lens] = lens; g[KV_APPEND.table] = table;
@@ -153,15 +162,15 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
   }
   if (nOut > 0) {
     // 2. split-KV attention
-    let g: (GPUBuffer | undefined)[];
+    let g: (GPUBuffer | GPUBufferBinding | undefined)[];
     if (dspec) {
-      g = new Array<GPUBuffer | undefined>(8);
-      g[KV_DECODE.params] = params(0, 'kv decode params');
+      g = new Array<GPUBuffer | GPUBufferBinding | undefined>(8);
+      g[KV_DECODE.params] = params(1, 0);
       g[KV_DECODE.q] = qb; g[KV_DECODE.k] = kb; g[KV_DECODE.v] = vb; g[KV_DECODE.lens] = lens; g[KV_DECODE.table] = table;
       g[KV_DECODE.slopes] = slopes; g[KV_DECODE.part] = part;
     } else {
-      g = new Array<GPUBuffer | undefined>(9);
-      g[KV_ATTEND.params] = params(0, 'kv attend params', vec);
+      g = new Array<GPUBuffer | GPUBufferBinding | undefined>(9);
+      g[KV_ATTEND.params] = params(1, 0, vec);
       g[KV_ATTEND.k4] = kb;
       g[KV_ATTEND.q] = qb; g[KV_ATTEND.k] = kb; g[KV_ATTEND.v] = vb; g[KV_ATTEND.lens] = lens; g[KV_ATTEND.table] = table;
       g[KV_ATTEND.slopes] = slopes; g[KV_ATTEND.part] = part;
@@ -173,8 +182,8 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
     pass.end();
     // 3. combine
     const words = p.dtype === 'f32' ? nOut : Math.ceil(nOut / 2);
-    const gc = new Array<GPUBuffer | undefined>(4);
-    gc[KV_COMBINE.params] = params(words, 'kv combine params');
+    const gc = new Array<GPUBuffer | GPUBufferBinding | undefined>(4);
+    gc[KV_COMBINE.params] = params(2, words);
     gc[KV_COMBINE.part] = part; gc[KV_COMBINE.out] = outBuf; gc[KV_COMBINE.lse] = lseBuf;
     const cpass = cmd.beginComputePass({ label: 'kv combine' });
     cpass.setPipeline(pCombine);
@@ -183,6 +192,7 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
     cpass.dispatchWorkgroups(x, y);
     cpass.end();
   }
+  dev.queue.writeBuffer(uniforms, 0, uniformData);
   dev.queue.submit([cmd.finish()]);
   if (isDeviceTensor(q)) return { out: env.wrap(outBuf, p.dtype, p.qShape), lse: env.wrap(lseBuf, 'f32', p.lseShape) };
   return { out: await env.readBuffer(scope, outBuf, p.dtype, p.qShape), lse: await env.readBuffer(scope, lseBuf, 'f32', p.lseShape) };

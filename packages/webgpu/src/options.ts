@@ -33,7 +33,7 @@ export interface WebGPUBackendOptions extends AcquireOptions {
   readonly kvMinChunk?: number;
   /**
    * KV-cache calls: which attention kernel. 'auto' (default): the decode kernel where a kv head
-   * has at most KV_DECODE_MAX_ROWS (16) query rows (GQA group × Tq), the tiled kernel above.
+   * has at most KV_DECODE_MAX_ROWS (128) query rows (GQA group × Tq), the tiled kernel above.
    * 'decode' / 'tiled' force one (tests, benchmarks).
    */
   readonly kvKernel?: 'auto' | 'decode' | 'tiled';
@@ -41,6 +41,6 @@ export interface WebGPUBackendOptions extends AcquireOptions {
   readonly kvTargetWorkgroups?: number;
   /** KV-cache benchmark tuning: the decode kernel's keys in flight per team (default by rows: 4 or 2). */
   readonly kvKeysPerStep?: number;
-  /** KV-cache benchmark tuning: the decode kernel loads the next keys while computing (default true). */
+  /** KV-cache benchmark tuning: the decode kernel loads the next keys while computing (default false). */
   readonly kvPrefetch?: boolean;
 }

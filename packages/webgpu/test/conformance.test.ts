@@ -12,7 +12,8 @@
  * path; an f16 subset of the kit (every edge template, FA_WEBGPU_F16_CASES) runs with the other.
  *
  * The KV-cache cases (forwardWithKVCache) run in the first two suites: with host caches and
- * index arrays, then with device caches (upload) and the cases' own index tensors.
+ * index arrays, then with device caches (upload) and the cases' own index tensors; a third runs
+ * them on the tiled KV kernel (kvKernel: 'tiled').
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { defineConformanceSuite } from '@fa/core/testing';
@@ -37,6 +38,13 @@ if (backend) {
   defineConformanceSuite(be, { describe, it, expect, afterAll }, { count, quick, seed: 1, timeout: 600_000 });
   // The same cases with device tensors (upload → forward/backward → read), a smaller set.
   defineConformanceSuite(be, { describe, it, expect, afterAll }, { count: 24, quick: true, seed: 7, upload: true, extras: false, name: 'webgpu-device-tensors', timeout: 600_000 });
+  // The KV-cache cases once more on the tiled kernel, which the rule keeps for large Tq (no kit
+  // case has that many rows, so the default plan sends every case to the decode kernel).
+  const tiled = await createWebGPUBackend({ kvKernel: 'tiled' });
+  afterAll(async () => {
+    await tiled.dispose();
+  });
+  defineConformanceSuite(tiled, { describe, it, expect, afterAll }, { cases: [], kvCache: true, seed: 5, upload: true, extras: false, name: 'webgpu-kv-tiled', timeout: 600_000 });
 
   // The f16 path the default did not take: packed where the adapter has shader-f16, else native
   // (which needs shader-f16, so the subset is then listed as skipped with the reason).
