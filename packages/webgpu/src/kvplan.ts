@@ -14,8 +14,9 @@ import { KVD_MAX_ROWS, type KVDecodeSpec, kvdChunkElems } from './wgsl/kvdecode.
 /** Workgroups the split aims for: enough to fill a large GPU (an H200 has 132 SMs). */
 export const KV_TARGET_WORKGROUPS = 1024;
 /**
- * Query rows per kv head (GQA group × Tq) up to which the decode kernel runs. On the H200 (run 1)
- * it beat the tiled kernel 4.5–7× at 4, 8, 16 and 32 rows (both cost time linear in row tiles).
+ * Query rows per kv head (GQA group × Tq) up to which the decode kernel runs. On the H200 it beat
+ * the tiled kernel 3.6–5.5× at every size measured, 4 to 256 rows (runs KV-1, KV-2 in
+ * BENCHMARKS.md; both cost time linear in row tiles), so this limit could rise.
  */
 export const KV_DECODE_MAX_ROWS = 128;
 
