@@ -20,7 +20,8 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--prepare" ]; then
   set -e
   pnpm build
-  pnpm --filter @fa/cuda build:prebuilt
+  # the shipped addon, rebuilt only when csrc/ or binding.gyp changed since it was made
+  (cd packages/cuda && node scripts/prebuild.mjs --check) || pnpm --filter @fa/cuda build:prebuilt
   mkdir -p .devbin
   grep -qx '/.devbin/' .git/info/exclude 2>/dev/null || echo '/.devbin/' >> .git/info/exclude
   (cd packages/cuda &&
@@ -31,7 +32,7 @@ if [ "${1:-}" = "--prepare" ]; then
   runs=()
   for f in $b/conformance.mjs $b/fuzz-lib.mjs $b/big.mjs $b/peer_big.py $b/ratio.py $b/peer_f32.py $b/ratio_f32.py \
            $b/kv-device.mjs $b/peer_decode.py $b/kv-table.mjs $b/prebuilt-check.mjs $b/cp \
-           /work/shared/device/peer_sdpa.py packages/webgpu/bench/h200-kv.mjs \
+           /work/shared/device/peer_sdpa.py packages/webgpu/bench/h200-kv.mjs packages/webgpu/bench/h200-kit.mjs \
            packages/autograd/examples/reverse.mjs packages/autograd/examples/generate.mjs; do runs+=(--run "$f"); done
   bash /work/shared/device/prepare.sh --webgpu "${runs[@]}"
   # Node loads only the committed prebuilt addon there (what users install), not build/Release.
@@ -93,6 +94,7 @@ case $stage in
     step reverse-bf16 300 node $R/reverse.mjs --backend cuda --dtype bf16
     step generate 300 node $R/generate.mjs --backend cuda
     step fa-run 200 bash -c fa_run_auto
+    for k in 0 1 2 3; do step webgpu-kit-$k 400 env OUT="$LOGS/webgpu" FA_KIT_SHARD=$k/4 node $R/h200-kit.mjs; done
     wait
     ;;
   timing)
