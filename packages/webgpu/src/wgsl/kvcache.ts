@@ -130,6 +130,19 @@ fn key_hi(i: i32, tq: i32, tk: i32) -> i32 {
   if (P.wr < 0) { return tk - 1; }
   return min(tk - 1, i + tk - tq + P.wr);
 }
+// split s's keys [x, y) of the keys some row r0 .. r0 + n − 1 sees (the union of the rows' ranges)
+fn split_keys(r0: u32, n: u32, s: u32, tq: i32, tk: i32) -> vec2<i32> {
+  var lo = tk;
+  var hi = -1;
+  for (var r = 0u; r < n; r = r + 1u) {
+    let i = i32((r0 + r) % P.tq);
+    let a = key_lo(i, tq, tk);
+    let z = key_hi(i, tq, tk);
+    if (a <= z) { lo = min(lo, a); hi = max(hi, z); }
+  }
+  let c0 = lo + i32(s * P.chunk);
+  return vec2<i32>(c0, min(hi + 1, c0 + i32(P.chunk)));
+}
 fn score(dot: f32, i: i32, j: i32, off: i32, slope: f32) -> f32 {
   var x = dot * P.scale;
   if (P.softcap > 0.0) { x = P.softcap * tanh(clamp(x / P.softcap, -15.0, 15.0)); }
@@ -182,17 +195,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let c = e % d;
     qs[e] = ${load('q', enc, '((b * P.tq + gr % P.tq) * P.h + kvh * g + gr / P.tq) * d + c')};
   }
-  // the keys some row sees (the union of the rows' ranges), and this split's part of them
-  var lo = tk;
-  var hi = -1;
-  for (var r = 0u; r < R; r = r + 1u) {
-    let i = i32((r0 + r) % P.tq);
-    let a = key_lo(i, tq, tk);
-    let z = key_hi(i, tq, tk);
-    if (a <= z) { lo = min(lo, a); hi = max(hi, z); }
-  }
-  let c0 = lo + i32(s * P.chunk);
-  let c1 = min(hi + 1, c0 + i32(P.chunk));
+  // the keys some row sees, this split's part of them
+  let span = split_keys(r0, R, s, tq, tk);
+  let c0 = span.x;
+  let c1 = span.y;
   var m = -3.0e38;
   var mneg = true; // m is −∞ (no visible key yet)
   var l = 0.0;

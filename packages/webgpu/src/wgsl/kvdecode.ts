@@ -202,17 +202,10 @@ rok[${r}] = ${r} < nrows;
 slope[${r}] = 0.0;
 if (P.alibi_on != 0u) { slope[${r}] = slopes[b * P.h + kvh * g + gr / P.tq]; }
 ${slots((x) => `qr[${r} * ${S}u + ${x}u] = qv(qo, ${slotCol(x)});`)}`)}
-  // the keys some row sees (the union of the rows' ranges), and this split's part of them
-  var lo = tk;
-  var hi = -1;
-  for (var r = 0u; r < nrows; r = r + 1u) {
-    let i = i32((r0 + r) % P.tq);
-    let a = key_lo(i, tq, tk);
-    let z = key_hi(i, tq, tk);
-    if (a <= z) { lo = min(lo, a); hi = max(hi, z); }
-  }
-  let c0 = lo + i32(s * P.chunk);
-  let c1 = min(hi + 1, c0 + i32(P.chunk));
+  // the keys some row sees, this split's part of them
+  let span = split_keys(r0, nrows, s, tq, tk);
+  let c0 = span.x;
+  let c1 = span.y;
   var m: array<f32, ${R}>;
   var l: array<f32, ${R}>;
   var mneg: array<bool, ${R}>;
