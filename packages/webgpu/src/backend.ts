@@ -42,7 +42,7 @@ import type { WebGPUBackendOptions } from './options.js';
 import { PipelineCache } from './pipelines.js';
 import { supportOf, unsupportedError } from './support.js';
 import { WGIndexTensor, WGTensor } from './tensor.js';
-import { encodeKVCache, kvSupport, type KVEnv } from './kvcache.js';
+import { appendHostCaches, encodeKVCache, kvSupport, type KVEnv } from './kvcache.js';
 import { type KVCaps, type KVPlan, type KVTuning, planKV } from './kvplan.js';
 import { type Caps, type Choice, type KernelKind, chooseSpec } from './tiles.js';
 import { type KernelSpec, type Tile, encoding, specKey } from './wgsl/spec.js';
@@ -68,12 +68,17 @@ export class WebGPUBackend implements AttentionBackend {
   lastSpecs: KernelSpec[] = [];
   /** The plan of the last KV-cache call (which kernel, its specialisation and split; tests, benchmarks). */
   lastKVPlan: KVPlan | undefined;
+  /** The engine's kv* options, and what the KV-cache module needs of this backend (made once). */
+  private readonly kvTuning: KVTuning;
+  private readonly kvEnv: KVEnv;
 
   private constructor(
     acq: Acquired,
     private readonly opts: WebGPUBackendOptions,
   ) {
     this.acq = acq;
+    this.kvTuning = { kernel: opts.kvKernel, minChunk: opts.kvMinChunk, targetWorkgroups: opts.kvTargetWorkgroups, keysPerStep: opts.kvKeysPerStep, prefetch: opts.kvPrefetch };
+    this.kvEnv = this.makeKVEnv();
     this.watchLoss();
   }
 
@@ -201,7 +206,11 @@ export class WebGPUBackend implements AttentionBackend {
   }
 
   supportsKVCache(p: KVCacheProblem): Support {
-    return kvSupport(p, this.acq.device.limits, planKV(p, this.kvCaps(), this.kvTuning()));
+    return kvSupport(p, this.acq.device.limits, this.kvPlan(p));
+  }
+
+  private kvPlan(p: KVCacheProblem): KVPlan {
+    return planKV(p, this.kvCaps(), this.kvTuning);
   }
 
   private kvCaps(): KVCaps {
@@ -209,18 +218,10 @@ export class WebGPUBackend implements AttentionBackend {
     return { subgroups: sub, subgroupMin: sub ? this.acq.subgroupMin : 0, generic: this.generic };
   }
 
-  private kvTuning(): KVTuning {
-    const o = this.opts;
-    return { kernel: o.kvKernel, minChunk: o.kvMinChunk, targetWorkgroups: o.kvTargetWorkgroups, keysPerStep: o.kvKeysPerStep, prefetch: o.kvPrefetch };
-  }
-
-  /** What the KV-cache module needs of this backend, on the current device. */
-  private kvEnv(): KVEnv {
+  /** What the KV-cache module needs of this backend; each member reads the current device when called. */
+  private makeKVEnv(): KVEnv {
     return {
       name: this.name,
-      caps: this.kvCaps(),
-      tuning: this.kvTuning(),
-      planned: (plan) => (this.lastKVPlan = plan),
       device: () => this.acq.device,
       createBuffer: (scope, bytes, usage, label) => this.createBuffer(scope, bytes, usage, label),
       input: (scope, t, what) => this.input(scope, t, what),
@@ -241,12 +242,20 @@ export class WebGPUBackend implements AttentionBackend {
   async forwardWithKVCache(q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions): Promise<ForwardResult> {
     const p = describeKVCacheProblem(q, kCache, vCache, opts, this.name);
     await this.ready();
-    const s = this.supportsKVCache(p);
+    const plan = this.kvPlan(p);
+    const s = kvSupport(p, this.acq.device.limits, plan);
     if (!s.ok) throw unsupportedError(s);
+    this.lastKVPlan = plan;
     const scope = new Scope(this.ledger);
     const outs: GPUBuffer[] = [];
     const onDevice = isDeviceTensor(q);
-    return this.guard(scope, () => encodeKVCache(this.kvEnv(), scope, p, q, kCache, vCache, opts, outs), false, () => (onDevice ? new Set(outs) : new Set()));
+    return this.guard(
+      scope,
+      () => encodeKVCache(this.kvEnv, scope, p, plan, q, kCache, vCache, opts, outs),
+      false,
+      () => (onDevice ? new Set(outs) : new Set()),
+      () => appendHostCaches(p, kCache, vCache, opts),
+    );
   }
 
   async uploadIndex(data: IndexData, shape?: readonly number[]): Promise<DeviceIndexTensor> {
@@ -349,8 +358,8 @@ export class WebGPUBackend implements AttentionBackend {
     return this.pipelines.get(this.acq.device, key, code);
   }
 
-  private guard<T>(scope: Scope, body: () => Promise<T>, keepAll: boolean, keep?: () => ReadonlySet<GPUBuffer>): Promise<T> {
-    return this.calls.run(scope, body, keepAll, keep);
+  private guard<T>(scope: Scope, body: () => Promise<T>, keepAll: boolean, keep?: () => ReadonlySet<GPUBuffer>, commit?: () => void): Promise<T> {
+    return this.calls.run(scope, body, keepAll, keep, commit);
   }
 
   private readBuffer(scope: Scope, buf: GPUBuffer, dtype: DType, shape: readonly number[]): Promise<HostTensor> {

@@ -27,10 +27,11 @@ export class CallGuard {
 
   /**
    * Runs `body` inside validation and out-of-memory error scopes. On failure, frees what the
-   * call allocated and throws an FAError (E_OOM, E_DEVICE). On success frees the temporaries
-   * unless `keepAll`.
+   * call allocated and throws an FAError (E_OOM, E_DEVICE). On success runs `commit` (what the
+   * call writes outside the GPU, such as a host cache's new rows, so a failed call writes
+   * nothing), before the next call starts, and frees the temporaries unless `keepAll`.
    */
-  async run<T>(scope: Scope, body: () => Promise<T>, keepAll: boolean, keep?: () => ReadonlySet<GPUBuffer>): Promise<T> {
+  async run<T>(scope: Scope, body: () => Promise<T>, keepAll: boolean, keep?: () => ReadonlySet<GPUBuffer>, commit?: () => void): Promise<T> {
     // Error scopes are a per-device stack: calls run one at a time so that each call pops its
     // own scopes (the GPU queue is serial anyway).
     const prev = this.lock;
@@ -38,13 +39,13 @@ export class CallGuard {
     this.lock = new Promise<void>((r) => (release = r));
     await prev;
     try {
-      return await this.guarded(scope, body, keepAll, keep);
+      return await this.guarded(scope, body, keepAll, keep, commit);
     } finally {
       release();
     }
   }
 
-  private async guarded<T>(scope: Scope, body: () => Promise<T>, keepAll: boolean, keep?: () => ReadonlySet<GPUBuffer>): Promise<T> {
+  private async guarded<T>(scope: Scope, body: () => Promise<T>, keepAll: boolean, keep?: () => ReadonlySet<GPUBuffer>, commit?: () => void): Promise<T> {
     const dev = this.target.device();
     dev.pushErrorScope('validation');
     dev.pushErrorScope('out-of-memory');
@@ -63,6 +64,13 @@ export class CallGuard {
         : new FAError('E_DEVICE', `webgpu: the device reported an error: ${val!.message}`);
     }
     if (thrown === undefined && this.target.lostInfo() !== undefined) thrown = new FAError('E_DEVICE', `webgpu: the device was lost during the call (${this.target.lostInfo()}); the next call re-acquires one`);
+    if (thrown === undefined && commit) {
+      try {
+        commit();
+      } catch (e) {
+        thrown = e;
+      }
+    }
     if (thrown !== undefined) {
       scope.release();
       if (isFAError(thrown)) throw thrown;

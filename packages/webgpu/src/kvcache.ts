@@ -2,9 +2,13 @@
 /**
  * The WebGPU engine's KV-cache call (core's kvcache.ts is the contract; wgsl/kvcache.ts and
  * wgsl/kvdecode.ts the kernels, kvplan.ts the plan): what an adapter supports, and the encoding
- * of one call — append (device caches: in place on the GPU; host caches: on the host, before
- * their upload), split-KV attention (decode or tiled kernel), combine — in one command buffer,
- * one compute pass each (labelled, so a profiler's timestamps tell them apart).
+ * of one call — append, split-KV attention (decode or tiled kernel), combine — in one command
+ * buffer, one compute pass each (labelled, so a profiler's timestamps tell them apart).
+ *
+ * Caches are this backend's device tensors (appended in place on the GPU) or host tensors: those
+ * are uploaded to temporaries, the append kernel writes the new rows there for the attention to
+ * read, and only after the call succeeded (GPU work, error scopes, readback) does the backend
+ * append the rows on the host (appendHostCaches), so a failed call leaves them as they were.
  */
 import {
   type ForwardResult,
@@ -27,7 +31,7 @@ import { writableBytes } from './buffers.js';
 import { WGIndexTensor } from './tensor.js';
 import { KV_APPEND, KV_ATTEND, KV_COMBINE, KV_MAX_D, type KVEncoding, kvAppendWGSL, kvAttendWGSL, kvCombineWGSL, KVP_BYTES, packKVParams, type KVParamValues } from './wgsl/kvcache.js';
 import { KV_DECODE, kvDecodeKey, kvDecodeWGSL } from './wgsl/kvdecode.js';
-import { type KVCaps, type KVPlan, type KVTuning, planKV } from './kvplan.js';
+import type { KVPlan } from './kvplan.js';
 
 /** Whether the adapter runs this KV-cache problem. */
 export function kvSupport(p: KVCacheProblem, l: GPUSupportedLimits, plan: KVPlan): Support {
@@ -60,12 +64,6 @@ export interface KVEnv {
   wrap(buf: GPUBuffer, dtype: HostTensor['dtype'], shape: readonly number[]): Tensor;
   /** The buffer of an index tensor of this backend (checked for epoch and disposal). */
   indexBuffer(t: WGIndexTensor, what: string): GPUBuffer;
-  /** The adapter's subgroups and the backend's code generation. */
-  readonly caps: KVCaps;
-  /** The engine's kv* options. */
-  readonly tuning: KVTuning;
-  /** Told each call's plan. */
-  planned?(plan: KVPlan): void;
 }
 
 /** A small storage buffer holding `data` (at least 16 bytes). */
@@ -87,31 +85,28 @@ function indexInput(env: KVEnv, scope: Scope, x: unknown, host: Int32Array, what
 }
 
 /**
- * Encodes and submits one KV-cache call on a validated, supported problem; returns out and LSE
- * (device tensors when q is one). Runs inside the backend's CallGuard.
+ * Encodes and submits one KV-cache call on a validated, supported problem and its plan; returns
+ * out and LSE (device tensors when q is one). Runs inside the backend's CallGuard; host caches
+ * are left as they are (appendHostCaches, once the guard has seen the call succeed).
  */
-export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem, q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions, outs: GPUBuffer[]): Promise<ForwardResult> {
+export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem, plan: KVPlan, q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions, outs: GPUBuffer[]): Promise<ForwardResult> {
   const dev = env.device();
   const enc: KVEncoding = p.dtype;
-  const plan = planKV(p, env.caps, env.tuning);
-  env.planned?.(plan);
-  const dspec = plan.decode;
-  const [pAttend, pCombine, pAppend] = await Promise.all([
-    dspec ? env.pipeline(kvDecodeKey(dspec), () => kvDecodeWGSL(dspec)) : env.pipeline(`kv-attend:${enc}`, () => kvAttendWGSL(enc)),
-    env.pipeline(`kv-combine:${enc}`, () => kvCombineWGSL(enc)),
-    p.tnew > 0 && isDeviceTensor(kCache) ? env.pipeline(`kv-append:${enc}`, () => kvAppendWGSL(enc)) : Promise.resolve(undefined),
-  ]);
-  // Host caches: the append happens on the host (the caller's arrays are the cache), then the
-  // updated caches travel to the GPU for this call.
   const hostCaches = isHostTensor(kCache);
   if (hostCaches && p.tnew > 0) {
     if (!isHostTensor(vCache) || !isHostTensor(opts.kNew) || !isHostTensor(opts.vNew)) {
       throw new FAError('E_ARG', 'with host caches, vCache, kNew and vNew must be host tensors too (or upload all four)');
     }
-    appendKVCacheHost(p, kCache, vCache as HostTensor, opts.kNew, opts.vNew);
   } else if (!hostCaches && isHostTensor(vCache)) {
     throw new FAError('E_ARG', 'kCache is a device tensor but vCache is a host tensor: give both the same way');
   }
+  const dspec = plan.decode;
+  const [pAttend, pCombine, pAppend] = await Promise.all([
+    dspec ? env.pipeline(kvDecodeKey(dspec), () => kvDecodeWGSL(dspec)) : env.pipeline(`kv-attend:${enc}`, () => kvAttendWGSL(enc)),
+    env.pipeline(`kv-combine:${enc}`, () => kvCombineWGSL(enc)),
+    p.tnew > 0 ? env.pipeline(`kv-append:${enc}`, () => kvAppendWGSL(enc)) : Promise.resolve(undefined),
+  ]);
+  // host caches: uploads of the caller's arrays, which the append below writes (not the arrays)
   const kb = env.input(scope, kCache, 'kCache');
   const vb = env.input(scope, vCache, 'vCache');
   const qb = env.input(scope, q, 'q');
@@ -145,7 +140,7 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
   outs.push(outBuf, lseBuf);
   const part = env.createBuffer(scope, plan.groups * plan.splits * plan.rows * (p.d + 2) * 4, BufferUsage.STORAGE, 'split-KV partial states');
   const cmd = dev.createCommandEncoder();
-  // 1. append (device caches): every sequence's rows before any sequence attends
+  // 1. append: every sequence's rows before any sequence attends
   if (pAppend) {
     const n = p.batch * p.tnew * p.hkv * p.d;
     const g = new Array<GPUBuffer | GPUBufferBinding | undefined>(7);
@@ -196,4 +191,12 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
   dev.queue.submit([cmd.finish()]);
   if (isDeviceTensor(q)) return { out: env.wrap(outBuf, p.dtype, p.qShape), lse: env.wrap(lseBuf, 'f32', p.lseShape) };
   return { out: await env.readBuffer(scope, outBuf, p.dtype, p.qShape), lse: await env.readBuffer(scope, lseBuf, 'f32', p.lseShape) };
+}
+
+/**
+ * After a call on host caches succeeded: the new rows into the caller's arrays (the GPU appended
+ * them to its copies only). encodeKVCache checked that all four are host tensors.
+ */
+export function appendHostCaches(p: KVCacheProblem, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions): void {
+  if (p.tnew > 0 && isHostTensor(kCache)) appendKVCacheHost(p, kCache, vCache as HostTensor, opts.kNew as HostTensor, opts.vNew as HostTensor);
 }

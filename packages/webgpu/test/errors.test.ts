@@ -1,11 +1,13 @@
 /**
  * Failure paths: the registry's reasons, E_TOO_LARGE naming the limit, device loss (the next call
- * re-acquires a device; tensors of the lost device say so), buffers of failed calls freed.
+ * re-acquires a device; tensors of the lost device say so), buffers of failed calls freed, a
+ * KV-cache call that fails on the GPU leaves the host caches as they were.
  */
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { FAError, tensor, type HostTensor } from '@fa/core';
+import { FAError, appendKVCacheHost, tensor, type HostTensor, type Tensor } from '@fa/core';
+import { cloneHost, kvCacheCaseInputs, makeKVCacheCase } from '@fa/core/testing';
 import { createWebGPUBackend, type WebGPUBackend } from '../dist/index.js';
 import { randn } from './ref.js';
 
@@ -80,6 +82,62 @@ describe('webgpu errors', () => {
     expect(msg).toMatch(/^E_ARG: .*(disposed|lost)/);
     const again = await b.forward(q, q, q);
     expect(Array.from((again.out as HostTensor).data)).toEqual(Array.from((first.out as HostTensor).data));
+  });
+
+  // A KV-cache call on host caches that passes validation and then fails on the GPU: the caches
+  // must be as before (the rows are appended on the host only after the call succeeded).
+  const kv = kvCacheCaseInputs(makeKVCacheCase({ dtype: 'f32', seqlens: [20, 0, 7], tnew: 2, blockSize: 8, d: 16, h: 4, hkv: 2 }));
+  const kvCall = (q: Tensor, k: HostTensor, v: HostTensor) =>
+    b.forwardWithKVCache(q, k, v, { ...kv.options, cacheSeqlens: kv.cacheSeqlens, blockTable: kv.blockTable, kNew: kv.kNew, vNew: kv.vNew });
+  const bytes = (t: HostTensor) => Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength);
+  const expectCaches = (k: HostTensor, v: HostTensor, appended: boolean) => {
+    const wk = cloneHost(kv.kCache);
+    const wv = cloneHost(kv.vCache);
+    if (appended) appendKVCacheHost(kv.problem, wk, wv, kv.kNew, kv.vNew);
+    expect(bytes(k).equals(bytes(wk))).toBe(true);
+    expect(bytes(v).equals(bytes(wv))).toBe(true);
+  };
+
+  for (const onDevice of [false, true]) {
+    it(`a KV-cache call failing on the GPU (forced validation error, ${onDevice ? 'device' : 'host'} q) leaves host caches unchanged`, async () => {
+      const q = onDevice ? await b.upload(kv.q) : kv.q;
+      const before = b.memoryStats().current;
+      const k = cloneHost(kv.kCache);
+      const v = cloneHost(kv.vCache);
+      const queue = b.gpuDevice.queue;
+      const submit = queue.submit;
+      // after the call's work is submitted, an invalid buffer (MAP_READ | MAP_WRITE): a
+      // validation error in the call's error scope
+      queue.submit = (cbs: Iterable<GPUCommandBuffer>) => {
+        submit.call(queue, cbs);
+        b.gpuDevice.createBuffer({ size: 16, usage: 1 | 2, label: 'forced error' });
+      };
+      let msg: string;
+      try {
+        msg = await code(kvCall(q, k, v));
+      } finally {
+        queue.submit = submit;
+      }
+      expect(msg).toMatch(/^E_DEVICE: .*forced error/s);
+      expectCaches(k, v, false);
+      expect(b.memoryStats().current).toBe(before);
+      // the backend stays usable, and a successful call appends
+      const r = await kvCall(q, k, v);
+      for (const t of [r.out, r.lse]) b.disposeTensor(t);
+      expectCaches(k, v, true);
+      if (onDevice) b.disposeTensor(q);
+    });
+  }
+
+  it('a KV-cache call whose device is lost after validation leaves host caches unchanged', async () => {
+    const k = cloneHost(kv.kCache);
+    const v = cloneHost(kv.vCache);
+    const call = kvCall(kv.q, k, v);
+    b.loseDeviceForTesting(); // the call has validated its arguments and waits for the device
+    expect(await code(call)).toMatch(/^E_DEVICE: .*lost/);
+    expectCaches(k, v, false);
+    await kvCall(kv.q, k, v);
+    expectCaches(k, v, true);
   });
 
   it('device tensors chain without host round trips and report their memory', async () => {
