@@ -3,7 +3,7 @@
  * host append and gather, the reference (equal to dense attention over the same keys), and the
  * kit's KV-cache checks rejecting engines with one deliberate mistake each.
  */
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import {
   appendKVCacheHost, describeKVCacheProblem, gatherKVCache, isFAError, kvCacheRow, referenceForward, referenceKVCache,
   type AttentionBackend, type DeviceIndexTensor, type ForwardResult, type HostTensor, type KVCacheOptions, type KVCacheProblem, type Tensor,
@@ -263,6 +263,38 @@ describe('cpu engine: split-KV decode', () => {
     } finally {
       await inline.dispose();
       await pooled.dispose();
+    }
+  });
+});
+
+describe('cpu engine: a failure after validation', () => {
+  it('an allocation that fails (E_OOM) leaves the host caches as they were, and the engine usable', async () => {
+    const { createCpuBackend } = await import('../dist/index.js');
+    const be = await createCpuBackend({ threads: 0 });
+    try {
+      const c = makeKVCacheCase({ dtype: 'f32', seqlens: [7, 3], tnew: 2, blockSize: 4, d: 8, h: 2, hkv: 1, seed: 4 });
+      const x = kvCacheCaseInputs(c);
+      const [kc, vc] = [cloneHost(x.kCache), cloneHost(x.vCache)];
+      // the output is allocated in shared memory: make that allocation fail, as a full heap would
+      vi.stubGlobal('SharedArrayBuffer', class {
+        constructor() {
+          throw new RangeError('injected: out of memory');
+        }
+      });
+      let code = 'accepted';
+      try {
+        await be.forwardWithKVCache(x.q, kc, vc, { ...x.options, cacheSeqlens: x.cacheSeqlens, blockTable: x.blockTable, kNew: x.kNew, vNew: x.vNew });
+      } catch (e) {
+        code = isFAError(e) ? e.code : String(e);
+      } finally {
+        vi.unstubAllGlobals();
+      }
+      expect(code).toBe('E_OOM');
+      expect(Array.from(kc.data)).toEqual(Array.from(x.kCache.data));
+      expect(Array.from(vc.data)).toEqual(Array.from(x.vCache.data));
+      expect((await checkKVCacheCase(be, c)).pass).toBe(true);
+    } finally {
+      await be.dispose();
     }
   });
 });

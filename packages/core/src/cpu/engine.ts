@@ -263,7 +263,6 @@ export class CpuBackend implements AttentionBackend {
     const [qh, kc, vc] = [host(q, 'q'), host(kCache, 'kCache'), host(vCache, 'vCache')];
     const kn = opts.kNew === undefined ? undefined : host(opts.kNew, 'kNew');
     const vn = opts.vNew === undefined ? undefined : host(opts.vNew, 'vNew');
-    appendKVCacheHost(p, kc, vc, kn, vn);
     const plan = planKVCache(p, this.opts.kvChunk);
     const nUnits = plan.units.length / KV_UNIT;
     const flops = 4 * p.h * p.tq * p.totalK * p.d;
@@ -285,6 +284,8 @@ export class CpuBackend implements AttentionBackend {
       pacc: alloc(() => f64(plan.slots * plan.rows * d4), 'the split-KV partial states'),
       counter: pooled ? new Int32Array(new SharedArrayBuffer(4)) : new Int32Array(1),
     };
+    // Every allocation is made: an E_OOM above leaves the caches as they were.
+    appendKVCacheHost(p, kc, vc, kn, vn);
     await this.execute(job, nUnits, pooled);
     if (plan.slots > 0) combineKVCache(job, this.ws);
     return { out: tensor(out, p.qShape, p.dtype), lse: tensor(lse, p.lseShape, 'f32') };
