@@ -162,7 +162,7 @@ export class AutoBackend implements AttentionBackend {
   }
 
   #live(): void {
-    if (this.#disposed) throw new FAError('E_ARG', 'this auto backend was disposed; call resolveBackend() again');
+    if (this.#disposed) throw new FAError('E_DEVICE', 'this auto backend was disposed; call resolveBackend() again');
   }
 
   #supports(p: ChoiceProblem): Support {

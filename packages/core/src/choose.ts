@@ -9,6 +9,9 @@ import type { AttentionBackend, Support } from './backend.js';
 import { isKVCacheProblem, type KVCacheProblem } from './kvcache.js';
 import type { AttentionProblem } from './problem.js';
 
+/** The E_DEVICE message when no engine is registered at all (chooseEngine, resolveBackend). */
+export const NO_BACKEND_REGISTERED = 'no backend is registered (import @fa/core, @fa/wasm, @fa/webgpu or @fa/cuda)';
+
 /** What an engine is chosen for: a dense call (describeProblem) or a KV-cache call (describeKVCacheProblem). */
 export type ChoiceProblem = AttentionProblem | KVCacheProblem;
 
@@ -69,7 +72,7 @@ export function chooseEngine(p: ChoiceProblem, candidates: readonly EngineCandid
     if (s.ok) return { backend: c.backend, passedOver };
     passedOver.push({ name: c.name, why: 'declined', reason: s.reason });
   }
-  if (candidates.length === 0) throw new FAError('E_DEVICE', 'no backend is registered (import @fa/core, @fa/webgpu or @fa/cuda)');
+  if (candidates.length === 0) throw new FAError('E_DEVICE', NO_BACKEND_REGISTERED);
   const list = passedOver.map((x) => `${x.name}: ${x.why === 'unavailable' ? 'unavailable: ' : ''}${x.reason}`).join('; ');
   if (passedOver.every((x) => x.why === 'unavailable')) throw new FAError('E_DEVICE', `no backend is available (${list})`);
   throw new FAError('E_UNSUPPORTED', `no available engine computes this problem (${list})`);

@@ -23,10 +23,9 @@
  */
 import { check, FAError } from './errors.js';
 import type { DType } from './dtype.js';
-import type { ScoreRules } from './mask.js';
 import type { Tensor } from './tensor.js';
 import { describeValue } from './tensor.js';
-import { checkTensorLike, resolveScores, shapeStr, toInt32 } from './validate.js';
+import { checkTensorLike, resolveScores, shapeOnlyTensor, shapeStr, toInt32, type ResolvedScores } from './validate.js';
 
 /**
  * An engine's copy of an int32 index array (cache lengths, a block table), made with
@@ -79,7 +78,7 @@ export interface KVCacheOptions {
 }
 
 /** A validated KV-cache call. Engines read this, never the raw options. Plain data (no tensors). */
-export interface KVCacheProblem extends ScoreRules {
+export interface KVCacheProblem extends ResolvedScores {
   readonly kind: 'kvcache';
   readonly dtype: DType;
   readonly batch: number;
@@ -108,13 +107,6 @@ export interface KVCacheProblem extends ScoreRules {
   readonly tk: number;
   /** Σ over b of len[b] + Tnew. */
   readonly totalK: number;
-  readonly scale: number;
-  readonly causal: boolean;
-  readonly windowLeft: number;
-  readonly windowRight: number;
-  readonly softcap: number;
-  readonly alibi: Float32Array | undefined;
-  readonly deterministic: boolean;
   /** [B, Tq, H, D]. */
   readonly qShape: readonly number[];
   /** The cache tensors' shape. */
@@ -346,7 +338,7 @@ export function describeKVCacheProblemShapes(
   dtype: DType,
   opts: Omit<KVCacheOptions, 'kNew' | 'vNew'> & { readonly newShape?: readonly number[] },
 ): KVCacheProblem {
-  const shell = (shape: readonly number[]) => ({ kind: 'device' as const, backend: 'none (shape only)', dtype, shape, handle: null, disposed: false });
+  const shell = (shape: readonly number[]) => shapeOnlyTensor(shape, dtype);
   const { newShape, ...rest } = opts;
   return describeKVCacheProblem(shell(qShape), shell(cacheShape), shell(cacheShape), { ...rest, ...(newShape ? { kNew: shell(newShape), vNew: shell(newShape) } : {}) });
 }
@@ -365,9 +357,4 @@ function checkDistinctWrites(p: KVCacheProblem): void {
       owner.set(row, b);
     }
   }
-}
-
-/** Bytes a KV-cache call must read at least: the keys and values it attends to, plus q (decode is bandwidth-bound on these). */
-export function kvCacheBytes(p: KVCacheProblem, bytesPerElement: number): number {
-  return (2 * p.totalK * p.hkv * p.d + p.batch * p.tq * p.h * p.d) * bytesPerElement;
 }

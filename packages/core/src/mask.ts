@@ -2,13 +2,14 @@
  * What each query sees and how a raw score becomes a logit: the single definition of the
  * mask and score modifiers (DESIGN.md: scale, then softcap, then ALiBi, then the mask).
  */
-import type { AttentionProblem } from './problem.js';
+import type { ResolvedScores } from './validate.js';
 
 /**
  * What the rules below read from a problem. AttentionProblem and KVCacheProblem (kvcache.ts)
- * both have these fields, so a KV-cache call masks and scores exactly like the dense call.
+ * both extend ResolvedScores and have h, so a KV-cache call masks and scores exactly like the
+ * dense call.
  */
-export type ScoreRules = Pick<AttentionProblem, 'h' | 'scale' | 'softcap' | 'windowLeft' | 'windowRight' | 'alibi'>;
+export type ScoreRules = Pick<ResolvedScores, 'scale' | 'softcap' | 'windowLeft' | 'windowRight' | 'alibi'> & { readonly h: number };
 
 /**
  * Visible keys of query i in a sequence of tq queries and tk keys, as an inclusive range

@@ -5,7 +5,7 @@
  */
 import { check } from './errors.js';
 import type { DType } from './dtype.js';
-import { checkTensorLike, resolveScores, shapeStr, toInt32 } from './validate.js';
+import { checkTensorLike, resolveScores, shapeOnlyTensor, shapeStr, toInt32, type ResolvedScores } from './validate.js';
 
 export interface AttentionOptions {
   /** Bottom-right aligned causal mask: query i sees key j iff j <= i + Tk - Tq. */
@@ -26,7 +26,7 @@ export interface AttentionOptions {
 }
 
 /** A fully validated and resolved problem. Engines read this, never the raw options. */
-export interface AttentionProblem {
+export interface AttentionProblem extends ResolvedScores {
   readonly dtype: DType;
   /** Number of sequences. */
   readonly batch: number;
@@ -43,16 +43,6 @@ export interface AttentionProblem {
   /** Offsets, length batch+1, in tokens; synthesised as multiples of tq/tk when not varlen. */
   readonly cuSeqlensQ: Int32Array;
   readonly cuSeqlensK: Int32Array;
-  readonly scale: number;
-  readonly causal: boolean;
-  /** Resolved window; -1 = unbounded. causal => right = 0. */
-  readonly windowLeft: number;
-  readonly windowRight: number;
-  /** 0 = no soft-capping. */
-  readonly softcap: number;
-  /** Slopes per (batch, head) as a [batch*h] array, or undefined. */
-  readonly alibi: Float32Array | undefined;
-  readonly deterministic: boolean;
   readonly qShape: readonly number[];
   readonly kShape: readonly number[];
   readonly lseShape: readonly number[];
@@ -163,8 +153,7 @@ export function describeProblem(qIn: unknown, kIn: unknown, vIn: unknown, opts: 
  * engines (supports(), resolveBackendFor()) about a call before allocating its inputs.
  */
 export function describeProblemShapes(qShape: readonly number[], kShape: readonly number[], dtype: DType, opts: AttentionOptions = {}): AttentionProblem {
-  const shell = (shape: readonly number[]) => ({ kind: 'device' as const, backend: 'none (shape only)', dtype, shape, handle: null, disposed: false });
-  return describeProblem(shell(qShape), shell(kShape), shell(kShape), opts);
+  return describeProblem(shapeOnlyTensor(qShape, dtype), shapeOnlyTensor(kShape, dtype), shapeOnlyTensor(kShape, dtype), opts);
 }
 
 /**

@@ -11,7 +11,7 @@
 import { FAError, isFAError } from './errors.js';
 import type { AttentionBackend } from './backend.js';
 import { AutoBackend, type AutoBackendOptions } from './auto-backend.js';
-import { askSupports, chooseEngine, type ChoiceProblem, type EngineCandidate, type Resolution } from './choose.js';
+import { askSupports, chooseEngine, NO_BACKEND_REGISTERED, type ChoiceProblem, type EngineCandidate, type Resolution } from './choose.js';
 import { describeProblem, type AttentionOptions } from './problem.js';
 import type { Tensor } from './tensor.js';
 
@@ -110,7 +110,7 @@ export async function resolveBackend(preferred?: string | readonly string[], opt
   const candidates: EngineCandidate[] = [];
   for (const n of names) candidates.push(await start(n));
   if (!candidates.some((c) => c.backend)) {
-    throw new FAError('E_DEVICE', names.length === 0 ? 'no backend is registered (import @fa/core, @fa/webgpu or @fa/cuda)' : `no backend is available (${candidates.map((c) => `${c.name}: ${c.reason}`).join('; ')})`);
+    throw new FAError('E_DEVICE', names.length === 0 ? NO_BACKEND_REGISTERED : `no backend is available (${candidates.map((c) => `${c.name}: ${c.reason}`).join('; ')})`);
   }
   return new AutoBackend(candidates, options, release);
 }

@@ -5,8 +5,8 @@
  * from the package; each call's describe* function is the public face.
  */
 import { check, FAError } from './errors.js';
-import { isDType } from './dtype.js';
-import { checkHostData, describeValue, isDeviceTensor, isHostTensor, type Tensor } from './tensor.js';
+import { isDType, type DType } from './dtype.js';
+import { checkHostData, describeValue, isDeviceTensor, isHostTensor, type DeviceTensor, type Tensor } from './tensor.js';
 
 export const shapeStr = (s: readonly number[]) => `[${s.join(', ')}]`;
 
@@ -46,11 +46,22 @@ export interface ScoreOptions {
 export interface ResolvedScores {
   readonly scale: number;
   readonly causal: boolean;
+  /** Resolved window; -1 = unbounded. causal => right = 0. */
   readonly windowLeft: number;
   readonly windowRight: number;
+  /** 0 = no soft-capping. */
   readonly softcap: number;
+  /** Slopes per (batch, head) as a [batch*h] array, or undefined. */
   readonly alibi: Float32Array | undefined;
   readonly deterministic: boolean;
+}
+
+/**
+ * A device tensor of this shape and dtype without data, for the describe*Shapes functions: to
+ * ask engines about a call before allocating its inputs.
+ */
+export function shapeOnlyTensor(shape: readonly number[], dtype: DType): DeviceTensor {
+  return { kind: 'device', backend: 'none (shape only)', dtype, shape, handle: null, disposed: false };
 }
 
 /**

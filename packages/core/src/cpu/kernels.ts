@@ -47,36 +47,6 @@ export function gemmABtPacked(Ap: Float64Array, Bp: Float64Array, C: Float64Arra
 }
 
 /**
- * C[r·ldc + c] = Σ_k A[r·d4 + k]·B[c·d4 + k] for r < nr4, c < nc4, with A and B row-major (row
- * length d4): the scores of a KV-cache tile, whose key rows arrive one cache block at a time and
- * meet only the few query rows of a decode step — not worth a packing copy. The same 4×4 block
- * as gemmABtPacked (8 loads per 16 multiply-adds), with row pointers instead of panels.
- */
-export function gemmABt(A: Float64Array, B: Float64Array, C: Float64Array, nr4: number, nc4: number, d4: number, ldc: number): void {
-  for (let r = 0; r < nr4; r += 4) {
-    const a0 = r * d4, a1 = a0 + d4, a2 = a1 + d4, a3 = a2 + d4;
-    for (let c = 0; c < nc4; c += 4) {
-      const b0 = c * d4, b1 = b0 + d4, b2 = b1 + d4, b3 = b2 + d4;
-      let s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0;
-      let s20 = 0, s21 = 0, s22 = 0, s23 = 0, s30 = 0, s31 = 0, s32 = 0, s33 = 0;
-      for (let k = 0; k < d4; k++) {
-        const x0 = A[a0 + k], x1 = A[a1 + k], x2 = A[a2 + k], x3 = A[a3 + k];
-        const y0 = B[b0 + k], y1 = B[b1 + k], y2 = B[b2 + k], y3 = B[b3 + k];
-        s00 += x0 * y0; s01 += x0 * y1; s02 += x0 * y2; s03 += x0 * y3;
-        s10 += x1 * y0; s11 += x1 * y1; s12 += x1 * y2; s13 += x1 * y3;
-        s20 += x2 * y0; s21 += x2 * y1; s22 += x2 * y2; s23 += x2 * y3;
-        s30 += x3 * y0; s31 += x3 * y1; s32 += x3 * y2; s33 += x3 * y3;
-      }
-      let o = r * ldc + c;
-      C[o] = s00; C[o + 1] = s01; C[o + 2] = s02; C[o + 3] = s03; o += ldc;
-      C[o] = s10; C[o + 1] = s11; C[o + 2] = s12; C[o + 3] = s13; o += ldc;
-      C[o] = s20; C[o + 1] = s21; C[o + 2] = s22; C[o + 3] = s23; o += ldc;
-      C[o] = s30; C[o + 1] = s31; C[o + 2] = s32; C[o + 3] = s33;
-    }
-  }
-}
-
-/**
  * C[r·d4 + c] += Σ_{j<nk} A[r·lda + j]·B[j·d4 + c] for r < nr4, c < d4: acc += P·V, and the
  * dQ tile dS·K. A is row-major (the probability tile), B row-major with row length d4.
  */

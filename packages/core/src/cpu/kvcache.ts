@@ -24,7 +24,7 @@
  */
 import { keyRange, slopeOf, tileKeyRange } from '../mask.js';
 import { finalizeTile, mergeTileStates, resetTileState, softmaxTileUpdate } from '../online-softmax.js';
-import { kvKeys, kvLseIndex, type KVCacheProblem } from '../kvcache.js';
+import { kvCacheRow, kvKeys, kvLseIndex, type KVCacheProblem } from '../kvcache.js';
 import type { DType } from '../dtype.js';
 import type { HostData } from '../tensor.js';
 import { KV_UNIT, type KVCacheJob, type Workspace } from './job.js';
@@ -102,6 +102,33 @@ export function planKVCache(p: KVCacheProblem, kvChunk = KV_CHUNK): KVCachePlan 
   return { qt, rows, chunk, units, slots };
 }
 
+/** A (batch, kv head, query tile) whose key range is split: where its partial states are, for the combine. */
+export interface SplitGroup {
+  readonly b: number;
+  readonly kvh: number;
+  /** Query tile. */
+  readonly t: number;
+  /** Partial-state slot of chunk 0; chunk c's is slot0 + c·Hkv. */
+  readonly slot0: number;
+  readonly chunks: number;
+}
+
+/** The split groups of a plan's units (those with a partial-state slot), in order of first appearance. */
+export function splitGroups(p: KVCacheProblem, plan: Pick<KVCachePlan, 'units'>): SplitGroup[] {
+  const U = plan.units;
+  const groups = new Map<number, { b: number; kvh: number; t: number; slot0: number; chunks: number }>();
+  for (let o = 0; o < U.length; o += KV_UNIT) {
+    const slot = U[o + 4];
+    if (slot < 0) continue;
+    const [b, kvh, t, c] = [U[o], U[o + 1], U[o + 2], U[o + 3]];
+    const key = (b * p.hkv + kvh) * 0x10000 + t;
+    const g = groups.get(key);
+    if (!g) groups.set(key, { b, kvh, t, slot0: slot - c * p.hkv, chunks: c + 1 });
+    else g.chunks = Math.max(g.chunks, c + 1);
+  }
+  return [...groups.values()];
+}
+
 /** Rows of a query tile: row r = hh·nq + ii is query i0 + ii of head kvh·g + hh. Fills ws.rowLo/rowHi. */
 function tileRows(p: KVCacheProblem, ws: Workspace, i0: number, nq: number, tk: number): void {
   const g = p.h / p.hkv;
@@ -134,18 +161,13 @@ const scratch = new KVScratch();
 
 /**
  * Element offsets of keys [j0, j0 + nc) of sequence b (kv head kvh) in the cache, through the
- * block table, into off[0..nc); the padding up to nc4 repeats the last key (its scores are never
- * read).
+ * block table (kvCacheRow), into off[0..nc); the padding up to nc4 repeats the last key (its
+ * scores are never read).
  */
 function cacheOffsets(p: KVCacheProblem, b: number, kvh: number, j0: number, nc: number, nc4: number, off: Int32Array): void {
-  const bs = p.blockSize;
   const w = p.hkv * p.d;
-  const tb = b * p.maxBlocksPerSeq;
-  for (let r = 0; r < nc; r++) {
-    const t = j0 + r;
-    const blk = Math.floor(t / bs);
-    off[r] = (p.blockTable[tb + blk] * bs + (t - blk * bs)) * w + kvh * p.d;
-  }
+  const col = kvh * p.d;
+  for (let r = 0; r < nc; r++) off[r] = kvCacheRow(p, b, j0 + r) * w + col;
   for (let r = nc; r < nc4; r++) off[r] = off[nc - 1];
 }
 
@@ -272,31 +294,14 @@ export function runKVCache(job: KVCacheJob, ws: Workspace): void {
 export function combineKVCache(job: KVCacheJob, ws: Workspace): void {
   const p = job.p;
   const g = p.h / p.hkv;
-  const n = job.units.length / KV_UNIT;
   ws.ensure(job.rows, KV_TILE, p.d);
   const d4 = ws.d4;
-  // first slot of each (b, kvh, t) and the chunk count, from the units
-  const first = new Map<number, { slot: number; chunks: number }>();
-  for (let u = 0; u < n; u++) {
-    const o = u * KV_UNIT;
-    const slot = job.units[o + 4];
-    if (slot < 0) continue;
-    const key = (job.units[o] * p.hkv + job.units[o + 1]) * 0x10000 + job.units[o + 2];
-    const c = job.units[o + 3];
-    const e = first.get(key);
-    if (!e) first.set(key, { slot: slot - c * p.hkv, chunks: c + 1 });
-    else e.chunks = Math.max(e.chunks, c + 1);
-  }
   const { m, l, acc, lse } = ws;
-  for (const [key, e] of first) {
-    const t = key % 0x10000;
-    const bk = Math.floor(key / 0x10000);
-    const b = Math.floor(bk / p.hkv);
-    const kvh = bk % p.hkv;
-    const i0 = t * job.qt;
+  for (const e of splitGroups(p, job)) {
+    const i0 = e.t * job.qt;
     const nq = Math.min(job.qt, p.tq - i0);
     const R = g * nq;
-    const at = (c: number) => (e.slot + c * p.hkv) * job.rows;
+    const at = (c: number) => (e.slot0 + c * p.hkv) * job.rows;
     m.set(job.pm.subarray(at(0), at(0) + R));
     l.set(job.pl.subarray(at(0), at(0) + R));
     acc.set(job.pacc.subarray(at(0) * d4, (at(0) + R) * d4));
@@ -305,6 +310,6 @@ export function combineKVCache(job: KVCacheJob, ws: Workspace): void {
       mergeTileStates(m, l, acc, job.pm.subarray(a, a + R), job.pl.subarray(a, a + R), job.pacc.subarray(a * d4, (a + R) * d4), R, d4);
     }
     finalizeTile(m, l, acc, R, d4, lse);
-    storeKVRows(job, ws, b, kvh, i0, nq);
+    storeKVRows(job, ws, e.b, e.kvh, i0, nq);
   }
 }

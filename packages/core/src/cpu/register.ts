@@ -1,5 +1,5 @@
 /**
- * Registers the CPU engine as backend "cpu" (priority 0: every other engine is preferred when
+ * Registers the CPU engine as backend "cpu" (priority CPU_PRIORITY, 0: every other engine is preferred when
  * it is available, and "cpu" is always there to fall back on), and exports its public API.
  */
 import { registerBackend } from '../registry.js';
@@ -12,8 +12,11 @@ export { chooseTiles, DEFAULT_CPU_CACHE, paddedD, workingSetBytes, type CacheMod
 // chunks, partial-state slots).
 export { planForward } from './forward.js';
 export { planBackward, reducePrivate, type BackwardPlan } from './backward.js';
-export { planKVCache, KV_CHUNK, type KVCachePlan } from './kvcache.js';
+export { planKVCache, splitGroups, KV_CHUNK, type KVCachePlan, type SplitGroup } from './kvcache.js';
 export { FWD_UNIT, BWD_UNIT, KV_UNIT } from './job.js';
 export { WorkerPool, workerExecArgv } from './pool.js';
 
-registerBackend('cpu', () => createCpuBackend(), 0);
+/** Below every other engine: the one that is always there to fall back on. */
+export const CPU_PRIORITY = 0;
+
+registerBackend('cpu', () => createCpuBackend(), CPU_PRIORITY);

@@ -28,8 +28,8 @@ const bfU32 = new Uint32Array(bfF32.buffer);
  * Loads rows [rowStart, rowStart + nrows) of `src`, columns [colOff, colOff + d), into `dst`
  * (row length d4) from its row `dstRow` on, and zeroes the padding columns and rows
  * nrows..rows4 (counted from dstRow). Returns whether every loaded value is finite (the kernels
- * then need no care for 0·∞ = NaN at masked positions). A KV-cache tile is filled one block run
- * at a time through dstRow.
+ * then need no care for 0·∞ = NaN at masked positions). The KV-cache kernel stacks the query
+ * rows of a GQA group through dstRow: each query head's rows after the previous head's.
  */
 export function loadRows(src: HostData, dtype: DType, rowStart: number, nrows: number, rowStride: number, colOff: number, d: number, d4: number, rows4: number, dst: Float64Array, dstRow = 0): boolean {
   let probe: number;
