@@ -69,7 +69,7 @@ interface Platform {
 
 // Dynamic imports through a variable, so bundlers for the browser leave them alone and the
 // module loads where node:* does not exist.
-const importNode = (name: string): Promise<unknown> => import(/* @vite-ignore */ /* webpackIgnore: true */ name);
+export const importNode = (name: string): Promise<unknown> => import(/* @vite-ignore */ /* webpackIgnore: true */ name);
 
 async function detectPlatform(requested: number | undefined): Promise<Platform> {
   let cores = 1;

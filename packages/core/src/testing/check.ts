@@ -4,7 +4,6 @@
  */
 import type { AttentionBackend, Support } from '../backend.js';
 import type { DType } from '../dtype.js';
-import { isFAError, type FAErrorCode } from '../errors.js';
 import type { AttentionOptions, AttentionProblem } from '../problem.js';
 import { describeProblem, lseIndex, segment } from '../problem.js';
 import { keyRange, queryRange } from '../mask.js';
@@ -16,6 +15,7 @@ import { compareLse, compareTensor, formatMetric, type TensorMetric, type Tensor
 import { createRng, hostTensor, randomValues, tensorValues } from './random.js';
 import { kvCacheCases, type KVCacheCase } from './kvcache-cases.js';
 import { checkKVCacheCase, KV_EXTRA_CHECKS } from './kvcache-check.js';
+import { describeError, now, refusalProblem, type BadCall } from './util.js';
 
 export interface CheckOptions {
   /** Pass inputs as device tensors made with backend.upload() (default false: host tensors). */
@@ -35,14 +35,6 @@ export interface CaseResult {
   /** "ok: …" with the metrics, "skipped: reason", or what failed, where, and by how much. */
   readonly message: string;
   readonly ms: number;
-}
-
-const now = () => (typeof performance !== 'undefined' ? performance.now() : Date.now());
-
-function describeError(e: unknown): string {
-  if (isFAError(e)) return `FAError ${e.code}: ${e.message}`;
-  if (e instanceof Error) return `${e.name}: ${e.message}`;
-  return String(e);
 }
 
 function shapeStr(s: readonly number[]): string {
@@ -419,13 +411,7 @@ export async function checkRepeatable(backend: AttentionBackend, opts: { upload?
 
 export const BAD_INPUTS_CHECK_NAME = 'extra: bad inputs throw FAError with the right code, and the backend stays usable';
 
-interface BadInput {
-  readonly what: string;
-  readonly code: FAErrorCode;
-  readonly call: () => Promise<unknown>;
-}
-
-function badInputs(backend: AttentionBackend, dtype: DType): BadInput[] {
+function badInputs(backend: AttentionBackend, dtype: DType): BadCall[] {
   const rng = createRng(99);
   const t = (shape: number[], dt: DType = dtype) => hostTensor(randomValues(rng, numel(shape)), shape, dt);
   const q = t([1, 8, 2, 16]);
@@ -462,14 +448,8 @@ export async function checkBadInputs(backend: AttentionBackend, opts: { upload?:
   const dtype = extraDtype(backend);
   const problems: string[] = [];
   for (const bi of badInputs(backend, dtype)) {
-    try {
-      await bi.call();
-      problems.push(`${bi.what}: accepted, expected FAError ${bi.code}`);
-    } catch (e) {
-      if (!isFAError(e)) problems.push(`${bi.what}: threw ${describeError(e)}, expected an FAError ${bi.code}`);
-      else if (e.code !== bi.code) problems.push(`${bi.what}: FAError ${e.code} (${e.message}), expected ${bi.code}`);
-      else if (!e.message) problems.push(`${bi.what}: FAError ${e.code} without a message`);
-    }
+    const wrong = await refusalProblem(bi);
+    if (wrong) problems.push(wrong);
   }
   const after = makeCase({ dtype, batch: 2, tq: 17, tk: 33, h: 2, hkv: 1, d: 16, causal: true, seed: 5 });
   const r = await checkCase(backend, after, opts);

@@ -1,7 +1,8 @@
 /**
  * @fa/core/testing — the conformance kit every engine runs: seeded inputs, the case generator,
  * the tolerance policy, checkCase/runConformance, the generic extra checks, the reference as a
- * backend, defineConformanceSuite for vitest, and a declining engine for testing engine choice.
+ * backend, defineConformanceSuite for vitest, a declining engine for testing engine choice, and
+ * the memory measurement of the memory tests (measurePeakExtra).
  * See README.md, "Conformance kit".
  */
 export * from './random.js';
@@ -13,3 +14,4 @@ export * from './kvcache-check.js';
 export * from './reference-backend.js';
 export * from './suite.js';
 export * from './declining-backend.js';
+export * from './memory.js';

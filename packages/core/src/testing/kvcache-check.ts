@@ -7,7 +7,6 @@
  */
 import type { AttentionBackend } from '../backend.js';
 import type { DType } from '../dtype.js';
-import { isFAError, type FAErrorCode } from '../errors.js';
 import { keyRange } from '../mask.js';
 import { naiveForward } from '../naive.js';
 import { appendKVCacheHost, kvCacheAsVarlen, referenceKVCache } from '../kvcache-host.js';
@@ -17,14 +16,7 @@ import type { CaseResult, CheckOptions } from './check.js';
 import { kvCacheCaseInputs, makeKVCacheCase, type KVCacheCase, type KVCacheInputs } from './kvcache-cases.js';
 import { compareLse, compareTensor, formatMetric, type TensorMetric } from './tolerance.js';
 import { createRng, hostTensor, randomValues, tensorValues } from './random.js';
-
-const now = () => (typeof performance !== 'undefined' ? performance.now() : Date.now());
-
-function describeError(e: unknown): string {
-  if (isFAError(e)) return `FAError ${e.code}: ${e.message}`;
-  if (e instanceof Error) return `${e.name}: ${e.message}`;
-  return String(e);
-}
+import { describeError, now, refusalProblem, type BadCall } from './util.js';
 
 /** A copy of a host tensor (its data in fresh memory of the same kind). */
 export function cloneHost(t: HostTensor): HostTensor {
@@ -277,12 +269,6 @@ export async function checkKVCacheDecodeLoop(backend: AttentionBackend, opts: Ch
 
 export const KV_BAD_INPUTS_CHECK_NAME = 'extra: bad KV-cache arguments each throw a one-line FAError with the right code and leave the caches unchanged';
 
-interface BadKV {
-  readonly what: string;
-  readonly code: FAErrorCode;
-  readonly call: () => Promise<unknown>;
-}
-
 /**
  * Bad cache arguments: each must be refused with a one-line FAError of the expected code, and
  * afterwards both caches (read back) and the index tensors must be exactly as before; then a
@@ -321,7 +307,7 @@ export async function checkKVCacheBadInputs(backend: AttentionBackend, opts: Che
     const disposed = await backend.uploadIndex(x.cacheSeqlens);
     backend.disposeTensor(disposed);
     const foreign: DeviceIndexTensor = { kind: 'index', backend: `not-${backend.name}`, shape: [2], handle: null, disposed: false, mirror: Int32Array.from(x.cacheSeqlens) };
-    const bad: BadKV[] = [
+    const bad: BadCall[] = [
       { what: 'a block index past the cache in a block the call reads', code: 'E_ARG', call: () => run({ blockTable: table((a) => (a[1] = p.numBlocks)) }) },
       { what: 'a negative block index in a block the call writes', code: 'E_ARG', call: () => run({ blockTable: table((a) => (a[mb] = -1)) }) },
       { what: 'an append past a sequence\'s capacity', code: 'E_ARG', call: () => run({ cacheSeqlens: [p.capacity - 1, 2], kNew: two, vNew: two }) },
@@ -354,14 +340,8 @@ export async function checkKVCacheBadInputs(backend: AttentionBackend, opts: Che
       } },
     ];
     for (const bi of bad) {
-      try {
-        await bi.call();
-        problems.push(`${bi.what}: accepted, expected FAError ${bi.code}`);
-      } catch (e) {
-        if (!isFAError(e)) problems.push(`${bi.what}: threw ${describeError(e)}, expected an FAError ${bi.code}`);
-        else if (e.code !== bi.code) problems.push(`${bi.what}: FAError ${e.code} (${e.message}), expected ${bi.code}`);
-        else if (!e.message || /\n/.test(e.message)) problems.push(`${bi.what}: the FAError message must be one non-empty line, got ${JSON.stringify(e.message)}`);
-      }
+      const wrong = await refusalProblem(bi, { oneLine: true });
+      if (wrong) problems.push(wrong);
       for (const [nm, tt, want] of [['kCache', call.kCache, x.kCache], ['vCache', call.vCache, x.vCache]] as const) {
         const diff = compareCache(p, nm, await backend.read(tt), want);
         if (diff) problems.push(`after ${bi.what}: ${diff}`);
