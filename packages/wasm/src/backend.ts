@@ -16,6 +16,7 @@
  */
 import {
   BWD_UNIT,
+  bytesPerElement,
   checkHostData,
   describeBackward,
   describeKVCacheProblem,
@@ -55,14 +56,14 @@ import {
 import { binaryName, chooseIsa, enableRelaxedSimd, probeFeatures, type Features, type Isa } from './features.js';
 import { copyIn, copyOut, copyOutTo } from './io.js';
 import { COPY_RING_BYTES, runJob, type Kernels, type WasmJob } from './job.js';
-import { copyUnits, hostCacheBytes, kvCallBytes, KV_GROUP_UNIT, kvScratchBound, runKVCall, type KVEngine } from './kvcall.js';
+import { copyUnits, hostCacheBytes, kvCallBytes, KV_GROUP_UNIT, kvScratchBound, runKVCall, type KVEngine, type ThreadTiles } from './kvcall.js';
 import { backwardBytes, forwardBytes, keyTiles, STACK_BYTES } from './layout.js';
 import { binaryUrl, compileBinary } from './loader.js';
 import { Arena, fmt, Heap, WASM32_MAX_BYTES } from './memory.js';
 import { checkOptions, createMemory, DEFAULT_INLINE_BELOW_FLOPS, defaultThreads, type WasmBackendOptions } from './options.js';
 import { PROBLEM_BYTES, writeProblem, type ProblemFields } from './params.js';
 import { createPool, type WasmPool } from './threads.js';
-import { checkOwn, dataOf, elementBytes, regionData, WasmTensor } from './tensors.js';
+import { checkOwn, dataOf, regionData, WasmTensor } from './tensors.js';
 import { chooseWasmTiles } from './tiles.js';
 
 const MAIN_STACK_BYTES = 64 * 1024;
@@ -104,7 +105,8 @@ export class WasmBackend implements AttentionBackend {
       memory,
       arena: this.arena,
       scaledInput: (t, dtype, scale, what) => this.scaledInput(t, dtype, scale, what),
-      execute: (kind, problem, units, scratchBytes, pooled) => this.execute(kind, problem, units, [], scratchBytes, pooled),
+      tiles: (units, scratchBytes, pooled) => this.tiles(units, scratchBytes, pooled),
+      execute: (kind, problem, units, tiles, pooled) => this.execute(kind, problem, units, [], 0, pooled, tiles),
       willUseWorkers: (units, flops) => this.willUseWorkers(units, flops),
       threads: Math.max(1, threads),
       kvScratchBytes: (problem) => kernels.fa_kv_scratch_bytes(problem),
@@ -228,7 +230,7 @@ export class WasmBackend implements AttentionBackend {
 
   private newTensor(dtype: DType, shape: readonly number[], what: string): WasmTensor {
     const length = numel(shape);
-    const ptr = this.heap.alloc(length * elementBytes(dtype), what);
+    const ptr = this.heap.alloc(length * bytesPerElement(dtype), what);
     return new WasmTensor(dtype, [...shape], { ptr, length, owner: this });
   }
 
@@ -281,14 +283,19 @@ export class WasmBackend implements AttentionBackend {
     return tensor(copyOut(this.arena, this.kernels, ptr, n, dtype), shape, dtype);
   }
 
-  /** Runs a job's units: on the workers, or here. */
-  private async execute(kind: WasmJob['kind'], problem: number, units: Int32Array, privates: number[], scratchBytes: number, pooled: boolean): Promise<void> {
+  /** The per-thread tiles of a job of `units` units (execute() allocates them unless given). */
+  private tiles(units: number, scratchBytes: number, pooled: boolean): ThreadTiles {
+    const threads = pooled ? Math.max(1, Math.min(this.threads, units)) : 1;
+    const slotBytes = Math.ceil(scratchBytes / 16) * 16 + (pooled ? STACK_BYTES : 0);
+    return { threads, slotBytes, slots: this.arena.alloc(threads * slotBytes, 'the per-thread tiles') };
+  }
+
+  /** Runs a job's units: on the workers, or here. `tiles`: made before (tiles()), for a call that must not fail for memory past a point. */
+  private async execute(kind: WasmJob['kind'], problem: number, units: Int32Array, privates: number[], scratchBytes: number, pooled: boolean, tiles?: ThreadTiles): Promise<void> {
     const unitSize = UNIT_SIZE[kind];
     const n = units.length / unitSize;
     if (n === 0) return;
-    const threads = pooled ? Math.min(this.threads, n) : 1;
-    const slotBytes = Math.ceil(scratchBytes / 16) * 16 + (pooled ? STACK_BYTES : 0);
-    const slots = this.arena.alloc(threads * slotBytes, 'the per-thread tiles');
+    const { threads, slotBytes, slots } = tiles ?? this.tiles(n, scratchBytes, pooled);
     const counter = pooled ? new Int32Array(new SharedArrayBuffer(8)) : new Int32Array(2);
     const job: WasmJob = { kind, problem, units, unitSize, privates, counter, slots, slotBytes };
     if (!pooled) {

@@ -5,7 +5,7 @@
  * even). Results are SharedArrayBuffer-backed where that exists (core's allocHost), as the cpu
  * engine's are.
  */
-import { allocHost, decode, type DType, type HostData } from '@fa/core';
+import { allocHost, bytesPerElement, decode, type DType, type HostData } from '@fa/core';
 import type { Kernels } from './job.js';
 import type { Arena } from './memory.js';
 import type { Region } from './tensors.js';
@@ -31,5 +31,5 @@ export function copyOut(a: Arena, k: Kernels, ptr: number, n: number, dtype: DTy
 /** copyOut into a device tensor's region (the dtype's bytes), for calls whose q is a device tensor. */
 export function copyOutTo(a: Arena, k: Kernels, ptr: number, n: number, dtype: DType, dst: Region): void {
   if (dtype !== 'f32') k.fa_encode16(ptr, n, dtype === 'bf16' ? 1 : 0);
-  new Uint8Array(a.memory.buffer).copyWithin(dst.ptr, ptr, ptr + n * (dtype === 'f32' ? 4 : 2));
+  new Uint8Array(a.memory.buffer).copyWithin(dst.ptr, ptr, ptr + n * bytesPerElement(dtype));
 }

@@ -13,10 +13,12 @@
  */
 import {
   appendKVCacheHost,
+  bytesPerElement,
   isDeviceTensor,
   KV_UNIT,
   kvKeys,
   planKVCache,
+  splitGroups,
   type DType,
   type KVCacheOptions,
   type KVCachePlan,
@@ -25,7 +27,7 @@ import {
 } from '@fa/core';
 import type { Arena } from './memory.js';
 import { KV_PROBLEM_BYTES, writeKVProblem, type ProblemFields } from './params.js';
-import { elementBytes, hostView, type WasmTensor } from './tensors.js';
+import { hostView, type WasmTensor } from './tensors.js';
 
 const F = 4;
 const dp = (d: number) => (d + 7) & ~7;
@@ -106,7 +108,14 @@ export function groupUnits(p: KVCacheProblem, plan: KVCachePlan, threads: number
  * rows are written; a contiguous cache is one block of its capacity a sequence), K and V.
  */
 export function hostCacheBytes(p: KVCacheProblem): number {
-  return 2 * usedBlocks(p).blocks.length * p.blockSize * p.hkv * p.d * elementBytes(p.dtype);
+  return 2 * usedBlocks(p).blocks.length * p.blockSize * p.hkv * p.d * bytesPerElement(p.dtype);
+}
+
+/** A job's per-thread tiles in the arena: `threads` slots of `slotBytes` from `slots`. */
+export interface ThreadTiles {
+  readonly threads: number;
+  readonly slotBytes: number;
+  readonly slots: number;
 }
 
 /** What the engine lends a KV call (backend.ts). */
@@ -115,8 +124,10 @@ export interface KVEngine {
   readonly arena: Arena;
   /** A float32 copy of a tensor in the arena, multiplied by `scale` (q). */
   scaledInput(t: Tensor, dtype: DType, scale: number, what: string): number;
-  /** Runs units on the workers or inline; `scratchBytes` per thread. */
-  execute(kind: 'kvcache', problem: number, units: Int32Array, scratchBytes: number, pooled: boolean): Promise<void>;
+  /** The per-thread tiles of a job of `units` units, `scratchBytes` a thread, allocated now. */
+  tiles(units: number, scratchBytes: number, pooled: boolean): ThreadTiles;
+  /** Runs units on the workers or inline, in the given tiles. */
+  execute(kind: 'kvcache', problem: number, units: Int32Array, tiles: ThreadTiles, pooled: boolean): Promise<void>;
   willUseWorkers(units: number, flops: number): boolean;
   /** Worker threads (1 without). */
   readonly threads: number;
@@ -138,9 +149,10 @@ interface CacheSource {
 }
 
 /**
- * Lays the call out in the arena (allocations first, so that a call refused for memory has
- * written nothing), appends kNew/vNew in place, copies host caches in, runs the units and the
- * combine. The caller copies out/lse out of the arena.
+ * Lays the call out in the arena (every allocation first, the per-thread tiles and the combine
+ * scratch included, so that a call refused for memory has written nothing), appends kNew/vNew in
+ * place, copies host caches in, runs the units and the combine. The caller copies out/lse out of
+ * the arena.
  */
 export async function runKVCall(e: KVEngine, p: KVCacheProblem, q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions, kvChunk: number | undefined): Promise<KVCallResult> {
   const a = e.arena;
@@ -158,29 +170,15 @@ export async function runKVCall(e: KVEngine, p: KVCacheProblem, q: Tensor, kCach
   const out = e.scaledInput(q, p.dtype, p.scale, 'q');
   const onDevice = isDeviceTensor(kCache) && isDeviceTensor(vCache);
   const used = onDevice ? undefined : usedBlocks(p);
-  const es = elementBytes(p.dtype);
+  const es = bytesPerElement(p.dtype);
   const rowBytes = p.hkv * p.d * es;
   const blockBytes = p.blockSize * rowBytes;
   const copies = used ? [a.alloc(used.blocks.length * blockBytes, 'a copy of kCache'), a.alloc(used.blocks.length * blockBytes, 'a copy of vCache')] : [];
-  // Everything is allocated: from here on nothing can fail for memory. Append, then copy in.
-  const kn = opts.kNew === undefined ? undefined : hostView(e.memory, opts.kNew);
-  const vn = opts.vNew === undefined ? undefined : hostView(e.memory, opts.vNew);
-  appendKVCacheHost(p, hostView(e.memory, kCache), hostView(e.memory, vCache), kn, vn);
-  let src: CacheSource;
-  if (used) {
-    const u8 = new Uint8Array(e.memory.buffer);
-    const caches = [kCache, vCache].map((t) => hostView(e.memory, t).data);
-    for (let c = 0; c < 2; c++) {
-      const from = new Uint8Array(caches[c].buffer, caches[c].byteOffset, caches[c].byteLength);
-      for (let i = 0; i < used.blocks.length; i++) {
-        const s = used.blocks[i] * blockBytes;
-        u8.set(from.subarray(s, s + used.rows[i] * rowBytes), copies[c] + i * blockBytes);
-      }
-    }
-    src = { k: copies[0], v: copies[1], table: used.table };
-  } else {
-    src = { k: (kCache as WasmTensor).handle.ptr, v: (vCache as WasmTensor).handle.ptr, table: p.blockTable };
-  }
+  // The problem block (the caches' addresses are known: the copies or the device tensors), which
+  // sizes the per-thread scratch; then the tiles and the combine scratch.
+  const src: CacheSource = used
+    ? { k: copies[0], v: copies[1], table: used.table }
+    : { k: (kCache as WasmTensor).handle.ptr, v: (vCache as WasmTensor).handle.ptr, table: p.blockTable };
   a.i32(lens, p.batch).set(p.cacheSeqlens);
   a.i32(table, src.table.length).set(src.table);
   if (p.alibi) a.f32(alibi, p.alibi.length).set(p.alibi);
@@ -196,31 +194,38 @@ export async function runKVCall(e: KVEngine, p: KVCacheProblem, q: Tensor, kCach
     qt: plan.qt, rows: plan.rows, chunk: plan.chunk, heads: grouped.heads, lens, table, kCache: src.k, vCache: src.v, pm, pl, pacc,
   });
   const scratch = e.kvScratchBytes(ptr);
-  await e.execute('kvcache', ptr, grouped.units, scratch, pooled);
-  if (plan.slots > 0) combine(e, plan, p, ptr, a.alloc(scratch, 'the combine scratch'));
+  const tiles = e.tiles(grouped.units.length / KV_GROUP_UNIT, scratch, pooled);
+  const combineScratch = plan.slots > 0 ? a.alloc(scratch, 'the combine scratch') : 0;
+  // Everything is allocated: from here on nothing can fail for memory. Append, then copy in.
+  const kn = opts.kNew === undefined ? undefined : hostView(e.memory, opts.kNew);
+  const vn = opts.vNew === undefined ? undefined : hostView(e.memory, opts.vNew);
+  appendKVCacheHost(p, hostView(e.memory, kCache), hostView(e.memory, vCache), kn, vn);
+  if (used) {
+    const u8 = new Uint8Array(e.memory.buffer);
+    const caches = [kCache, vCache].map((t) => hostView(e.memory, t).data);
+    for (let c = 0; c < 2; c++) {
+      const from = new Uint8Array(caches[c].buffer, caches[c].byteOffset, caches[c].byteLength);
+      for (let i = 0; i < used.blocks.length; i++) {
+        const s = used.blocks[i] * blockBytes;
+        u8.set(from.subarray(s, s + used.rows[i] * rowBytes), copies[c] + i * blockBytes);
+      }
+    }
+  }
+  await e.execute('kvcache', ptr, grouped.units, tiles, pooled);
+  if (plan.slots > 0) combine(e, p, plan, ptr, combineScratch);
   return { out, lse };
 }
 
 /** Merges the chunks of every split group in chunk order (fa_kv_combine), on this thread. */
-function combine(e: KVEngine, plan: KVCachePlan, p: KVCacheProblem, ptr: number, scratch: number): void {
-  const U = plan.units;
-  const groups = new Map<number, { b: number; kvh: number; t: number; slot0: number; chunks: number }>();
-  for (let o = 0; o < U.length; o += KV_UNIT) {
-    const [b, kvh, t, c, slot] = [U[o], U[o + 1], U[o + 2], U[o + 3], U[o + 4]];
-    if (slot < 0) continue;
-    const key = (b * p.hkv + kvh) * 0x10000 + t;
-    const g = groups.get(key);
-    if (!g) groups.set(key, { b, kvh, t, slot0: slot - c * p.hkv, chunks: c + 1 });
-    else g.chunks = Math.max(g.chunks, c + 1);
-  }
-  for (const g of groups.values()) e.combine(ptr, scratch, g.b, g.kvh, g.t, g.slot0, g.chunks);
+function combine(e: KVEngine, p: KVCacheProblem, plan: KVCachePlan, ptr: number, scratch: number): void {
+  for (const g of splitGroups(p, plan)) e.combine(ptr, scratch, g.b, g.kvh, g.t, g.slot0, g.chunks);
 }
 
 /** The byte ranges of device tensors, cut into pieces of at most `piece` bytes (a copy job's units). */
 export function copyUnits(tensors: readonly WasmTensor[], piece: number): Int32Array {
   const units: number[] = [];
   for (const t of tensors) {
-    const bytes = t.handle.length * elementBytes(t.dtype);
+    const bytes = t.handle.length * bytesPerElement(t.dtype);
     for (let o = 0; o < bytes; o += piece) units.push(t.handle.ptr + o, Math.min(piece, bytes - o));
   }
   return Int32Array.from(units);

@@ -28,8 +28,6 @@ export class WasmTensor implements DeviceTensor {
   ) {}
 }
 
-export const elementBytes = (dtype: DType): number => (dtype === 'f32' ? 4 : 2);
-
 /** A view of a region's data as host data of its dtype (valid until the memory grows). */
 export function regionData(memory: WebAssembly.Memory, dtype: DType, r: Region): HostData {
   return dtype === 'f32' ? new Float32Array(memory.buffer, r.ptr, r.length) : new Uint16Array(memory.buffer, r.ptr, r.length);

@@ -7,7 +7,7 @@
  * and the copy loop the decode benchmark measures against.
  */
 import { describe, expect, it } from 'vitest';
-import { appendKVCacheHost, describeKVCacheProblem, describeKVCacheProblemShapes, encode, isFAError, referenceKVCache, tensor, type DType, type HostData, type HostTensor, type KVCacheOptions, type Tensor } from '@fa/core';
+import { appendKVCacheHost, describeKVCacheProblem, describeKVCacheProblemShapes, encode, FAError, isFAError, referenceKVCache, tensor, type DType, type HostData, type HostTensor, type KVCacheOptions, type Tensor } from '@fa/core';
 import { checkKVCacheCase, makeKVCacheCase } from '@fa/core/testing';
 import { createWasmBackend, type WasmBackend } from '../dist/index.js';
 
@@ -194,6 +194,51 @@ describe('wasm KV-cache call', () => {
     expect((r.out as HostTensor).data.length).toBe(16);
     await be.dispose();
     await other.dispose();
+  });
+
+  it('a call that fails for memory after validation (the per-thread tiles, the combine scratch) leaves the caches as they were, host or uploaded', async () => {
+    const be = await createWasmBackend({ threads: 0, kvChunk: 256 }); // split: the combine runs
+    const arena = (be as unknown as { arena: { alloc(bytes: number, what: string): number } }).arena;
+    try {
+      for (const failing of ['the per-thread tiles', 'the combine scratch']) {
+        for (const device of [false, true]) {
+          const x = decodeCase('bf16');
+          const kc = device ? await be.upload(x.kCache) : clone(x.kCache);
+          const vc = device ? await be.upload(x.vCache) : clone(x.vCache);
+          const real = arena.alloc;
+          let seen = false;
+          arena.alloc = function (bytes: number, what: string): number {
+            if (what === failing) {
+              seen = true;
+              throw new FAError('E_OOM', `injected: no memory for ${what}`);
+            }
+            return real.call(this, bytes, what);
+          };
+          let c: string;
+          try {
+            c = await code(be.forwardWithKVCache(x.q, kc, vc, x.opts));
+          } finally {
+            arena.alloc = real;
+          }
+          expect([failing, device, seen, c]).toEqual([failing, device, true, 'E_OOM']);
+          expect(same((await be.read(kc)).data, x.kCache.data)).toBe(true);
+          expect(same((await be.read(vc)).data, x.vCache.data)).toBe(true);
+          if (device) {
+            be.disposeTensor(kc);
+            be.disposeTensor(vc);
+          }
+        }
+      }
+      // and the engine stays usable: the same call then computes what the reference says
+      const x = decodeCase('bf16');
+      const r = await be.forwardWithKVCache(x.q, clone(x.kCache), clone(x.vCache), x.opts);
+      const fresh = await createWasmBackend({ threads: 0, kvChunk: 256 });
+      const want = await run(fresh, 'bf16');
+      await fresh.dispose();
+      expect(same((r.out as HostTensor).data, want.out)).toBe(true);
+    } finally {
+      await be.dispose();
+    }
   });
 
   it('copies the bytes of device tensors on its threads (the decode yardstick), and only those', async () => {
