@@ -1,10 +1,9 @@
-# Decode peers for the KV-cache benchmark (issue 12), as /work/shared/device/peer_f32_decode.py part
-# (b): Tq = 1 over a contiguous cache, GQA H 32 / Hkv 8, D 128, torch SDPA, CUDA events, median of
-# 20 after 2 warm-up calls. bf16: flash, cuDNN, efficient with enable_gqa. f32 (no flash/cuDNN
-# kernel for f32): efficient on K/V expanded to the 32 query heads beforehand (repeat_interleave,
-# not timed; the kernel then reads 4x the cache bytes) and math with enable_gqa. GB/s counts the
-# GQA cache's bytes (what our kernel reads). Prints one JSON line per (backend, dtype, shape);
-# --json FILE also writes them as a list.
+# Decode peers for the KV-cache benchmark (issue 12): Tq = 1 over a contiguous cache, GQA H 32 / Hkv
+# 8, D 128, torch SDPA, CUDA events, median of 20 after 2 warm-up calls. bf16: flash, cuDNN,
+# efficient with enable_gqa. f32 (no flash/cuDNN kernel for f32): efficient on K/V expanded to the
+# 32 query heads beforehand (repeat_interleave, not timed; the kernel then reads 4x the cache bytes)
+# and math with enable_gqa. GB/s counts the GQA cache's bytes (what our kernel reads). Prints one
+# JSON line per (backend, dtype, shape); --json FILE also writes them as a list.
 import json, sys, torch, torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel, SDPBackend
 def timeit(fn, reps=20):

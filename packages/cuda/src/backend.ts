@@ -8,6 +8,7 @@
  */
 import {
   allocHost,
+  bytesPerElement,
   isDeviceIndexTensor,
   type DeviceIndexTensor,
   type IndexData,
@@ -63,7 +64,7 @@ export class CudaTensor implements DeviceTensor {
   }
 }
 
-const bytesOf = (dtype: DType, shape: readonly number[]) => numel(shape) * (dtype === 'f32' ? 4 : 2);
+const bytesOf = (dtype: DType, shape: readonly number[]) => numel(shape) * bytesPerElement(dtype);
 
 export interface CudaBackendOptions {
   /** CUDA device index (default 0). */
@@ -88,6 +89,8 @@ export class CudaBackend implements AttentionBackend {
   readonly f32Path: NativeF32Path;
   #ctx: NativeContext;
   #disposed = false;
+  /** What kvcache.ts uses of this backend: made once, not on every decode step. */
+  readonly #kv: KvEngine;
 
   constructor(
     ctx: NativeContext,
@@ -100,6 +103,16 @@ export class CudaBackend implements AttentionBackend {
     this.probe = probe;
     this.device = ctx.device;
     this.f32Path = options.f32 ?? 'auto';
+    this.#kv = {
+      owner: this,
+      ctx,
+      supportsKVCache: (p) => this.supportsKVCache(p),
+      dev: (t, what, temps) => this.#dev(t, what, temps),
+      alloc: (bytes, keep) => this.#alloc(bytes, keep),
+      wrap: (dtype, shape, buf) => new CudaTensor(dtype, shape, buf, this),
+      read: (t) => this.read(t),
+      fail: toFAError,
+    };
   }
 
   /** The native context (stream); for benchmarks and tests. */
@@ -176,33 +189,20 @@ export class CudaBackend implements AttentionBackend {
     return { ok: true };
   }
 
-  /** What kvcache.ts uses of this backend. */
-  #kvEngine(): KvEngine {
-    return {
-      owner: this,
-      ctx: this.#ctx,
-      supportsKVCache: (p) => this.supportsKVCache(p),
-      dev: (t, what, temps) => this.#dev(t, what, temps),
-      alloc: (bytes, keep) => this.#alloc(bytes, keep),
-      wrap: (dtype, shape, buf) => new CudaTensor(dtype, shape, buf, this),
-      read: (t) => this.read(t),
-      fail: toFAError,
-    };
-  }
 
   async forwardWithKVCache(q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions): Promise<ForwardResult> {
     this.#live();
-    return cudaForwardWithKVCache(this.#kvEngine(), q, kCache, vCache, opts);
+    return cudaForwardWithKVCache(this.#kv, q, kCache, vCache, opts);
   }
 
   async uploadIndex(data: IndexData, shape?: readonly number[]): Promise<DeviceIndexTensor> {
     this.#live();
-    return cudaUploadIndex(this.#kvEngine(), data, shape);
+    return cudaUploadIndex(this.#kv, data, shape);
   }
 
   async writeIndex(t: DeviceIndexTensor, data: IndexData, offset = 0): Promise<void> {
     this.#live();
-    return cudaWriteIndex(this.#kvEngine(), t, data, offset);
+    return cudaWriteIndex(this.#kv, t, data, offset);
   }
   // ---- end KV cache ----
 

@@ -1,13 +1,16 @@
 /**
  * @fa/cuda — FlashAttention forward and backward, and KV-cache attention (decode), on NVIDIA GPUs
  * (tensor cores; f32, f16, bf16), as an @fa/core backend. Importing this module registers backend
- * "cuda" (priority 100); it starts lazily, and on a machine without the addon or a driver it
- * reports why it is unavailable.
+ * "cuda" (priority CUDA_PRIORITY, above every other engine); it starts lazily, and on a machine
+ * without the addon or a driver it reports why it is unavailable.
  */
 import { registerBackend } from '@fa/core';
 import { createCudaBackend } from './backend.js';
 
-registerBackend('cuda', () => createCudaBackend(), 100);
+/** Above every other engine: webgpu (50), wasm (25), cpu (0). */
+export const CUDA_PRIORITY = 100;
+
+registerBackend('cuda', () => createCudaBackend(), CUDA_PRIORITY);
 
 export { CudaBackend, CudaTensor, createCudaBackend, cudaStatus, probeReason, toFAError, type CudaBackendOptions } from './backend.js';
 export { currentTarget, findPrebuilts, prebuiltName, PREBUILDS_DIR, type Target } from './prebuilt.js';

@@ -129,18 +129,17 @@ export async function cudaForwardWithKVCache(engine: KvEngine, q: Tensor, kCache
         lse,
       });
     }
+    const tOut = engine.wrap(p.dtype, p.qShape, out);
+    const tLse = engine.wrap('f32', p.lseShape, lse);
+    const result = isDeviceTensor(q) ? { out: tOut, lse: tLse } : { out: await engine.read(tOut), lse: await engine.read(tLse) };
+    // Last, after every read that can fail: the host caches change only when the call succeeds.
     if (hostCaches && p.tnew > 0) {
       const kn = await engine.read(opts.kNew!);
       const vn = await engine.read(opts.vNew!);
       appendKVCacheHost(p, kCache as HostTensor, vCache as HostTensor, kn, vn);
     }
-    const tOut = engine.wrap(p.dtype, p.qShape, out);
-    const tLse = engine.wrap('f32', p.lseShape, lse);
-    if (isDeviceTensor(q)) {
-      outs.length = 0;
-      return { out: tOut, lse: tLse };
-    }
-    return { out: await engine.read(tOut), lse: await engine.read(tLse) };
+    if (isDeviceTensor(q)) outs.length = 0; // the caller owns out and lse now
+    return result;
   } catch (e) {
     throw engine.fail(e);
   } finally {

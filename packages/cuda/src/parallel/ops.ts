@@ -4,12 +4,11 @@
  * after the attention calls issued before them. Views share the buffer of the tensor they view
  * (the ring never disposes a view of a caller's tensor).
  */
-import { FAError, numel, type DType, type ShardOps, type Tensor } from '@fa/core';
+import { bytesPerElement, FAError, numel, type DType, type ShardOps, type Tensor } from '@fa/core';
 import { CudaTensor, toFAError, type CudaBackend } from '../backend.js';
 import { loadNative, type NativeShardOps } from '../native.js';
 
 const shapeStr = (s: readonly number[]) => `[${s.join(', ')}]`;
-const bytesOf = (dtype: DType, n: number) => n * (dtype === 'f32' ? 4 : 2);
 
 /** The native shard ops, or FAError E_UNSUPPORTED saying why they are missing. */
 export function nativeShardOps(): NativeShardOps {
@@ -35,7 +34,7 @@ export function cudaShardOps(backend: CudaBackend, native: NativeShardOps = nati
   };
   const alloc = (dtype: DType, shape: readonly number[]): CudaTensor => {
     try {
-      return new CudaTensor(dtype, shape, backend.context.alloc(bytesOf(dtype, numel(shape))), backend);
+      return new CudaTensor(dtype, shape, backend.context.alloc(numel(shape) * bytesPerElement(dtype)), backend);
     } catch (e) {
       throw toFAError(e);
     }
