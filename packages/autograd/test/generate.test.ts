@@ -4,7 +4,7 @@
  * forward of SelfAttention/TransformerBlock matches the full forward row by row.
  */
 import { expect, it } from 'vitest';
-import '@fa/core';
+import { createCpuBackend, FAError, type AttentionBackend, type HostTensor, type Tensor as CoreTensor } from '@fa/core';
 import { KVCache, Rng, Tensor, TransformerBlock, noGrad, randn } from '../dist/index.js';
 import { run } from '../examples/generate.mjs';
 
@@ -47,4 +47,36 @@ it('TransformerBlock.forwardCached (prefill, then one token at a time) equals fo
   }
   cache.dispose();
   expect(err).toBeLessThan(1e-5);
+});
+
+it('KVCache.create that fails part way (an upload or uploadIndex refused) disposes every cache it uploaded and rethrows', async () => {
+  const cpu = await createCpuBackend({ threads: 0 });
+  try {
+    for (const failAt of ['upload 3', 'uploadIndex']) {
+      let uploads = 0;
+      const uploaded: CoreTensor[] = [];
+      const disposed: CoreTensor[] = [];
+      const be: AttentionBackend = Object.assign(Object.create(cpu) as AttentionBackend, {
+        async upload(t: HostTensor): Promise<CoreTensor> {
+          if (failAt === `upload ${++uploads}`) throw new FAError('E_OOM', 'injected: out of device memory');
+          const u = await cpu.upload(t);
+          uploaded.push(u);
+          return u;
+        },
+        async uploadIndex(): Promise<never> {
+          throw new FAError('E_OOM', 'injected: out of device memory');
+        },
+        disposeTensor(t: CoreTensor): void {
+          disposed.push(t);
+        },
+      });
+      if (failAt !== 'uploadIndex') be.uploadIndex = cpu.uploadIndex.bind(cpu);
+      const err = await KVCache.create({ layers: 3, batch: 2, capacity: 8, kvHeads: 1, headDim: 4, backend: be }).catch((e: unknown) => e);
+      expect([failAt, (err as FAError).code]).toEqual([failAt, 'E_OOM']);
+      expect(uploaded.length).toBe(failAt === 'uploadIndex' ? 6 : 2);
+      expect(disposed).toEqual(uploaded);
+    }
+  } finally {
+    await cpu.dispose();
+  }
 });

@@ -10,6 +10,7 @@
  */
 import {
   AutoBackend,
+  bytesPerElement,
   FAError,
   decode,
   describeKVCacheProblemShapes,
@@ -64,11 +65,18 @@ export class KVCache {
     const be = chosen instanceof AutoBackend ? chosen.engineFor(describeKVCacheProblemShapes(step, shape, dtype, { cacheSeqlens: new Int32Array(c.batch), newShape: step })) : chosen;
     const k: CoreTensor[] = [];
     const v: CoreTensor[] = [];
-    for (let l = 0; l < c.layers; l++) {
-      k.push(await be.upload(coreZeros(shape, dtype)));
-      v.push(await be.upload(coreZeros(shape, dtype)));
+    let lens: DeviceIndexTensor;
+    try {
+      for (let l = 0; l < c.layers; l++) {
+        k.push(await be.upload(coreZeros(shape, dtype)));
+        v.push(await be.upload(coreZeros(shape, dtype)));
+      }
+      lens = await be.uploadIndex(new Int32Array(c.batch));
+    } catch (e) {
+      // an upload that fails (E_OOM on the engine, say) leaves nothing of this cache behind
+      for (const t of [...k, ...v]) be.disposeTensor(t);
+      throw e;
     }
-    const lens = await be.uploadIndex(new Int32Array(c.batch));
     return new KVCache(be, { layers: c.layers, batch: c.batch, capacity: c.capacity, kvHeads: c.kvHeads, headDim: c.headDim, dtype }, k, v, lens);
   }
 
@@ -105,7 +113,7 @@ export class KVCache {
   /** Bytes the caches hold (K and V, every layer). */
   get bytes(): number {
     const c = this.config;
-    return 2 * c.layers * c.batch * c.capacity * c.kvHeads * c.headDim * (c.dtype === 'f32' ? 4 : 2);
+    return 2 * c.layers * c.batch * c.capacity * c.kvHeads * c.headDim * bytesPerElement(c.dtype);
   }
 
   dispose(): void {
