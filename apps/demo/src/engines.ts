@@ -126,8 +126,13 @@ export async function pickBackendFor(name: string, problem: ChoiceProblem): Prom
     return note === undefined ? { backend: r.backend } : { backend: r.backend, note };
   }
   const backend = await pickBackend(name);
+  requireSupports(backend, name, problem);
+  return { backend };
+}
+
+/** E_UNSUPPORTED, saying why and what to do, unless the engine --backend `name` started computes `problem`. */
+export function requireSupports(backend: AttentionBackend, name: string, problem: ChoiceProblem): void {
   const s = askSupports(backend, problem);
   const what = isKVCacheProblem(problem) ? 'this KV-cache call' : 'this problem';
   if (!s.ok) throw new FAError('E_UNSUPPORTED', `backend ${name} cannot compute ${what}: ${s.reason} (--backend auto picks an engine that can)`);
-  return { backend };
 }

@@ -6,7 +6,7 @@
  * that declines is E_UNSUPPORTED.
  */
 import { askSupports, FAError, listBackends, resolveBackend, type AttentionBackend, type AttentionProblem } from '@fa/core';
-import { loadOptionalEngines, pickBackend } from './engines.js';
+import { loadOptionalEngines, pickBackend, requireSupports } from './engines.js';
 import { isSoftwareAdapter } from './story/engine-kind.js';
 
 export { isSoftwareAdapter };
@@ -29,11 +29,11 @@ export type ProblemFor = (b: AttentionBackend) => AttentionProblem;
  */
 export async function pickStoryBackend(requested = 'auto', problemFor?: ProblemFor): Promise<{ backend: AttentionBackend; candidates: Candidate[] }> {
   const engines = await loadOptionalEngines(requested);
+  const supportFor = (b: AttentionBackend) => (problemFor ? askSupports(b, problemFor(b)) : { ok: true as const });
   if (requested !== 'auto') {
     // --backend NAME: start only that engine (the one-line error for unknown or unavailable names)
     const backend = await pickBackend(requested);
-    const s = problemFor ? askSupports(backend, problemFor(backend)) : { ok: true as const };
-    if (!s.ok) throw new FAError('E_UNSUPPORTED', `backend ${requested} cannot compute this problem: ${s.reason} (--backend auto picks an engine that can)`);
+    if (problemFor) requireSupports(backend, requested, problemFor(backend));
     const candidates = STORY_ORDER.map((name): Candidate => (name === backend.name ? { name, status: 'used', backend } : { name, status: `not tried (--backend ${requested})` }));
     return { backend, candidates };
   }
@@ -54,7 +54,7 @@ export async function pickStoryBackend(requested = 'auto', problemFor?: ProblemF
       c.status = `skipped: software adapter (${c.backend.device}); --backend webgpu uses it`;
       continue;
     }
-    const s = problemFor ? askSupports(c.backend, problemFor(c.backend)) : { ok: true as const };
+    const s = supportFor(c.backend);
     if (!s.ok) {
       c.status = `skipped: declines this problem (${s.reason})`;
       continue;
@@ -66,8 +66,7 @@ export async function pickStoryBackend(requested = 'auto', problemFor?: ProblemF
   if (!chosen) {
     // only a software adapter or declining engines: the cpu engine, if it computes the problem
     const cpu = await pickBackend('cpu');
-    const s = problemFor ? askSupports(cpu, problemFor(cpu)) : { ok: true as const };
-    if (!s.ok) throw new FAError('E_UNSUPPORTED', `no engine computes this problem (${candidates.map((c) => `${c.name}: ${c.status}`).join('; ')})`);
+    if (!supportFor(cpu).ok) throw new FAError('E_UNSUPPORTED', `no engine computes this problem (${candidates.map((c) => `${c.name}: ${c.status}`).join('; ')})`);
     chosen = cpu;
     const c = candidates.find((x) => x.name === 'cpu');
     if (c) c.status = 'used';

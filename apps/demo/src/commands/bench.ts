@@ -5,16 +5,16 @@
  * GPU engines get their inputs uploaded once and are timed to completion (sync), not including
  * transfers.
  */
-import { askSupports, describeProblemShapes, ioModel, parseDType, type AttentionBackend, type AttentionOptions, type DType, type Tensor } from '@fa/core';
+import { askSupports, bytesPerElement, describeProblemShapes, ioModel, parseDType, type AttentionBackend, type AttentionOptions, type DType, type Tensor } from '@fa/core';
 import { parseCount, parseCounts, parseFlags, type FlagSpec } from '../args.js';
 import { flagHelp80 } from '../helptext.js';
 import { argError } from '../errors.js';
 import { BACKEND_CHOICES } from '../engines.js';
 import type { Io } from '../io.js';
 import { bufferProbe } from '../memory.js';
-import { isSoftwareAdapter, pickStoryBackend } from '../pick.js';
+import { pickStoryBackend } from '../pick.js';
 import { fmtBytes, fmtInt, fmtSeconds } from '../story/format.js';
-import { onCpu } from '../story/engine-kind.js';
+import { onCpu, onHardwareGpu } from '../story/engine-kind.js';
 import { gpuMemoryProbe } from '../story/gpumem.js';
 import { wasmMemoryProbe } from '../story/wasmmem.js';
 import { makeInputs, type MemoryProbe } from '../story/run.js';
@@ -89,7 +89,7 @@ function probe(b: AttentionBackend): MemoryProbe | undefined {
 const bytesOf = (t: Tensor): number => {
   const h = (t as { handle?: { bytes?: unknown } }).handle;
   if (t.kind === 'host') return t.data.byteLength;
-  return h && typeof h.bytes === 'number' ? h.bytes : t.shape.reduce((a, x) => a * x, 1) * (t.dtype === 'f32' ? 4 : 2);
+  return h && typeof h.bytes === 'number' ? h.bytes : t.shape.reduce((a, x) => a * x, 1) * bytesPerElement(t.dtype);
 };
 
 async function benchOne(b: AttentionBackend, T: number, B: number, H: number, D: number, dtype: DType, opts: AttentionOptions, repeat: number): Promise<BenchRow> {
@@ -146,7 +146,7 @@ async function benchOne(b: AttentionBackend, T: number, B: number, H: number, D:
   const m = ioModel({ batch: B, heads: H, tq: T, d: D }, { dtype, schedule: 'fa2' });
   const div = opts.causal ? 2 : 1;
   const [f, bw] = [median(tf) / 1e3, median(tb) / 1e3];
-  const e = dtype === 'f32' ? 4 : 2;
+  const e = bytesPerElement(dtype);
   return {
     backend: b.name,
     device: b.device,
@@ -188,7 +188,7 @@ export async function benchCommand(args: readonly string[], io: Io): Promise<num
   const dtypeFlag = p.strings.has('dtype') ? parseDType(p.strings.get('dtype'), '--dtype') : undefined;
   const opts: AttentionOptions = p.booleans.has('causal') ? { causal: true } : {};
   const name = p.strings.get('backend') ?? 'auto';
-  const sizesOf = (b: AttentionBackend) => sizesFlag ?? (!onCpu(b) && !isSoftwareAdapter(b) ? [1024, 4096, 16384] : [256, 512, 1024]);
+  const sizesOf = (b: AttentionBackend) => sizesFlag ?? (onHardwareGpu(b) ? [1024, 4096, 16384] : [256, 512, 1024]);
   // f32 unless the engine declines it (then bf16), at the largest size the engine would run
   const problemOf = (b: AttentionBackend, dtype: DType) => {
     const T = Math.max(1, ...sizesOf(b));
@@ -207,7 +207,7 @@ export async function benchCommand(args: readonly string[], io: Io): Promise<num
   const json: BenchRow[] = [];
   for (const b of engines) {
     const dtype = dtypeOf(b);
-    const gpu = !onCpu(b) && !isSoftwareAdapter(b);
+    const gpu = onHardwareGpu(b);
     const sizes = sizesFlag ?? (gpu ? [1024, 4096, 16384] : [256, 512, 1024]);
     if (sizes.length === 0) throw argError('--seq needs at least one size');
     const rows: BenchRow[] = [];

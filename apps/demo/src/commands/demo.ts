@@ -26,7 +26,7 @@ import { progressBar } from '../progress.js';
 import { reportHtml } from '../report.js';
 import { checkRows, sampleRows } from '../story/exact.js';
 import { fmtBytes } from '../story/format.js';
-import { onCpu } from '../story/engine-kind.js';
+import { onCpu, onHardwareGpu } from '../story/engine-kind.js';
 import { gpuMemoryProbe } from '../story/gpumem.js';
 import { wasmMemoryProbe } from '../story/wasmmem.js';
 import { naiveMemory } from '../story/model.js';
@@ -112,8 +112,6 @@ function parseOpts(args: readonly string[]): Opts | 'help' {
 /** Seconds for forward + backward on a CPU: about a minute with calibration and checks, leaving room for setup in the 3-minute quick start. */
 export const DEFAULT_BUDGET = 50;
 
-const isGpu = (b: AttentionBackend) => !onCpu(b) && !isSoftwareAdapter(b);
-
 function probeFor(b: AttentionBackend): MemoryProbe | undefined {
   return b.name === 'cpu' ? bufferProbe() : (wasmMemoryProbe(b) ?? gpuMemoryProbe(b));
 }
@@ -164,7 +162,7 @@ function machineInfo(b: AttentionBackend): DemoResult['machine'] {
 
 /** The story's dtype and head dim on an engine: f32 unless the engine declines it (then bf16). */
 function storyShape(b: AttentionBackend, o: Opts): { dtype: DType; D: number } {
-  const D = o.dim ?? (isGpu(b) ? 128 : 64);
+  const D = o.dim ?? (onHardwareGpu(b) ? 128 : 64);
   if (o.dtype) return { dtype: o.dtype, D };
   const T = o.tokens ?? FULL_T;
   return { dtype: askSupports(b, describeProblemShapes([1, T, 1, D], [1, T, 1, D], 'f32', { causal: o.causal })).ok ? 'f32' : 'bf16', D };
@@ -188,7 +186,7 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
     return 0;
   }
   const { backend, candidates } = await pickStoryBackend(o.backend, (b) => storyProblem(b, o));
-  const gpu = isGpu(backend);
+  const gpu = onHardwareGpu(backend);
   const { dtype, D } = storyShape(backend, o);
   const causal = o.causal;
   const machine = machineInfo(backend);
@@ -298,7 +296,7 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
   for (const c of candidates) {
     const b = c.backend;
     if (!b || b === backend || isSoftwareAdapter(b)) continue; // software adapters: minutes of shader compilation
-    const t = isGpu(b) ? 8192 : isSoftwareAdapter(b) ? 512 : 1024;
+    const t = onHardwareGpu(b) ? 8192 : isSoftwareAdapter(b) ? 512 : 1024;
     const shapeOf = (d: DType) => describeProblemShapes([1, t, 1, D], [1, t, 1, D], d, { causal });
     const dt = ([dtype, 'f32', 'bf16'] as const).find((d) => askSupports(b, shapeOf(d)).ok);
     if (dt === undefined) continue; // an engine that computes none of them is left out of the table

@@ -16,3 +16,8 @@ const SOFTWARE = /swiftshader|llvmpipe|lavapipe|software|basic render|microsoft 
 export function isSoftwareAdapter(b: { readonly name: string; readonly device: string }): boolean {
   return b.name === 'webgpu' && SOFTWARE.test(b.device);
 }
+
+/** A GPU engine on a hardware adapter: GPU sizes and figures (not a CPU engine, not a software adapter). */
+export function onHardwareGpu(b: { readonly name: string; readonly device: string }): boolean {
+  return !onCpu(b) && !isSoftwareAdapter(b);
+}

@@ -16,7 +16,6 @@ import {
   allocHost,
   bytesPerElement,
   describeKVCacheProblem,
-  encode,
   referenceForward,
   tensor,
   type AttentionBackend,
@@ -26,6 +25,7 @@ import {
   type Tensor,
 } from '@fa/core';
 import { valuesOf } from './exact.js';
+import { gaussian, hostIn, rng } from './random.js';
 
 export const GEN_BLOCK = 256;
 export const GEN_HEADS = 8;
@@ -79,35 +79,6 @@ export interface GenerationResult {
   readonly pass: boolean;
 }
 
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-function normals(n: number, next: () => number): Float32Array {
-  const f = new Float32Array(n);
-  for (let i = 0; i < n; i += 2) {
-    const r = Math.sqrt(-2 * Math.log(1 - next()));
-    const th = 2 * Math.PI * next();
-    f[i] = r * Math.cos(th);
-    if (i + 1 < n) f[i + 1] = r * Math.sin(th);
-  }
-  return f;
-}
-
-function inDtype(values: Float32Array, dtype: DType, shape: number[], shared: boolean): HostTensor {
-  const data = shared ? allocHost(dtype, values.length) : dtype === 'f32' ? new Float32Array(values.length) : new Uint16Array(values.length);
-  if (dtype === 'f32') (data as Float32Array).set(values);
-  else encode(dtype, values, data as Uint16Array);
-  return tensor(data, shape, dtype);
-}
-
 /** ‖a − b‖ / ‖b‖. */
 function relDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   let n = 0;
@@ -134,9 +105,9 @@ export async function runGeneration(b: AttentionBackend, c: GenerationConfig, co
   const next = rng(c.seed);
   const shared = b.name === 'cpu';
   // the whole sequence's keys and values (what recomputing without a cache reads), and the queries
-  const kAll = inDtype(normals(total * w, next), dtype, [1, total, hkv, d], shared);
-  const vAll = inDtype(normals(total * w, next), dtype, [1, total, hkv, d], shared);
-  const qs = Array.from({ length: steps }, () => inDtype(normals(h * d, next), dtype, [1, 1, h, d], shared));
+  const kAll = hostIn(gaussian(total * w, next), dtype, [1, total, hkv, d], shared);
+  const vAll = hostIn(gaussian(total * w, next), dtype, [1, total, hkv, d], shared);
+  const qs = Array.from({ length: steps }, () => hostIn(gaussian(h * d, next), dtype, [1, 1, h, d], shared));
   // the paged cache: blocks in shuffled order, the first `context` tokens in place
   const maxBlocks = Math.ceil(total / GEN_BLOCK);
   const order = Array.from({ length: maxBlocks }, (_, i) => i);

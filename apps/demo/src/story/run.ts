@@ -11,7 +11,7 @@
  */
 import {
   allocHost,
-  encode,
+  bytesPerElement,
   forwardFlops,
   tensor,
   type AttentionBackend,
@@ -21,34 +21,13 @@ import {
   type Tensor,
 } from '@fa/core';
 import { valuesOf } from './exact.js';
+import { gaussian, hostIn, rng } from './random.js';
 
 export interface Inputs {
   readonly q: HostTensor;
   readonly k: HostTensor;
   readonly v: HostTensor;
   readonly dOut: HostTensor;
-}
-
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-function gaussian(n: number, next: () => number): Float32Array {
-  const f = new Float32Array(n);
-  for (let i = 0; i < n; i += 2) {
-    const r = Math.sqrt(-2 * Math.log(1 - next()));
-    const th = 2 * Math.PI * next();
-    f[i] = r * Math.cos(th);
-    if (i + 1 < n) f[i + 1] = r * Math.sin(th);
-  }
-  return f;
 }
 
 /**
@@ -59,13 +38,7 @@ function gaussian(n: number, next: () => number): Float32Array {
 export function makeInputs(T: number, D: number, dtype: DType, seed: number, shared = true, batch = 1, heads = 1): Inputs {
   const next = rng(seed);
   const n = batch * T * heads * D;
-  const make = (): HostTensor => {
-    const g = gaussian(n, next);
-    const data = shared ? allocHost(dtype, n) : dtype === 'f32' ? new Float32Array(n) : new Uint16Array(n);
-    if (dtype === 'f32') (data as Float32Array).set(g);
-    else encode(dtype, g, data as Uint16Array);
-    return tensor(data, [batch, T, heads, D], dtype);
-  };
+  const make = (): HostTensor => hostIn(gaussian(n, next), dtype, [batch, T, heads, D], shared);
   return { q: make(), k: make(), v: make(), dOut: make() };
 }
 
@@ -383,6 +356,5 @@ export function rowsOf(t: HostTensor, a: number, b: number): HostTensor {
 function deviceBytes(t: Tensor): number {
   const h = (t as { handle?: { bytes?: unknown } }).handle;
   if (h && typeof h.bytes === 'number') return h.bytes;
-  const bytes = t.dtype === 'f32' ? 4 : 2;
-  return t.shape.reduce((a, x) => a * x, 1) * bytes;
+  return t.shape.reduce((a, x) => a * x, 1) * bytesPerElement(t.dtype);
 }
