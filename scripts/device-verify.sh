@@ -30,7 +30,7 @@ if [ "${1:-}" = "--prepare" ]; then
   xz -T2 -6 -f .devbin/harness .devbin/kv_harness   # 10 MB each, under 1 MB compressed
   b=packages/cuda/bench
   runs=()
-  for f in $b/conformance.mjs $b/fuzz-lib.mjs $b/big.mjs $b/peer_big.py $b/ratio.py $b/peer_f32.py $b/ratio_f32.py \
+  for f in $b/conformance.mjs $b/fuzz-lib.mjs $b/big.mjs $b/peer_big.py $b/ratio.py $b/peer_f32.py \
            $b/kv-device.mjs $b/peer_decode.py $b/kv-table.mjs $b/prebuilt-check.mjs $b/cp \
            /work/shared/device/peer_sdpa.py packages/webgpu/bench/h200-kv.mjs packages/webgpu/bench/h200-kit.mjs \
            packages/autograd/examples/reverse.mjs packages/autograd/examples/generate.mjs; do runs+=(--run "$f"); done

@@ -35,7 +35,7 @@ for s in $steps; do
     big) to node .fa-device/run/big.mjs 2>&1 | tail -3 ;;
     bench32) to $H bench32 --json32 "$LOGS/ours_f32.json" > "$LOGS/bench32.log" 2>&1; tail -7 "$LOGS/bench32.log" ;;
     peers32) to python3 .fa-device/run/peer_f32.py --json "$LOGS/peers_f32.json" > "$LOGS/peers_f32.log" 2>&1 || tail -5 "$LOGS/peers_f32.log"
-             python3 .fa-device/run/ratio_f32.py "$LOGS/ours_f32.json" "$LOGS/peers_f32.json" | tee "$LOGS/table_f32.md" ;;
+             python3 .fa-device/run/ratio.py "$LOGS/ours_f32.json" "$LOGS/peers_f32.json" --f32 | tee "$LOGS/table_f32.md" ;;
     bench) to $H bench --json "$LOGS/ours.json" > "$LOGS/bench.log" 2>&1; tail -26 "$LOGS/bench.log" ;;
     peers) to python3 .fa-device/run/peer_sdpa.py --json "$LOGS/peers.json" > "$LOGS/peers.log" 2>&1 || tail -5 "$LOGS/peers.log"
            to python3 .fa-device/run/peer_big.py 2>&1 | tee "$LOGS/peer_big.log"
