@@ -19,6 +19,7 @@
         "csrc/fa_fwd_f32.cu",
         "csrc/fa_bwd_f32.cu",
         "csrc/fa_prep.cu",
+        "csrc/fa_tma.cu",
         "csrc/fa_ffma.cu",
         "csrc/fa_kvcache.cu",
         "csrc/fa_kvcache_bf16.cu",
@@ -31,7 +32,7 @@
         "csrc"
       ],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],
-      "cflags_cc": ["-std=c++17", "-fexceptions", "-O2"],
+      "cflags_cc": ["-std=c++17", "-fexceptions", "-O2", "-DNDEBUG"],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17", "-std=gnu++20"],
       "libraries": ["-L<(cuda_home)/lib64", "-lcudart_static", "-ldl", "-lrt", "-lpthread"],
       "rules": [
@@ -41,7 +42,7 @@
           "inputs": ["<(RULE_INPUT_PATH)", "<!@(node -p \"require('fs').readdirSync('csrc').filter(f => /\\.(cuh|h)$/.test(f)).map(f => 'csrc/' + f).join(' ')\")"],
           "outputs": ["<(INTERMEDIATE_DIR)/<(RULE_INPUT_ROOT).o"],
           "action": [
-            "<(nvcc)", "-std=c++17", "-O3", "-Xcompiler", "-fPIC",
+            "node", "scripts/nvcc-strict.mjs", "<(nvcc)", "-std=c++17", "-O3", "-DNDEBUG", "-Xcompiler", "-fPIC",
             "-gencode=arch=compute_90a,code=sm_90a",
             "-gencode=arch=compute_80,code=sm_80",
             "-gencode=arch=compute_80,code=compute_80",

@@ -26,6 +26,7 @@ SmemNeeds tc_needs(int arch, int no_wgmma_bwd) {
   if constexpr (has_wgmma_fwd(D)) {
     if (runs_wgmma_fwd(arch, D)) n.fwd = fwd_wg_smem_bytes<FwdWgTraits<D, SPLIT>, NP>();
   }
+  if (runs_tma_fwd(arch, SPLIT)) n.fwd = fwd_tma_smem_bytes<FwdTmaTraits<D>>();
   if constexpr (has_wgmma_bwd(D)) {
     if (runs_wgmma_bwd(arch, D, no_wgmma_bwd)) n.bwd = bwd_wg_smem_bytes<BwdWgTraits<D, SPLIT>, NP>();
   }
@@ -80,6 +81,11 @@ size_t prep_size(const FaArgs& a, const Plan& p, bool backward) { return p.split
 // The forward's tile (query rows x keys per CTA) for head-dim bucket D, as launch_fwd picks it.
 template <int D, bool SPLIT>
 void fwd_tile(int arch, int* BM, int* BN) {
+  if (runs_tma_fwd(arch, SPLIT)) {
+    *BM = FwdTmaTraits<D>::BM;
+    *BN = FwdTmaTraits<D>::BN;
+    return;
+  }
   if constexpr (has_wgmma_fwd(D)) {
     if (runs_wgmma_fwd(arch, D)) {
       *BM = FwdWgTraits<D, SPLIT>::BM;

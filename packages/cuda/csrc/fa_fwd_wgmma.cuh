@@ -9,7 +9,7 @@
 // (hi·lo, lo·hi, then hi·hi); P is split in registers.
 #pragma once
 #include "fa_common.cuh"
-#include "fa_wgmma.cuh"
+#include "fa_fwd_softmax.cuh"
 
 namespace fa {
 
@@ -33,17 +33,14 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
   using T = typename E::T;
   constexpr int NP = E::NP;
   constexpr int D = Tr::D, BN = Tr::BN, NWG = Tr::NWG, BM = Tr::BM, NT = NWG * 128;
-  constexpr int NS = BN / 2;  // S accumulator floats per thread (64 x BN per warpgroup)
-  constexpr int NO = D / 2;   // O accumulator floats per thread (64 x D per warpgroup)
-  using OpS = wg::Op<T, BN>;
-  using OpO = wg::Op<T, D>;
+  constexpr int NS = BN / 2, NO = D / 2;  // S and O accumulator floats per thread
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);  // [NP][BM][D]
   T* sK = sQ + NP * BM * D;                // [STAGES][NP][BN][D]
   T* sV = sK + Tr::STAGES * NP * BN * D;   // [STAGES][NP][BN][D]
 
-  const int tid = threadIdx.x, wgi = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
+  const int tid = threadIdx.x, wgi = tid / 128;
   const int m_block = blockIdx.x, h = blockIdx.y;
   const int b = blockIdx.z / a.num_splits, split = blockIdx.z % a.num_splits;
   const SeqInfo s = seq_info(a, b);
@@ -64,21 +61,12 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
     Kg[1] = static_cast<const T*>(t.k_lo) + koff;
     Vg[1] = static_cast<const T*>(t.v_lo) + koff;
   }
-  const SplitScales ss = split_scales<E>(a);
-  const float slope = a.alibi ? a.alibi[b * a.H + h] : 0.f;
-  const bool plain = a.softcap <= 0.f && slope == 0.f;
-  const float scale_log2 = a.scale * kLog2e * ss.qk;
-  const bool fold = plain && a.scale > 0.f;
-  const float sfac = fold ? scale_log2 : 1.f;
+  using Rows = WgFwdRows<E, D, BN, BM>;
+  Rows rows(a, s, b, h, m0, wgi * 64, tid % 128);
 
   int nb_lo, nb_hi;
   key_block_range(a, s, m0, BM, BN, &nb_lo, &nb_hi);
-  if (a.num_splits > 1) {
-    const int per = (nb_hi - nb_lo + a.num_splits - 1) / a.num_splits;
-    const int lo = nb_lo + split * per;
-    nb_hi = min(nb_hi, lo + per);
-    nb_lo = min(lo, nb_hi);
-  }
+  split_key_range(a, split, &nb_lo, &nb_hi);
 
   // Key tiles are visited in the order nb_lo + (idx + rot) % n, idx = 0..n-1.
   constexpr int ST = Tr::STAGES;
@@ -111,106 +99,12 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
   float o[NO];
 #pragma unroll
   for (int i = 0; i < NO; ++i) o[i] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-  const int r_lo = m0 + wgi * 64 + warp * 16 + (lane >> 2);
-  // this warpgroup's 64 rows in column block 0 of plane 0; planes are BM * D * 2 bytes apart
+  // this warpgroup's 64 rows in column block 0 of plane 0
   const uint32_t q_addr = smem_u32(sQ) + wgi * 64 * 64 * 2;
-  constexpr uint32_t QPLANE = BM * D * 2, KPLANE = BN * D * 2;
+  auto issue_qk = [&](float* sc, int buf) { Rows::issue_qk(sc, q_addr, smem_u32(sK + buf * NP * BN * D)); };
+  auto issue_pv = [&](typename Rows::PFrag& pf, int buf) { Rows::issue_pv(o, pf, smem_u32(sV + buf * NP * BN * D)); };
 
-  // ---- the tile steps shared by both schedules ----------------------------------------------
-  auto issue_qk = [&](float* sc, int buf) {  // S = Q K^T, SS-wgmma, committed as one group
-    const uint32_t k_addr = smem_u32(sK + buf * NP * BN * D);
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      const uint32_t qo = (ks >> 2) * BM * 128 + (ks & 3) * 32, ko = (ks >> 2) * BN * 128 + (ks & 3) * 32;
-      if constexpr (E::SPLIT) {
-        OpS::ss(sc, wg::desc(q_addr + QPLANE + qo, 16, 1024), wg::desc(k_addr + ko, 16, 1024), ks > 0 ? 1 : 0);  // lo·hi
-        OpS::ss(sc, wg::desc(q_addr + qo, 16, 1024), wg::desc(k_addr + KPLANE + ko, 16, 1024), 1);             // hi·lo
-      }
-      OpS::ss(sc, wg::desc(q_addr + qo, 16, 1024), wg::desc(k_addr + ko, 16, 1024), (E::SPLIT || ks > 0) ? 1 : 0);
-    }
-    wg::commit();
-  };
-  auto issue_pv = [&](uint32_t (*pf)[BN / 16][4], int buf) {  // O += P V, RS-wgmma, one group
-    const uint32_t v_addr = smem_u32(sV + buf * NP * BN * D);
-#pragma unroll
-    for (int ks = 0; ks < BN / 16; ++ks) {
-      const uint64_t db = wg::desc(v_addr + ks * 16 * 128, BN * 128, 1024);
-      if constexpr (E::SPLIT) {
-        OpO::rs(o, pf[NP - 1][ks], db, 1);                                             // lo·hi
-        OpO::rs(o, pf[0][ks], wg::desc(v_addr + KPLANE + ks * 16 * 128, BN * 128, 1024), 1);  // hi·lo
-      }
-      OpO::rs(o, pf[0][ks], db, 1);
-    }
-    wg::commit();
-  };
-  // Scores to log2 units and masked. Plain problems with scale > 0 stay raw: the scale folds
-  // into the exponent's FFMA (max of raw scores = max of scaled ones).
-  auto prepare_scores = [&](float* sc, int nb) {
-    const int n0 = nb * BN;
-    if (!fold) {
-      if (plain) {
-#pragma unroll
-        for (int i = 0; i < NS; ++i) sc[i] *= scale_log2;
-      } else {
-#pragma unroll
-        for (int i = 0; i < NS; ++i)
-          sc[i] = score_log2(a, sc[i] * ss.qk, slope, r_lo + ((i >> 1) & 1) * 8, n0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1), s.off, nullptr);
-      }
-    }
-    if (tile_needs_mask(a, s, m0, BM, n0, BN)) {
-#pragma unroll
-      for (int i = 0; i < NS; ++i)
-        if (!visible(a, s, r_lo + ((i >> 1) & 1) * 8, n0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1))) sc[i] = -INFINITY;
-    }
-  };
-  // The online-softmax update of packages/core/src/online-softmax.ts, in log2 units:
-  //   m' = max(m, rowmax s);  alpha = 2^(m - m');  p = 2^(s - m');  l' = alpha l + sum p.
-  // A row that has seen only masked keys keeps m = -inf and shifts by 0, so p = 0 and alpha = 0.
-  // p overwrites s; O is rescaled by the caller (after the PV product that is still in flight).
-  auto softmax_step = [&](float* sc, float* alpha) {
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int i = 0; i < NS / 4; ++i) mx = fmaxf(mx, fmaxf(sc[4 * i + 2 * rr], sc[4 * i + 2 * rr + 1]));
-      mx = fmaxf(row_max[rr], quad_max(mx) * sfac);
-      const float m_use = mx == -INFINITY ? 0.f : mx;
-      alpha[rr] = ex2(row_max[rr] - m_use);
-      row_max[rr] = mx;
-      float sum = 0.f;
-#pragma unroll
-      for (int i = 0; i < NS / 4; ++i) {
-        sc[4 * i + 2 * rr] = ex2(fmaf(sc[4 * i + 2 * rr], sfac, -m_use));
-        sc[4 * i + 2 * rr + 1] = ex2(fmaf(sc[4 * i + 2 * rr + 1], sfac, -m_use));
-        sum += sc[4 * i + 2 * rr] + sc[4 * i + 2 * rr + 1];
-      }
-      row_sum[rr] = row_sum[rr] * alpha[rr] + sum;
-    }
-  };
-  auto rescale_o = [&](const float* alpha) {
-#pragma unroll
-    for (int i = 0; i < NO / 4; ++i) {
-      o[4 * i + 0] *= alpha[0];
-      o[4 * i + 1] *= alpha[0];
-      o[4 * i + 2] *= alpha[1];
-      o[4 * i + 3] *= alpha[1];
-    }
-  };
-  auto pack_p = [&](const float* sc, uint32_t (*pf)[BN / 16][4]) {  // accumulator layout = A-fragment layout
-#pragma unroll
-    for (int ks = 0; ks < BN / 16; ++ks)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) pack_e<E>(sc[8 * ks + 2 * r], sc[8 * ks + 2 * r + 1], kPScale, pf[0][ks][r], pf[NP - 1][ks][r]);
-  };
-  auto fence_p = [&](uint32_t (*pf)[BN / 16][4]) {
-#pragma unroll
-    for (int p = 0; p < NP; ++p)
-#pragma unroll
-      for (int ks = 0; ks < BN / 16; ++ks) wg::fence_operands_u(pf[p][ks]);
-  };
-
-  uint32_t pf[NP][BN / 16][4];
+  typename Rows::PFrag pf;
   float sc[NS], alpha[2];
   if constexpr (!Tr::PIPE) {
     constexpr int PF = ST - 1;
@@ -224,19 +118,17 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
       cp_async_wait<2 * PF + 1>();  // K of this tile (and Q) have landed
       wg::fence_proxy_async();
       __syncthreads();
-      wg::fence();
       issue_qk(sc, buf);
       wg::wait<0>();
       wg::fence_operands<NS>(sc);
-      prepare_scores(sc, tile_of(idx));
-      softmax_step(sc, alpha);
-      rescale_o(alpha);
-      pack_p(sc, pf);
+      rows.prepare(sc, tile_of(idx));
+      rows.step(sc, alpha);
+      Rows::rescale_o(o, alpha);
+      Rows::pack_p(sc, pf);
       cp_async_wait<2 * PF>();  // V of this tile has landed
       wg::fence_proxy_async();
       __syncthreads();
       wg::fence_operands<NO>(o);
-      wg::fence();
       issue_pv(pf, buf);
       wg::wait<0>();
       wg::fence_operands<NO>(o);
@@ -254,7 +146,6 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
       __syncthreads();  // ... and every warpgroup has retired its products of tile idx - 1
       load_k(idx + ST - 1);
       load_v(idx + ST - 2);
-      wg::fence();
       issue_qk(sc, idx % ST);
       if (idx > 0) {
         issue_pv(pf, (idx - 1) % ST);
@@ -263,20 +154,19 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
         wg::wait<0>();
       }
       wg::fence_operands<NS>(sc);
-      prepare_scores(sc, tile_of(idx));
-      softmax_step(sc, alpha);
+      rows.prepare(sc, tile_of(idx));
+      rows.step(sc, alpha);
       wg::wait<0>();
       wg::fence_operands<NO>(o);
-      fence_p(pf);
-      rescale_o(alpha);
-      pack_p(sc, pf);
+      Rows::fence_p(pf);
+      Rows::rescale_o(o, alpha);
+      Rows::pack_p(sc, pf);
     }
     cp_async_wait<0>();
     if (n_tiles > 0) {  // the last tile's P V
       wg::fence_proxy_async();
       __syncthreads();
       wg::fence_operands<NO>(o);
-      wg::fence();
       issue_pv(pf, (n_tiles - 1) % ST);
       wg::wait<0>();
       wg::fence_operands<NO>(o);
@@ -284,7 +174,7 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
   }
 
   // ---- epilogue -----------------------------------------------------------------------------
-  store_forward_rows<E, NO / 4>(a, t, s, b, h, split, r_lo, lane, o, row_max, row_sum, E::SPLIT ? ss.pv : 1.f);
+  rows.store(t, b, h, split, o);
 #else
   __trap();
 #endif

@@ -80,6 +80,34 @@ template <> struct FwdWgTraits<64, true> : FwdWgCfg<64, 128, 2, 2, false, true> 
 template <> struct FwdWgTraits<128, true> : FwdWgCfg<128, 64, 2, 2, false, true> {};
 
 // ---------------------------------------------------------------------------------------------
+// Warp-specialised TMA forward (fa_fwd_tma.cuh), Hopper, 16-bit operands: a producer warpgroup
+// and two consumer warpgroups of 64 query rows (BM = 128), BN keys per tile, STAGES-deep K and V
+// rings. PING: the consumers take turns issuing their products (ping-pong). Registers are moved
+// from the producer to the consumers (setmaxnreg): 40 + 2 x 232 per thread-slot of 128 fits the
+// 64K register file with 384 threads.
+// ---------------------------------------------------------------------------------------------
+template <int D_, int BN_, int STAGES_, bool PING_ = true>
+struct FwdTmaCfg {
+  static constexpr int D = D_, BN = BN_, BM = 128, STAGES = STAGES_;
+  static constexpr bool PING = PING_;
+  static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+};
+template <int D>
+struct FwdTmaTraits;
+template <> struct FwdTmaTraits<64> : FwdTmaCfg<64, 128, 4> {};    // 144 KiB
+template <> struct FwdTmaTraits<128> : FwdTmaCfg<128, 128, 2> {};  // 160 KiB
+template <> struct FwdTmaTraits<256> : FwdTmaCfg<256, 64, 2> {};   // 192 KiB (O takes 128 registers)
+// Which calls run it: sm_90, f16/bf16 (split f32 keeps fa_fwd_wgmma.cuh), every head-dim bucket.
+// FA_NO_TMA_FWD builds without it.
+constexpr bool runs_tma_fwd(int arch, bool split) {
+#ifdef FA_NO_TMA_FWD
+  return false;
+#else
+  return arch == 90 && !split;
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
 // mma.sync backward (fa_bwd.cuh): a CTA owns BN keys; WK warps along keys (16 keys each), NW / WK
 // along the query / head-dim direction. BM query rows per inner step.
 // ---------------------------------------------------------------------------------------------

@@ -14,6 +14,16 @@ static void variants() {
   using BF = ElemBF16;
   using F32 = ElemF32;
   Variant vs[] = {
+      // warp-specialised TMA forward (fa_fwd_tma.cuh): producer + 2 consumer warpgroups
+      {"T1 tma d128 BN128 2st ping", kBF16, 128, launch_fwd_tma<BF, FwdTmaCfg<128, 128, 2, true>>, nullptr},
+      {"T2 tma d128 BN128 2st no-ping", kBF16, 128, launch_fwd_tma<BF, FwdTmaCfg<128, 128, 2, false>>, nullptr},
+      {"T8 tma d128 BN176 2st ping", kBF16, 128, launch_fwd_tma<BF, FwdTmaCfg<128, 176, 2, true>>, nullptr},
+      {"T3 tma d128 BN128 3st ping", kBF16, 128, launch_fwd_tma<BF, FwdTmaCfg<128, 128, 3, true>>, nullptr},
+      {"T4 tma d64 BN128 4st ping", kBF16, 64, launch_fwd_tma<BF, FwdTmaCfg<64, 128, 4, true>>, nullptr},
+      {"T5 tma d64 BN128 2st ping", kBF16, 64, launch_fwd_tma<BF, FwdTmaCfg<64, 128, 2, true>>, nullptr},
+      {"T6 tma d64 BN128 4st no-ping", kBF16, 64, launch_fwd_tma<BF, FwdTmaCfg<64, 128, 4, false>>, nullptr},
+      {"T7 tma d256 BN64 2st ping", kBF16, 256, launch_fwd_tma<BF, FwdTmaCfg<256, 64, 2, true>>, nullptr},
+      {"F256 mma.sync d256 (old default)", kBF16, 256, launch_fwd_cfg<BF, FwdTraits<256, false>>, nullptr},
       {"W0 wgmma d128 BN128 2wg", kBF16, 128, launch_fwd_wg<BF, FwdWgCfg<128, 128, 2>>, nullptr},
       {"W6 wgmma d128 3 stages", kBF16, 128, launch_fwd_wg<BF, FwdWgCfg<128, 128, 2, 3, false>>, nullptr},
       {"W10 wgmma d128 2st pipelined", kBF16, 128, launch_fwd_wg<BF, FwdWgTraits<128, false>>, nullptr},
@@ -32,7 +42,17 @@ static void variants() {
       {"SB3 f32 wgmma bwd d64", kF32, 64, nullptr, launch_bwd_wg<F32, BwdWgTraits<64, true>>},
   };
   printf("\n%-34s | %-5s | T=4096 nc  T=16K nc  T=4096 c  T=16K c (TFLOP/s) | 100K fwd ms\n", "variant", "check");
+  // FA_VARIANTS=T1,W10 times only the variants whose names start with one of the prefixes
+  const char* only = getenv("FA_VARIANTS");
+  auto wanted = [&](const char* name) {
+    if (!only || !*only) return true;
+    std::string list = std::string(only) + ",";
+    for (size_t p = 0, q; (q = list.find(',', p)) != std::string::npos; p = q + 1)
+      if (q > p && std::string(name).rfind(list.substr(p, q - p), 0) == 0) return true;
+    return false;
+  };
   for (auto& v : vs) {
+    if (!wanted(v.name)) continue;
     g_fwd_override = v.f;
     g_bwd_override = v.b;
     const int before = g_fail;

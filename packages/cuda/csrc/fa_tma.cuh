@@ -1,0 +1,76 @@
+// Hopper's asynchronous machinery for the warp-specialised kernels (sm_90a): mbarriers, TMA tile
+// loads (cp.async.bulk.tensor) that complete on an mbarrier, register reallocation between
+// warpgroups (setmaxnreg), named barriers, and the host side that describes a [total, heads, d]
+// operand to the copy engine (a CUtensorMap).
+//
+// An operand tile is loaded as 64-column boxes of R rows, 128-byte swizzled: the copy engine
+// writes exactly the layout the wgmma descriptors read (swz128 in fa_tile.cuh), and it writes
+// zeros for columns at or past d and rows at or past the tensor's end.
+#pragma once
+#include <cuda.h>  // CUtensorMap and its enums (types only: the encoder comes from the driver at run time)
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "fa_tile.cuh"
+
+namespace fa {
+namespace tma {
+
+// ---- mbarriers (shared::cta) -------------------------------------------------------------------
+__device__ __forceinline__ void bar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+// Makes the initialised barriers visible to the copy engine (the async proxy) before first use.
+__device__ __forceinline__ void fence_bar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// One arrival that also announces `bytes` of copies that will complete on this barrier.
+__device__ __forceinline__ void arrive_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+// Waits until the phase with parity `parity` has completed.
+__device__ __forceinline__ void wait(uint64_t* bar, int parity) {
+  const uint32_t addr = smem_u32(bar);
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// ---- TMA ---------------------------------------------------------------------------------------
+// Box (64 columns, 1 head, rows) at column c, head h, row r of a 3-D map, into shared memory at
+// dst, completing `box bytes` of transactions on bar.
+__device__ __forceinline__ void load_box(void* dst, const CUtensorMap* map, uint64_t* bar, int c, int h, int r) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(
+          smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c), "r"(h), "r"(r)
+      : "memory");
+}
+__device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// ---- warpgroup roles ---------------------------------------------------------------------------
+template <int N>
+__device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N>
+__device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+// Named barriers (id 0 is __syncthreads): sync waits for `n` arrivals counting its own warp's;
+// arrive counts and goes on.
+__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+
+// ---- host: describing an operand ---------------------------------------------------------------
+// A [total, heads, d] tensor of 2-byte elements (d a multiple of 8, base 16-byte aligned) as a
+// 3-D map with (64, 1, rows) boxes. Returns false when the driver's encoder is missing or refuses
+// (the caller then runs a kernel without TMA).
+bool encode_operand(CUtensorMap* map, const void* base, bool bf16, int d, int heads, int total, int rows);
+
+}  // namespace tma
+}  // namespace fa
