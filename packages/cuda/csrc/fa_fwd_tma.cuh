@@ -12,11 +12,8 @@
 //                    runs while P_{j-1} V_{j-1} is still on the tensor cores (as fa_fwd_wgmma.cuh)
 //   ping-pong        (PING) the two consumer warpgroups take turns issuing their products through
 //                    two named barriers, so one's softmax overlaps the other's products
-// Persistent grid: one CTA per SM walks the work tiles (query tile x head x batch x split) t =
-// blockIdx.x, + gridDim.x, ... in the order of FwdTileOrder: the last query tiles first, so under a
-// causal mask the longest rows start first and the round-robin deals every CTA a similar load. The
-// rings and their phases run on across tiles, so the producer loads tile t + 1's Q, K and V while
-// the consumers still finish tile t (its last P V product and its epilogue).
+// Grid: (heads, query tiles, batch x splits) with the query tiles walked from the last: under a
+// causal mask the longest rows start first, and every head's tiles launch before any head's short ones.
 //
 // Rows past the sequence inside the tensor (the next sequence of a packed batch): a Q row there
 // only makes a row that is never stored; a K row only scores that are masked to -inf; a V row
@@ -30,37 +27,10 @@
 
 namespace fa {
 
-// Work tile t of a launch: query block, head, batch, split, in the order described above.
-struct FwdTile {
-  int b, h, split, m0, nb_lo, n_tiles;
-  SeqInfo s;
-  bool live;  // false: no query rows here (a shorter sequence of a padded batch)
-};
-template <int BM, int BN>
-__device__ __forceinline__ FwdTile fwd_tile_at(const FaArgs& a, int t, int n_mblocks) {
-  FwdTile w;
-  const int bs = a.B * a.num_splits, per_m = a.H * bs;
-  const int m_block = n_mblocks - 1 - t / per_m, r = t % per_m;
-  w.h = r % a.H;
-  w.b = (r / a.H) / a.num_splits;
-  w.split = (r / a.H) % a.num_splits;
-  w.s = seq_info(a, w.b);
-  w.m0 = m_block * BM;
-  w.live = w.m0 < w.s.tq;
-  int lo = 0, hi = 0;
-  if (w.live) {
-    key_block_range(a, w.s, w.m0, BM, BN, &lo, &hi);
-    split_key_range(a, w.split, &lo, &hi);
-  }
-  w.nb_lo = lo;
-  w.n_tiles = hi - lo;
-  return w;
-}
-
 template <typename E, typename Tr>
 __global__ void __launch_bounds__(384, 1)
     fwd_tma_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
-                   FaArgs a, FaTensors t, int n_mblocks, int n_work) {
+                   FaArgs a, FaTensors t) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename E::T;
   static_assert(!E::SPLIT, "16-bit operands only");
@@ -76,146 +46,132 @@ __global__ void __launch_bounds__(384, 1)
   T* sV = sK + ST * BN * D;                // [ST][BN][D]
   uint64_t* bars = reinterpret_cast<uint64_t*>(sV + ST * BN * D);
   uint64_t* q_full = bars;
-  uint64_t* q_empty = bars + 1;
-  uint64_t* k_full = bars + 2;
+  uint64_t* k_full = bars + 1;
   uint64_t* v_full = k_full + ST;
   uint64_t* k_empty = v_full + ST;
   uint64_t* v_empty = k_empty + ST;
 
   const int tid = threadIdx.x, wgi = tid / 128;
+  const int h = blockIdx.x, m_block = gridDim.y - 1 - blockIdx.y;
+  const int b = blockIdx.z / a.num_splits, split = blockIdx.z % a.num_splits;
+  const SeqInfo s = seq_info(a, b);
+  const int m0 = m_block * BM;
+  if (m0 >= s.tq) return;  // the whole CTA, before any barrier
+  const int hk = h / (a.H / a.Hkv);
+  int nb_lo, nb_hi;
+  key_block_range(a, s, m0, BM, BN, &nb_lo, &nb_hi);
+  split_key_range(a, split, &nb_lo, &nb_hi);
+  const int n_tiles = nb_hi - nb_lo;
+
   if (tid == 0) {
     tma::bar_init(q_full, 1);
-    tma::bar_init(q_empty, 8);  // one arrival per consumer warp
 #pragma unroll
     for (int i = 0; i < ST; ++i) {
       tma::bar_init(k_full + i, 1);
       tma::bar_init(v_full + i, 1);
-      tma::bar_init(k_empty + i, 8);
+      tma::bar_init(k_empty + i, 8);  // one arrival per consumer warp
       tma::bar_init(v_empty + i, 8);
     }
     tma::fence_bar_init();
   }
   __syncthreads();
 
-  // Both roles walk the same work tiles and count the same loads: `it` numbers K/V tiles (ring
-  // stage it % ST, phase (it / ST) & 1) and `qn` Q tiles, across the work tiles of this CTA.
   if (wgi == 0) {
     // ---- producer ------------------------------------------------------------------------------
     tma::regs_dec<Tr::PRODUCER_REGS>();
-    if (tid >= 32) return;
+    if (tid >= 32 || n_tiles == 0) return;  // (nothing to load: the consumers write zeros)
     const int lane = tid;
     if (lane == 0) {
       tma::prefetch_map(&map_q);
       tma::prefetch_map(&map_k);
       tma::prefetch_map(&map_v);
+      tma::arrive_expect(q_full, Q_BYTES);
+#pragma unroll
+      for (int c = 0; c < CB; ++c) tma::load_box(sQ + c * BM * 64, &map_q, q_full, c * 64, h, s.q0 + m0);
     }
-    int it = 0, qn = 0;
-    for (int wt = blockIdx.x; wt < n_work; wt += gridDim.x) {
-      const FwdTile w = fwd_tile_at<BM, BN>(a, wt, n_mblocks);
-      if (!w.live || w.n_tiles == 0) continue;  // (the consumers write zeros)
-      const SeqInfo& s = w.s;
-      const int hk = w.h / (a.H / a.Hkv);
+    const bool v_tail_in_tensor = s.k0 + s.tk < a.total_k;  // rows after this sequence hold data
+    for (int idx = 0; idx < n_tiles; ++idx) {
+      const int st = idx % ST, n1 = (nb_lo + idx) * BN;
+      if (idx >= ST) tma::wait(k_empty + st, ((idx / ST) + 1) & 1);
       if (lane == 0) {
-        if (qn > 0) tma::wait(q_empty, (qn - 1) & 1);  // the previous tile's last S product has retired
-        tma::arrive_expect(q_full, Q_BYTES);
+        tma::arrive_expect(k_full + st, KV_BYTES);
 #pragma unroll
-        for (int c = 0; c < CB; ++c) tma::load_box(sQ + c * BM * 64, &map_q, q_full, c * 64, w.h, s.q0 + w.m0);
+        for (int c = 0; c < CB; ++c) tma::load_box(sK + st * BN * D + c * BN * 64, &map_k, k_full + st, c * 64, hk, s.k0 + n1);
       }
-      ++qn;
-      const bool v_tail_in_tensor = s.k0 + s.tk < a.total_k;  // rows after this sequence hold data
-      for (int idx = 0; idx < w.n_tiles; ++idx, ++it) {
-        const int st = it % ST, n1 = (w.nb_lo + idx) * BN;
-        if (it >= ST) tma::wait(k_empty + st, ((it / ST) + 1) & 1);
-        if (lane == 0) {
-          tma::arrive_expect(k_full + st, KV_BYTES);
-#pragma unroll
-          for (int c = 0; c < CB; ++c) tma::load_box(sK + st * BN * D + c * BN * 64, &map_k, k_full + st, c * 64, hk, s.k0 + n1);
+      if (idx >= ST) tma::wait(v_empty + st, ((idx / ST) + 1) & 1);
+      T* dst = sV + st * BN * D;
+      if (n1 + BN > s.tk && v_tail_in_tensor) {
+        // plain loads, rows past the sequence and columns past d zero-filled (swz128 layout)
+        const T* src = static_cast<const T*>(t.v) + (static_cast<int64_t>(s.k0) + n1) * a.Hkv * a.d + static_cast<int64_t>(hk) * a.d;
+        const int64_t ld = static_cast<int64_t>(a.Hkv) * a.d;
+        const int rows = s.tk - n1;
+        for (int i = lane; i < BN * D / 8; i += 32) {
+          const int r = i / (D / 8), c = (i % (D / 8)) * 8;
+          uint4 v = make_uint4(0, 0, 0, 0);
+          if (r < rows && c < a.d) v = __ldg(reinterpret_cast<const uint4*>(src + r * ld + c));
+          *reinterpret_cast<uint4*>(dst + swz128<BN>(r, c)) = v;
         }
-        if (it >= ST) tma::wait(v_empty + st, ((it / ST) + 1) & 1);
-        T* dst = sV + st * BN * D;
-        if (n1 + BN > s.tk && v_tail_in_tensor) {
-          // plain loads, rows past the sequence and columns past d zero-filled (swz128 layout)
-          const int64_t ld = static_cast<int64_t>(a.Hkv) * a.d;
-          const T* src = static_cast<const T*>(t.v) + (static_cast<int64_t>(s.k0) + n1) * ld + static_cast<int64_t>(hk) * a.d;
-          const int rows = s.tk - n1;
-          for (int i = lane; i < BN * D / 8; i += 32) {
-            const int r = i / (D / 8), c = (i % (D / 8)) * 8;
-            uint4 v = make_uint4(0, 0, 0, 0);
-            if (r < rows && c < a.d) v = __ldg(reinterpret_cast<const uint4*>(src + r * ld + c));
-            *reinterpret_cast<uint4*>(dst + swz128<BN>(r, c)) = v;
-          }
-          wg::fence_proxy_async();  // the tensor cores read these stores through the async proxy
-          __syncwarp();
-          if (lane == 0) tma::arrive(v_full + st);
-        } else if (lane == 0) {
-          tma::arrive_expect(v_full + st, KV_BYTES);
+        wg::fence_proxy_async();  // the tensor cores read these stores through the async proxy
+        __syncwarp();
+        if (lane == 0) tma::arrive(v_full + st);
+      } else if (lane == 0) {
+        tma::arrive_expect(v_full + st, KV_BYTES);
 #pragma unroll
-          for (int c = 0; c < CB; ++c) tma::load_box(dst + c * BN * 64, &map_v, v_full + st, c * 64, hk, s.k0 + n1);
-        }
+        for (int c = 0; c < CB; ++c) tma::load_box(dst + c * BN * 64, &map_v, v_full + st, c * 64, hk, s.k0 + n1);
       }
     }
   } else {
     // ---- consumers -----------------------------------------------------------------------------
     tma::regs_inc<Tr::CONSUMER_REGS>();
-    const int cw = wgi - 1, warp_lane = tid % 32;
+    const int cw = wgi - 1, ctid = tid - 128, warp_lane = tid % 32;
+    Rows rows(a, s, b, h, m0, cw * 64, ctid % 128);
+    float o[NO];
+#pragma unroll
+    for (int i = 0; i < NO; ++i) o[i] = 0.f;
     const uint32_t q_addr = smem_u32(sQ) + cw * 64 * 64 * 2;
-    // Ping-pong, per work tile: warpgroup c issues its products after bar.sync on barrier 1 + c,
-    // then lets the other one go (bar.arrive on 2 - c). Warpgroup 1 opens the first turn for
-    // warpgroup 0, and warpgroup 0 takes the last turn's arrival at the end, so both barriers
-    // end each tile balanced.
+    // Ping-pong: warpgroup c issues its products after bar.sync on barrier 1 + c, then lets the
+    // other one go (bar.arrive on 2 - c). Warpgroup 1 opens the first turn for warpgroup 0, and
+    // warpgroup 0 takes the last turn's arrival after its loop, so both barriers end balanced.
     auto turn_begin = [&] { if constexpr (Tr::PING) tma::named_sync(1 + cw, 256); };
     auto turn_end = [&] { if constexpr (Tr::PING) tma::named_arrive(2 - cw, 256); };
     auto release = [&](uint64_t* bar) { if (warp_lane == 0) tma::arrive(bar); };
-    int it = 0, qn = 0;
-    for (int wt = blockIdx.x; wt < n_work; wt += gridDim.x) {
-      const FwdTile w = fwd_tile_at<BM, BN>(a, wt, n_mblocks);
-      if (!w.live) continue;
-      const int n_tiles = w.n_tiles;
-      Rows rows(a, w.s, w.b, w.h, w.m0, cw * 64, tid % 128);
-      float o[NO];
-#pragma unroll
-      for (int i = 0; i < NO; ++i) o[i] = 0.f;
-      if (n_tiles > 0) {
-        if (Tr::PING && cw == 1) tma::named_arrive(1, 256);
-        typename Rows::PFrag pf;
-        float sc[NS], alpha[2];
-        tma::wait(q_full, qn & 1);
-        ++qn;
-        for (int idx = 0; idx < n_tiles; ++idx, ++it) {
-          const int st = it % ST, pst = (it + ST - 1) % ST;
-          tma::wait(k_full + st, (it / ST) & 1);
-          if (idx > 0) tma::wait(v_full + pst, ((it - 1) / ST) & 1);  // (no waits between the wgmmas: ptxas would serialise them)
-          turn_begin();
-          Rows::issue_qk(sc, q_addr, smem_u32(sK + st * BN * D));
-          if (idx > 0) Rows::issue_pv(o, pf, smem_u32(sV + pst * BN * D));
-          if (idx > 0) wg::wait<1>(); else wg::wait<0>();  // S_idx is done; P V of idx - 1 may still run
-          turn_end();  // (after the wait: a bar.arrive between the issue and the wait serialises the wgmmas, C7514)
-          release(k_empty + st);
-          if (idx == n_tiles - 1) release(q_empty);  // the last S product of this tile has retired
-          wg::fence_operands<NS>(sc);
-          rows.prepare(sc, w.nb_lo + idx);
-          rows.step(sc, alpha);
-          wg::wait<0>();
-          if (idx > 0) release(v_empty + pst);
-          wg::fence_operands<NO>(o);
-          Rows::fence_p(pf);
-          Rows::rescale_o(o, alpha);
-          Rows::pack_p(sc, pf);
-        }
-        // the last tile's P V
-        const int pst = (it + ST - 1) % ST;
-        tma::wait(v_full + pst, ((it - 1) / ST) & 1);
-        turn_begin();
-        wg::fence_operands<NO>(o);
-        Rows::issue_pv(o, pf, smem_u32(sV + pst * BN * D));
-        wg::wait<0>();
-        turn_end();
-        release(v_empty + pst);
-        wg::fence_operands<NO>(o);
-        if (Tr::PING && cw == 0) tma::named_sync(1, 256);
-      }
-      rows.store(t, w.b, w.h, w.split, o);
+    if (Tr::PING && cw == 1 && n_tiles > 0) tma::named_arrive(1, 256);
+
+    typename Rows::PFrag pf;
+    float sc[NS], alpha[2];
+    if (n_tiles > 0) tma::wait(q_full, 0);
+    for (int idx = 0; idx < n_tiles; ++idx) {
+      const int st = idx % ST, pst = (idx + ST - 1) % ST;
+      tma::wait(k_full + st, (idx / ST) & 1);
+      if (idx > 0) tma::wait(v_full + pst, ((idx - 1) / ST) & 1);  // (no waits between the wgmmas: ptxas would serialise them)
+      turn_begin();
+      Rows::issue_qk(sc, q_addr, smem_u32(sK + st * BN * D));
+      if (idx > 0) Rows::issue_pv(o, pf, smem_u32(sV + pst * BN * D));
+      if (idx > 0) wg::wait<1>(); else wg::wait<0>();  // S_idx is done; P V of idx - 1 may still run
+      turn_end();  // (after the wait: a bar.arrive between the issue and the wait serialises the wgmmas, C7514)
+      release(k_empty + st);
+      wg::fence_operands<NS>(sc);
+      rows.prepare(sc, nb_lo + idx);
+      rows.step(sc, alpha);
+      wg::wait<0>();
+      if (idx > 0) release(v_empty + pst);
+      wg::fence_operands<NO>(o);
+      Rows::fence_p(pf);
+      Rows::rescale_o(o, alpha);
+      Rows::pack_p(sc, pf);
     }
+    if (n_tiles > 0) {  // the last tile's P V
+      const int pst = (n_tiles - 1) % ST;
+      tma::wait(v_full + pst, ((n_tiles - 1) / ST) & 1);
+      turn_begin();
+      wg::fence_operands<NO>(o);
+      Rows::issue_pv(o, pf, smem_u32(sV + pst * BN * D));
+      turn_end();
+      wg::wait<0>();
+      wg::fence_operands<NO>(o);
+      if (Tr::PING && cw == 0) tma::named_sync(1, 256);
+    }
+    rows.store(t, b, h, split, o);
   }
 #else
   __trap();

@@ -4,7 +4,6 @@
 // kernel layout, d a multiple of 8, d_out the caller's head dim).
 #pragma once
 #include <algorithm>
-#include <climits>
 #include <type_traits>
 
 #include "fa_bwd.cuh"
@@ -69,14 +68,8 @@ cudaError_t launch_fwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool*
   const size_t smem = fwd_tma_smem_bytes<Tr>();
   cudaError_t e = set_smem(fwd_tma_kernel<E, Tr>, smem);
   if (e != cudaSuccess) return e;
-  // persistent: one CTA per SM over every work tile (fa_fwd_tma.cuh)
-  const int n_mblocks = (a->max_tq + Tr::BM - 1) / Tr::BM;
-  const int64_t n_work = static_cast<int64_t>(n_mblocks) * a->H * a->B * a->num_splits;
-  if (n_work == 0) return launch_combine<E>(a, t, st);
-  if (n_work > INT32_MAX) return cudaErrorInvalidValue;
-  const int sms = a->num_sms > 0 ? a->num_sms : 132;
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(n_work, sms));
-  fwd_tma_kernel<E, Tr><<<grid, 384, smem, st>>>(mq, mk, mv, *a, t, n_mblocks, static_cast<int>(n_work));
+  dim3 grid(a->H, (a->max_tq + Tr::BM - 1) / Tr::BM, a->B * a->num_splits);
+  fwd_tma_kernel<E, Tr><<<grid, 384, smem, st>>>(mq, mk, mv, *a, t);
   FA_CHECK_LAUNCH();
   return launch_combine<E>(a, t, st);
 }

@@ -83,14 +83,14 @@ template <> struct FwdWgTraits<128, true> : FwdWgCfg<128, 64, 2, 2, false, true>
 // Warp-specialised TMA forward (fa_fwd_tma.cuh), Hopper, 16-bit operands: a producer warpgroup
 // and two consumer warpgroups of 64 query rows (BM = 128), BN keys per tile, STAGES-deep K and V
 // rings. PING: the consumers take turns issuing their products (ping-pong). Registers are moved
-// from the producer to the consumers (setmaxnreg): 56 + 2 x 224 per thread-slot of 128 fits the
+// from the producer to the consumers (setmaxnreg): 40 + 2 x 232 per thread-slot of 128 fits the
 // 64K register file with 384 threads.
 // ---------------------------------------------------------------------------------------------
 template <int D_, int BN_, int STAGES_, bool PING_ = true>
 struct FwdTmaCfg {
   static constexpr int D = D_, BN = BN_, BM = 128, STAGES = STAGES_;
   static constexpr bool PING = PING_;
-  static constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;
+  static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 };
 template <int D>
 struct FwdTmaTraits;
