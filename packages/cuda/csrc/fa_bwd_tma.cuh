@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(384, 1)
   using T = typename E::T;
   static_assert(!E::SPLIT, "16-bit operands only");
   constexpr int D = Tr::D, BN = Tr::BN, BM = Tr::BM, ST = Tr::STAGES;
-  static_assert(BN == 128, "two consumer warpgroups of 64 keys");
+  static_assert(BN == 128 && BM == 64, "two consumer warpgroups of 64 keys; dQ = dS K is one m64 product per step");
   constexpr int CB = D / 64;  // 64-column boxes per tile row
   constexpr uint32_t KV_BYTES = BN * D * 2, Q_BYTES = BM * D * 2;
   using Keys = WgBwdKeys<E, D, BN, BM, BM>;

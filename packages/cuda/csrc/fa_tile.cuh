@@ -101,6 +101,7 @@ __device__ __forceinline__ void load_tile128(T* s, const T* g, int64_t ld, int n
 // stores to the async proxy (fence.proxy.async) before the tensor cores read them.
 template <int R, int C, typename T>
 __device__ __forceinline__ void copy_tile128_warp(T* s, const T* g, int64_t ld, int nrows, int ncols, int lane) {
+#pragma unroll 1  // (a rare path, run by producer warps that hold few registers)
   for (int i = lane; i < R * C / 8; i += 32) {
     const int r = i / (C / 8), c = (i % (C / 8)) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);

@@ -159,7 +159,6 @@ template <int D_, int BM_, int STAGES_ = 2>
 struct BwdTmaCfg {
   static constexpr int D = D_, BN = 128, BM = BM_, STAGES = STAGES_;
   static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
-  static_assert(BM % 16 == 0 && BM <= 128, "query tile");
 };
 template <int D>
 struct BwdTmaTraits;
