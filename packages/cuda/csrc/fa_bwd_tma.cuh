@@ -152,6 +152,11 @@ __global__ void __launch_bounds__(384, 1)
     const bool det = a.deterministic;
     const bool has_dq = !det && cw * 64 < D;  // (D = 64: only the first consumer has dQ columns)
     auto release = [&](uint64_t* bar) { if (lane == 0) tma::arrive(bar); };
+    // Keeps a fragment's registers from being reused while a wgmma that reads them may run.
+    auto fence_frag = [](typename Keys::Frag& f) {
+#pragma unroll
+      for (int ks = 0; ks < BM / 16; ++ks) wg::fence_operands_u(f[0][ks]);
+    };
 
     if (total_it > 0) tma::wait(kv_full, 0);
     for (int it = 0; it < total_it; ++it) {
@@ -191,7 +196,8 @@ __global__ void __launch_bounds__(384, 1)
         float dq[NQ];
         Keys::issue_dq(dq, smem_u32(ds_buf), smem_u32(sK) + cw * BN * 128);
         wg::commit();
-        wg::wait<1>();  // dV retired: dO is no longer read
+        wg::wait<1>();  // dV retired: dO and P^T are no longer read
+        fence_frag(pf);
         release(do_empty + st);
         keys.issue_acc(dk, sf, q_addr);
         wg::commit();
@@ -202,16 +208,13 @@ __global__ void __launch_bounds__(384, 1)
         keys.issue_acc(dk, sf, q_addr);
         wg::commit();
         wg::wait<1>();
+        fence_frag(pf);
         release(do_empty + st);
       }
       wg::wait<0>();
       wg::fence_operands<NG>(dv);
       wg::fence_operands<NG>(dk);
-#pragma unroll
-      for (int ks = 0; ks < BM / 16; ++ks) {
-        wg::fence_operands_u(pf[0][ks]);
-        wg::fence_operands_u(sf[0][ks]);
-      }
+      fence_frag(sf);
       release(q_empty + st);
     }
     store_dkdv_rows<E, NG / 4>(a, t, s, hk, n0 + kr, 0, lane, dk, dv, a.scale * keys.ss.dk, keys.ss.dv);
