@@ -16,10 +16,8 @@
 // on two-plane tiles and splits P^T and dS^T in registers.
 // Tiles use the 128B-swizzled column-block layout (swz128, fa_tile.cuh).
 #pragma once
-#include <type_traits>
 
-#include "fa_common.cuh"
-#include "fa_wgmma.cuh"
+#include "fa_bwd_keys.cuh"
 
 namespace fa {
 
@@ -30,12 +28,8 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) bwd_wgmma_kernel(FaArgs a, F
   constexpr int NP = E::NP;
   constexpr int D = Tr::D, BM = Tr::BM, BN = Tr::BN, NWG = Tr::NWG, NT = NWG * 128;
   constexpr int KG = Tr::KG, QG = Tr::QG, QW = Tr::QW;
-  constexpr int NS = QW / 2;  // S^T / dP^T accumulator floats per thread (64 x QW)
-  constexpr int NG = D / 2;   // dK / dV accumulator floats per thread (64 x D)
-  constexpr int NQ = 32;      // dQ accumulator floats per thread (64 x 64)
-  using OpS = wg::Op<T, QW>;
-  using Op64 = wg::Op<T, 64>;
-  using OpD = wg::Op<T, D>;
+  using Keys = WgBwdKeys<E, D, BN, BM, QW>;
+  constexpr int NS = Keys::NS, NG = Keys::NG;
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);  // [NP][BN][D]
@@ -45,7 +39,6 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) bwd_wgmma_kernel(FaArgs a, F
   T* sdS = sdO + 2 * NP * BM * D;          // [NP][BN keys][BM queries]
   float* sLse = reinterpret_cast<float*>(sdS + NP * BN * BM);  // [2][BM]
   float* sDs = sLse + 2 * BM;                                  // [2][BM]
-  constexpr uint32_t KPLANE = BN * D * 2, QPLANE = BM * D * 2, SPLANE = BN * BM * 2;
 
   const int tid = threadIdx.x, wgi = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
   const int wgk = QG == 1 ? wgi : wgi % KG, wgq = QG == 1 ? 0 : wgi / KG;  // (compile-time for QG = 1)
@@ -59,7 +52,6 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) bwd_wgmma_kernel(FaArgs a, F
   query_block_range(a, s, n0, BN, BM, &mb_lo, &mb_hi);
   const int nm = mb_hi - mb_lo, total_it = nm * G;
   const SplitScales ss = split_scales<E>(a);
-  const float scale_log2 = a.scale * kLog2e * ss.qk;
 
   const T* Kg[NP];
   const T* Vg[NP];
@@ -106,6 +98,7 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) bwd_wgmma_kernel(FaArgs a, F
   const uint32_t k_addr = smem_u32(sK) + wgk * 64 * 128;  // this warpgroup's 64 key rows
   const uint32_t v_addr = smem_u32(sV) + wgk * 64 * 128;
   const int kr = wgk * 64 + warp * 16 + (lane >> 2);      // local key row of c0/c1
+  Keys keys(a, s, n0, kr, wgq * QW, lane);
 
   for (int it = 0; it < total_it; ++it) {
     const int buf = it & 1;
@@ -116,103 +109,31 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) bwd_wgmma_kernel(FaArgs a, F
     __syncthreads();
 
     const int h = hk * G + it / nm, m0 = (mb_lo + it % nm) * BM;
-    const float slope = a.alibi ? a.alibi[b * a.H + h] : 0.f;
-    const bool plain = a.softcap <= 0.f && slope == 0.f;
     const uint32_t q_addr = smem_u32(sQ + buf * NP * BM * D), do_addr = smem_u32(sdO + buf * NP * BM * D);
     const float* lse = sLse + buf * BM;
     const float* dsm = sDs + buf * BM;
 
     // ---- S^T = K Q^T, dP^T = V dO^T (this warpgroup's QW queries) ----------------------------
     float st[NS], dp[NS];
-    wg::fence();
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      const uint32_t ko = (ks >> 2) * BN * 128 + (ks & 3) * 32, qo = (ks >> 2) * BM * 128 + wgq * QW * 128 + (ks & 3) * 32;
-      if constexpr (E::SPLIT) {
-        OpS::ss(st, wg::desc(k_addr + KPLANE + ko, 16, 1024), wg::desc(q_addr + qo, 16, 1024), ks > 0);
-        OpS::ss(st, wg::desc(k_addr + ko, 16, 1024), wg::desc(q_addr + QPLANE + qo, 16, 1024), 1);
-      }
-      OpS::ss(st, wg::desc(k_addr + ko, 16, 1024), wg::desc(q_addr + qo, 16, 1024), E::SPLIT || ks > 0);
-    }
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      const uint32_t ko = (ks >> 2) * BN * 128 + (ks & 3) * 32, qo = (ks >> 2) * BM * 128 + wgq * QW * 128 + (ks & 3) * 32;
-      if constexpr (E::SPLIT) {
-        OpS::ss(dp, wg::desc(v_addr + KPLANE + ko, 16, 1024), wg::desc(do_addr + qo, 16, 1024), ks > 0);
-        OpS::ss(dp, wg::desc(v_addr + ko, 16, 1024), wg::desc(do_addr + QPLANE + qo, 16, 1024), 1);
-      }
-      OpS::ss(dp, wg::desc(v_addr + ko, 16, 1024), wg::desc(do_addr + qo, 16, 1024), E::SPLIT || ks > 0);
-    }
+    keys.head(b, h);
+    keys.issue_kq(st, k_addr, q_addr);
+    keys.issue_kq(dp, v_addr, do_addr);
     wg::commit();
     wg::wait<0>();
     wg::fence_operands<NS>(st);
     wg::fence_operands<NS>(dp);
 
-    // ---- P^T, dS^T (two copies of the loop: plain scores need no soft-cap or ALiBi work) -------
-    const bool masked = tile_needs_mask(a, s, m0, BM, n0, BN);
-    auto p_ds = [&](auto plain_tag) {
-      constexpr bool PLAIN = decltype(plain_tag)::value;
-#pragma unroll
-      for (int i = 0; i < NS; ++i) {
-        const int il = wgq * QW + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
-        const int q = m0 + il, j = n0 + kr + ((i >> 1) & 1) * 8;
-        float dcap = 1.f;
-        const bool pl = PLAIN || (!Tr::UNSWITCH && plain);
-        const float v = pl ? st[i] : score_log2(a, st[i] * ss.qk, slope, q, j, s.off, &dcap);
-        float p = ex2(fmaf(v, pl ? scale_log2 : 1.f, -lse[il]));
-        float ds = p * (E::SPLIT ? fmaf(dp[i], ss.dp, -dsm[il]) : dp[i] - dsm[il]) * dcap;
-        if (masked && !visible(a, s, q, j)) p = ds = 0.f;
-        st[i] = p;
-        dp[i] = ds;
-      }
-    };
-    if (Tr::UNSWITCH && plain) p_ds(std::true_type{});
-    else p_ds(std::false_type{});  // (UNSWITCH false: one loop, nvcc splits it; see BwdWgCfg)
-    uint32_t pf[NP][QW / 16][4], sf[NP][QW / 16][4];
-#pragma unroll
-    for (int ks = 0; ks < QW / 16; ++ks) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        pack_e<E>(st[8 * ks + 2 * r], st[8 * ks + 2 * r + 1], kPScale, pf[0][ks][r], pf[NP - 1][ks][r]);
-        pack_e<E>(dp[8 * ks + 2 * r], dp[8 * ks + 2 * r + 1], ss.ds, sf[0][ks][r], sf[NP - 1][ks][r]);
-      }
-    }
-    if (!a.deterministic) {
-      // dS^T to shared memory ([key][query], swizzled) for dQ = dS K
-#pragma unroll
-      for (int p = 0; p < NP; ++p)
-#pragma unroll
-        for (int ks = 0; ks < QW / 16; ++ks)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            // register r of k-step ks holds (row kr + 8*(r&1), cols 16ks + 8*(r>>1) + 2*(lane&3) + 0..1)
-            const int row = kr + (r & 1) * 8, col = wgq * QW + ks * 16 + (r >> 1) * 8 + 2 * (lane & 3);
-            *reinterpret_cast<uint32_t*>(sdS + p * BN * BM + swz128<BN>(row, col)) = sf[p][ks][r];
-          }
-    }
+    // ---- P^T, dS^T; dS^T to shared memory for dQ = dS K -----------------------------------------
+    keys.template p_ds<Tr::UNSWITCH>(st, dp, m0, lse, dsm);
+    typename Keys::Frag pf, sf;
+    keys.pack(st, dp, pf, sf);
+    if (!a.deterministic) keys.store_ds(sf, sdS);
 
     // ---- dV += P^T dO, dK += dS^T Q ---------------------------------------------------------------
     wg::fence_operands<NG>(dv);
     wg::fence_operands<NG>(dk);
-    wg::fence();
-#pragma unroll
-    for (int ks = 0; ks < QW / 16; ++ks) {
-      const uint32_t o = (wgq * QW + ks * 16) * 128;
-      if constexpr (E::SPLIT) {
-        OpD::rs(dv, pf[NP - 1][ks], wg::desc(do_addr + o, BM * 128, 1024), 1);
-        OpD::rs(dv, pf[0][ks], wg::desc(do_addr + QPLANE + o, BM * 128, 1024), 1);
-      }
-      OpD::rs(dv, pf[0][ks], wg::desc(do_addr + o, BM * 128, 1024), 1);
-    }
-#pragma unroll
-    for (int ks = 0; ks < QW / 16; ++ks) {
-      const uint32_t o = (wgq * QW + ks * 16) * 128;
-      if constexpr (E::SPLIT) {
-        OpD::rs(dk, sf[NP - 1][ks], wg::desc(q_addr + o, BM * 128, 1024), 1);
-        OpD::rs(dk, sf[0][ks], wg::desc(q_addr + QPLANE + o, BM * 128, 1024), 1);
-      }
-      OpD::rs(dk, sf[0][ks], wg::desc(q_addr + o, BM * 128, 1024), 1);
-    }
+    keys.issue_acc(dv, pf, do_addr);
+    keys.issue_acc(dk, sf, q_addr);
     wg::commit();
 
     // ---- dQ[:, 64w : 64w+64] += dS K ----------------------------------------------------------------
@@ -220,33 +141,12 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) bwd_wgmma_kernel(FaArgs a, F
       wg::fence_proxy_async();
       __syncthreads();  // dS^T of every warpgroup is in shared memory
       if (NWG * 64 <= D || wgi * 64 < D) {  // (D = 64: only warpgroup 0 has dQ columns)
-        float dq[NQ];
-        const uint32_t ds_addr = smem_u32(sdS), kb_addr = smem_u32(sK) + wgi * BN * 128;
-        wg::fence();
-#pragma unroll
-        for (int ks = 0; ks < BN / 16; ++ks) {
-          const uint64_t da = wg::desc(ds_addr + ks * 16 * 128, BN * 128, 1024), db = wg::desc(kb_addr + ks * 16 * 128, BN * 128, 1024);
-          if constexpr (E::SPLIT) {
-            Op64::ss_tt(dq, wg::desc(ds_addr + SPLANE + ks * 16 * 128, BN * 128, 1024), db, ks > 0);
-            Op64::ss_tt(dq, da, wg::desc(kb_addr + KPLANE + ks * 16 * 128, BN * 128, 1024), 1);
-          }
-          Op64::ss_tt(dq, da, db, E::SPLIT || ks > 0);
-        }
+        float dq[Keys::NQ];
+        Keys::issue_dq(dq, smem_u32(sdS), smem_u32(sK) + wgi * BN * 128);
         wg::commit();
         wg::wait<0>();
-        wg::fence_operands<NQ>(dq);
-#pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-          const int i = m0 + warp * 16 + (lane >> 2) + rr * 8;
-          if (i < s.tq) {
-            float* dst = a.dq_accum + (static_cast<int64_t>(s.q0 + i) * a.H + h) * a.d;
-#pragma unroll
-            for (int n = 0; n < NQ / 4; ++n) {
-              const int c = wgi * 64 + n * 8 + 2 * (lane & 3);
-              if (c < a.d) atomicAdd(reinterpret_cast<float2*>(dst + c), make_float2(dq[4 * n + 2 * rr], dq[4 * n + 2 * rr + 1]));
-            }
-          }
-        }
+        wg::fence_operands<Keys::NQ>(dq);
+        keys.add_dq(dq, m0, h, warp, wgi * 64);
       } else {
         wg::wait<0>();
       }

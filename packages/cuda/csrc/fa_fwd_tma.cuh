@@ -102,15 +102,9 @@ __global__ void __launch_bounds__(384, 1)
       T* dst = sV + st * BN * D;
       if (n1 + BN > s.tk && v_tail_in_tensor) {
         // plain loads, rows past the sequence and columns past d zero-filled (swz128 layout)
-        const T* src = static_cast<const T*>(t.v) + (static_cast<int64_t>(s.k0) + n1) * a.Hkv * a.d + static_cast<int64_t>(hk) * a.d;
         const int64_t ld = static_cast<int64_t>(a.Hkv) * a.d;
-        const int rows = s.tk - n1;
-        for (int i = lane; i < BN * D / 8; i += 32) {
-          const int r = i / (D / 8), c = (i % (D / 8)) * 8;
-          uint4 v = make_uint4(0, 0, 0, 0);
-          if (r < rows && c < a.d) v = __ldg(reinterpret_cast<const uint4*>(src + r * ld + c));
-          *reinterpret_cast<uint4*>(dst + swz128<BN>(r, c)) = v;
-        }
+        const T* src = static_cast<const T*>(t.v) + (static_cast<int64_t>(s.k0) + n1) * ld + static_cast<int64_t>(hk) * a.d;
+        copy_tile128_warp<BN, D>(dst, src, ld, s.tk - n1, a.d, lane);
         wg::fence_proxy_async();  // the tensor cores read these stores through the async proxy
         __syncwarp();
         if (lane == 0) tma::arrive(v_full + st);

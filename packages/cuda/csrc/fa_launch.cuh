@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "fa_bwd.cuh"
+#include "fa_bwd_tma.cuh"
 #include "fa_bwd_wgmma.cuh"
 #include "fa_fwd.cuh"
 #include "fa_fwd_tma.cuh"
@@ -156,8 +157,45 @@ cudaError_t launch_bwd_wg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   return bwd_post<E, Tr::D>(a, t, st);
 }
 
+// The warp-specialised TMA backward; false in *ran when the operands cannot be described to the
+// copy engine (no encoder in the driver, a misaligned base, no rows), and the caller runs another
+// kernel.
+template <typename E, typename Tr>
+cudaError_t launch_bwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool* ran) {
+  *ran = false;
+  const bool bf16 = std::is_same<typename E::T, __nv_bfloat16>::value;
+  CUtensorMap mq, mk, mv, mdo;
+  if (a->total_q <= 0 || a->total_k <= 0 || !tma::encode_operand(&mq, t.q, bf16, a->d, a->H, a->total_q, Tr::BM) ||
+      !tma::encode_operand(&mdo, t.dout, bf16, a->d, a->H, a->total_q, Tr::BM) || !tma::encode_operand(&mk, t.k, bf16, a->d, a->Hkv, a->total_k, Tr::BN) ||
+      !tma::encode_operand(&mv, t.v, bf16, a->d, a->Hkv, a->total_k, Tr::BN))
+    return cudaSuccess;
+  *ran = true;
+  cudaError_t e = bwd_pre<E>(a, t, st);
+  if (e != cudaSuccess) return e;
+  const size_t smem = bwd_tma_smem_bytes<Tr>();
+  e = set_smem(bwd_tma_kernel<E, Tr>, smem);
+  if (e != cudaSuccess) return e;
+  dim3 grid((a->max_tk + Tr::BN - 1) / Tr::BN, a->Hkv, a->B);
+  bwd_tma_kernel<E, Tr><<<grid, 384, smem, st>>>(mq, mk, mv, mdo, *a, t);
+  FA_CHECK_LAUNCH();
+  return bwd_post<E, Tr::D>(a, t, st);
+}
+template <typename E, typename Tr>
+cudaError_t launch_bwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st) {  // the harness's variant form
+  bool ran;
+  cudaError_t e = launch_bwd_tma<E, Tr>(a, t, st, &ran);
+  return ran ? e : cudaErrorNotSupported;
+}
+
 template <typename E, int D>
 cudaError_t launch_bwd(FaArgs* a, const FaTensors& t, cudaStream_t st) {
+  if constexpr (!E::SPLIT && has_tma_bwd(D)) {
+    if (runs_tma_bwd(a->arch, E::SPLIT, D, a->no_wgmma_bwd)) {
+      bool ran;
+      cudaError_t e = launch_bwd_tma<E, BwdTmaTraits<D>>(a, t, st, &ran);
+      if (ran) return e;
+    }
+  }
   if constexpr (has_wgmma_bwd(D)) {
     if (runs_wgmma_bwd(a->arch, D, a->no_wgmma_bwd)) return launch_bwd_wg<E, BwdWgTraits<D, E::SPLIT>>(a, t, st);
   }

@@ -95,4 +95,19 @@ __device__ __forceinline__ void load_tile128(T* s, const T* g, int64_t ld, int n
   }
 }
 
+// One warp's synchronous copy of an R-row tile into the swz128 layout, rows >= nrows and columns
+// >= ncols zero-filled: the TMA kernels' path for tiles that reach into the next sequence of a
+// packed batch (the copy engine would bring that sequence's rows in). The caller fences the
+// stores to the async proxy (fence.proxy.async) before the tensor cores read them.
+template <int R, int C, typename T>
+__device__ __forceinline__ void copy_tile128_warp(T* s, const T* g, int64_t ld, int nrows, int ncols, int lane) {
+#pragma unroll 1  // (a rare path, run by producer warps that hold few registers)
+  for (int i = lane; i < R * C / 8; i += 32) {
+    const int r = i / (C / 8), c = (i % (C / 8)) * 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < nrows && c < ncols) v = __ldg(reinterpret_cast<const uint4*>(g + r * ld + c));
+    *reinterpret_cast<uint4*>(s + swz128<R>(r, c)) = v;
+  }
+}
+
 }  // namespace fa

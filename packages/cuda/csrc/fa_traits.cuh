@@ -150,6 +150,32 @@ template <> struct BwdWgTraits<64, true> : BwdWgCfg<64, 64, 64, 2> {};
 template <> struct BwdWgTraits<128, true> : BwdWgCfg<128, 64, 64, 2> {};
 
 // ---------------------------------------------------------------------------------------------
+// Warp-specialised TMA backward (fa_bwd_tma.cuh), Hopper, 16-bit operands: a producer warpgroup
+// and two consumer warpgroups of 64 keys (BN = 128), BM queries per step, STAGES-deep Q and dO
+// rings. The consumers hold dK and dV (D floats per thread), S^T and dP^T (BM / 2 each) and the
+// dQ product (32): 24 + 2 x 240 registers per thread-slot of 128 fits the 64K register file.
+// ---------------------------------------------------------------------------------------------
+template <int D_, int BM_, int STAGES_ = 2>
+struct BwdTmaCfg {
+  static constexpr int D = D_, BN = 128, BM = BM_, STAGES = STAGES_;
+  static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
+};
+template <int D>
+struct BwdTmaTraits;
+template <> struct BwdTmaTraits<64> : BwdTmaCfg<64, 64, 2> {};    // 97 KiB
+template <> struct BwdTmaTraits<128> : BwdTmaCfg<128, 64, 2> {};  // 161 KiB
+constexpr bool has_tma_bwd(int D) { return D == 64 || D == 128; }
+// Which calls run it: sm_90, f16/bf16 (split f32 keeps fa_bwd_wgmma.cuh), D = 64 and 128, unless
+// the call asks for the mma.sync backward. FA_NO_TMA_BWD builds without it.
+constexpr bool runs_tma_bwd(int arch, bool split, int D, int no_wgmma_bwd) {
+#ifdef FA_NO_TMA_BWD
+  return false;
+#else
+  return arch == 90 && !split && has_tma_bwd(D) && !no_wgmma_bwd;
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
 // The deterministic dQ kernel (fa_bwd.cuh): a CTA owns BM query rows (16 per warp) and walks the
 // key tiles, BN keys at a time.
 // ---------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ struct Variant {
   const char* name;
   int dtype, d;
   Launcher f, b;
+  bool det = false;  // checked and timed with deterministic = 1 (backward variants)
 };
 
 static void variants() {
@@ -29,7 +30,13 @@ static void variants() {
       {"W10 wgmma d128 2st pipelined", kBF16, 128, launch_fwd_wg<BF, FwdWgTraits<128, false>>, nullptr},
       {"W12 wgmma d64 4st pipelined", kBF16, 64, launch_fwd_wg<BF, FwdWgTraits<64, false>>, nullptr},
       {"F0 fwd d128 BM128 BN64 8w", kBF16, 128, launch_fwd_cfg<BF, FwdCfg<128, 128, 64, 8, 1, true>>, nullptr},
+      // warp-specialised TMA backward (fa_bwd_tma.cuh): producer + 2 consumer warpgroups of 64 keys
+      {"U1 tma bwd d128 BM64 2st", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaTraits<128>>},
+      {"U2 tma bwd d64 BM64 2st", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaTraits<64>>},
+      {"U3 tma bwd d128 det", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaTraits<128>>, true},
+      {"U4 tma bwd d128 BM64 3st", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 3>>},
       {"BW wgmma bwd d128", kBF16, 128, nullptr, launch_bwd_wg<BF, BwdWgTraits<128, false>>},
+      {"BW wgmma bwd d128 det", kBF16, 128, nullptr, launch_bwd_wg<BF, BwdWgTraits<128, false>>, true},
       {"BW wgmma bwd d64", kBF16, 64, nullptr, launch_bwd_wg<BF, BwdWgTraits<64, false>>},
       {"B0 bwd d128 BM64 BN128 8w", kBF16, 128, nullptr, launch_bwd_cfg<BF, BwdTraits<128, false>>},
       // f32, operands split into f16 (hi, lo) planes, three products per MMA
@@ -56,9 +63,9 @@ static void variants() {
     g_fwd_override = v.f;
     g_bwd_override = v.b;
     const int before = g_fail;
-    Case c; c.dtype = v.dtype; c.d = v.d; c.causal = true; c.tq = 200; c.tk = 457; c.name = std::string(v.name).substr(0, 20) + " chk1";
+    Case c; c.dtype = v.dtype; c.d = v.d; c.det = v.det; c.causal = true; c.tq = 200; c.tk = 457; c.name = std::string(v.name).substr(0, 20) + " chk1";
     test_case(c, 99);
-    c = Case(); c.dtype = v.dtype; c.d = v.d; c.tq = 300; c.tk = 300; c.wl = 40; c.wr = 7; c.softcap = 4.f; c.alibi = true;
+    c = Case(); c.dtype = v.dtype; c.d = v.d; c.det = v.det; c.tq = 300; c.tk = 300; c.wl = 40; c.wr = 7; c.softcap = 4.f; c.alibi = true;
     c.name = std::string(v.name).substr(0, 20) + " chk2";
     test_case(c, 98);
     const bool ok = g_fail == before;
@@ -66,7 +73,7 @@ static void variants() {
     for (int causal : {0, 1})
       for (int T : {4096, 16384}) {
         Case b;
-        b.dtype = v.dtype; b.d = v.d; b.causal = causal; b.tq = b.tk = T; b.B = 16384 / T; b.H = b.Hkv = 2048 / v.d;
+        b.dtype = v.dtype; b.d = v.d; b.det = v.det; b.causal = causal; b.tq = b.tk = T; b.B = 16384 / T; b.H = b.Hkv = 2048 / v.d;
         Dev D = make_dev(b, 7);
         const double fl = 4.0 * b.B * b.H * (double)T * T * v.d / (causal ? 2 : 1);
         double tf;

@@ -1,0 +1,227 @@
+// Backward attention on Hopper, warp-specialised (sm_90a, f16/bf16): the decomposition of
+// bwd_wgmma_kernel (a CTA owns BN = 128 keys of one kv head and walks every query head of its GQA
+// group and every BM-query tile that sees its keys, dK and dV in f32 registers throughout) with
+// the forward's roles (fa_fwd_tma.cuh):
+//   producer   warpgroup 0, registers cut to PRODUCER_REGS. Warp 0 loads K and V once (TMA, one
+//              mbarrier), then Q and dO tiles into STAGES-deep rings, each stage guarded by a
+//              "full" mbarrier (TMA bytes, plus the warp's own stores of the tile's LSE·log2 e
+//              and Dsum rows) and an "empty" one (one arrival per consumer warp).
+//   consumers  warpgroups 1 and 2 (key groups of 64 keys), registers raised to CONSUMER_REGS, the
+//              per-step math of WgBwdKeys (fa_bwd_keys.cuh). No CTA barrier in the loop: the two
+//              consumers meet once per step on a named barrier, where dS^T is published for dQ.
+// One step of a consumer (the products' commit groups, oldest first):
+//   S^T = K Q^T, dP^T = V dO^T               [wait all]  P^T, dS^T in registers, dS^T -> smem
+//   dV += P^T dO                              named barrier: both halves of dS^T are in smem
+//   dQ = dS K  (64 of D columns per warpgroup) [wait: dV retired -> release the dO stage]
+//   dK += dS^T Q                              [wait: dQ retired -> dQ atomics, dK still running]
+//                                             [wait all -> release the Q stage]
+// dS^T is double-buffered, so a warpgroup may write step i+1's dS^T while the other still reads
+// step i's in its dQ product; the barrier of step i+1 keeps step i+2 from overwriting step i's.
+// Deterministic calls skip dS^T and dQ (bwd_post's dQ kernel computes it).
+//
+// Rows past the sequence inside the tensor (the next sequence of a packed batch) would meet
+// masked P^T and dS^T entries that are 0, but 0 times a NaN or infinity of another sequence is NaN
+// in dV += P^T dO, dK += dS^T Q (Q and dO rows) and in dQ = dS K (K rows): a Q, dO or K tile that
+// reaches past its sequence's end (but not past the tensor's, where TMA writes zeros) is copied by
+// the producer warp with plain loads instead, zero-filled (copy_tile128_warp). V rows only meet
+// dP^T rows of keys that are never stored.
+#pragma once
+#include "fa_bwd_keys.cuh"
+#include "fa_tma.cuh"
+
+namespace fa {
+
+template <typename E, typename Tr>
+__global__ void __launch_bounds__(384, 1)
+    bwd_tma_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
+                   const __grid_constant__ CUtensorMap map_do, FaArgs a, FaTensors t) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = typename E::T;
+  static_assert(!E::SPLIT, "16-bit operands only");
+  constexpr int D = Tr::D, BN = Tr::BN, BM = Tr::BM, ST = Tr::STAGES;
+  static_assert(BN == 128 && BM == 64, "two consumer warpgroups of 64 keys; dQ = dS K is one m64 product per step");
+  constexpr int CB = D / 64;  // 64-column boxes per tile row
+  constexpr uint32_t KV_BYTES = BN * D * 2, Q_BYTES = BM * D * 2;
+  using Keys = WgBwdKeys<E, D, BN, BM, BM>;
+  constexpr int NS = Keys::NS, NG = Keys::NG, NQ = Keys::NQ;
+  constexpr int kDsReady = 1;  // named barrier: both warpgroups' dS^T are in shared memory
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);  // [BN][D]
+  T* sV = sK + BN * D;                     // [BN][D]
+  T* sQ = sV + BN * D;                     // [ST][BM][D]
+  T* sdO = sQ + ST * BM * D;               // [ST][BM][D]
+  T* sdS = sdO + ST * BM * D;              // [2][BN keys][BM queries]
+  float* sLse = reinterpret_cast<float*>(sdS + 2 * BN * BM);  // [ST][BM]
+  float* sDs = sLse + ST * BM;                                // [ST][BM]
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sDs + ST * BM);
+  uint64_t* kv_full = bars;
+  uint64_t* q_full = bars + 1;
+  uint64_t* do_full = q_full + ST;
+  uint64_t* q_empty = do_full + ST;
+  uint64_t* do_empty = q_empty + ST;
+
+  const int tid = threadIdx.x, wgi = tid / 128;
+  const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const SeqInfo s = seq_info(a, b);
+  const int n0 = n_block * BN;
+  if (n0 >= s.tk) return;  // the whole CTA, before any barrier
+  const int G = a.H / a.Hkv;
+  int mb_lo, mb_hi;
+  query_block_range(a, s, n0, BN, BM, &mb_lo, &mb_hi);
+  const int nm = mb_hi - mb_lo, total_it = nm * G;
+
+  if (tid == 0) {
+    tma::bar_init(kv_full, 1);
+#pragma unroll
+    for (int i = 0; i < ST; ++i) {
+      tma::bar_init(q_full + i, 1);
+      tma::bar_init(do_full + i, 1);
+      tma::bar_init(q_empty + i, 8);  // one arrival per consumer warp
+      tma::bar_init(do_empty + i, 8);
+    }
+    tma::fence_bar_init();
+  }
+  __syncthreads();
+
+  if (wgi == 0) {
+    // ---- producer ------------------------------------------------------------------------------
+    tma::regs_dec<Tr::PRODUCER_REGS>();
+    if (tid >= 32 || total_it == 0) return;  // (no query sees these keys: the consumers write zeros)
+    const int lane = tid;
+    const int64_t ldq = static_cast<int64_t>(a.H) * a.d, ldk = static_cast<int64_t>(a.Hkv) * a.d;
+    if (lane == 0) {
+      tma::prefetch_map(&map_q);
+      tma::prefetch_map(&map_k);
+      tma::prefetch_map(&map_v);
+      tma::prefetch_map(&map_do);
+    }
+    // K and V, once. A K tile that runs into the next sequence is copied and zero-filled.
+    const bool k_copy = n0 + BN > s.tk && s.k0 + s.tk < a.total_k;
+    if (k_copy) {
+      copy_tile128_warp<BN, D>(sK, static_cast<const T*>(t.k) + (s.k0 + n0) * ldk + static_cast<int64_t>(hk) * a.d, ldk, s.tk - n0, a.d, lane);
+      wg::fence_proxy_async();  // the tensor cores read these stores through the async proxy
+      __syncwarp();
+    }
+    if (lane == 0) {
+      tma::arrive_expect(kv_full, k_copy ? KV_BYTES : 2 * KV_BYTES);
+#pragma unroll
+      for (int c = 0; c < CB; ++c) {
+        if (!k_copy) tma::load_box(sK + c * BN * 64, &map_k, kv_full, c * 64, hk, s.k0 + n0);
+        tma::load_box(sV + c * BN * 64, &map_v, kv_full, c * 64, hk, s.k0 + n0);
+      }
+    }
+    const bool q_tail_in_tensor = s.q0 + s.tq < a.total_q;  // rows after this sequence hold data
+    // One Q-side tile (Q or dO) and its per-row statistic (LSE·log2 e or Dsum) into stage st.
+    auto load = [&](uint64_t* full, uint64_t* empty, T* tile, const CUtensorMap* map, const void* src, float* srow, const float* grow, int it) {
+      const int st = it % ST, h = hk * G + it / nm, m0 = (mb_lo + it % nm) * BM;
+      if (it >= ST) tma::wait(empty + st, ((it / ST) + 1) & 1);
+      const float* g = grow + static_cast<int64_t>(h) * a.total_q + s.q0 + m0;
+      for (int r = lane; r < BM; r += 32) srow[st * BM + r] = m0 + r < s.tq ? g[r] : 0.f;
+      T* dst = tile + st * BM * D;
+      const bool copy = m0 + BM > s.tq && q_tail_in_tensor;
+      if (copy) {
+        copy_tile128_warp<BM, D>(dst, static_cast<const T*>(src) + (s.q0 + m0) * ldq + static_cast<int64_t>(h) * a.d, ldq, s.tq - m0, a.d, lane);
+        wg::fence_proxy_async();
+      }
+      __syncwarp();  // the warp's shared-memory stores before lane 0's arrival (release)
+      if (lane == 0) {
+        if (copy) {
+          tma::arrive(full + st);
+        } else {
+          tma::arrive_expect(full + st, Q_BYTES);
+#pragma unroll
+          for (int c = 0; c < CB; ++c) tma::load_box(dst + c * BM * 64, map, full + st, c * 64, h, s.q0 + m0);
+        }
+      }
+    };
+    for (int it = 0; it < total_it; ++it) {
+      load(q_full, q_empty, sQ, &map_q, t.q, sLse, a.lse2, it);
+      load(do_full, do_empty, sdO, &map_do, t.dout, sDs, a.dsum, it);
+    }
+  } else {
+    // ---- consumers -----------------------------------------------------------------------------
+    tma::regs_inc<Tr::CONSUMER_REGS>();
+    const int cw = wgi - 1, warp = (tid % 128) / 32, lane = tid % 32;
+    const int kr = cw * 64 + warp * 16 + (lane >> 2);  // local key row of c0/c1
+    Keys keys(a, s, n0, kr, 0, lane);
+    float dk[NG], dv[NG];
+#pragma unroll
+    for (int i = 0; i < NG; ++i) dk[i] = dv[i] = 0.f;
+    const uint32_t k_addr = smem_u32(sK) + cw * 64 * 128, v_addr = smem_u32(sV) + cw * 64 * 128;  // this warpgroup's 64 key rows
+    const bool det = a.deterministic;
+    const bool has_dq = !det && cw * 64 < D;  // (D = 64: only the first consumer has dQ columns)
+    auto release = [&](uint64_t* bar) { if (lane == 0) tma::arrive(bar); };
+    // Keeps a fragment's registers from being reused while a wgmma that reads them may run.
+    auto fence_frag = [](typename Keys::Frag& f) {
+#pragma unroll
+      for (int ks = 0; ks < BM / 16; ++ks) wg::fence_operands_u(f[0][ks]);
+    };
+
+    if (total_it > 0) tma::wait(kv_full, 0);
+    for (int it = 0; it < total_it; ++it) {
+      const int st = it % ST, ph = (it / ST) & 1;
+      const int h = hk * G + it / nm, m0 = (mb_lo + it % nm) * BM;
+      keys.head(b, h);
+      const uint32_t q_addr = smem_u32(sQ + st * BM * D), do_addr = smem_u32(sdO + st * BM * D);
+      T* ds_buf = sdS + (it & 1) * BN * BM;
+
+      // ---- S^T = K Q^T, dP^T = V dO^T ----------------------------------------------------------
+      float sc[NS], dp[NS];
+      tma::wait(q_full + st, ph);
+      tma::wait(do_full + st, ph);  // (both before the first issue: a wait between wgmmas serialises them)
+      keys.issue_kq(sc, k_addr, q_addr);
+      keys.issue_kq(dp, v_addr, do_addr);
+      wg::commit();
+      wg::wait<0>();
+      wg::fence_operands<NS>(sc);
+      wg::fence_operands<NS>(dp);
+
+      // ---- P^T, dS^T; dS^T to shared memory ----------------------------------------------------
+      keys.template p_ds<true>(sc, dp, m0, sLse + st * BM, sDs + st * BM);
+      typename Keys::Frag pf, sf;
+      keys.pack(sc, dp, pf, sf);
+      if (!det) keys.store_ds(sf, ds_buf);
+
+      // ---- dV += P^T dO; dQ = dS K; dK += dS^T Q -----------------------------------------------
+      wg::fence_operands<NG>(dv);
+      wg::fence_operands<NG>(dk);
+      keys.issue_acc(dv, pf, do_addr);
+      wg::commit();
+      if (!det) {
+        wg::fence_proxy_async();  // our dS^T stores, for the other warpgroup's tensor cores too
+        tma::named_sync(kDsReady, 256);
+      }
+      if (has_dq) {
+        float dq[NQ];
+        Keys::issue_dq(dq, smem_u32(ds_buf), smem_u32(sK) + cw * BN * 128);
+        wg::commit();
+        wg::wait<1>();  // dV retired: dO and P^T are no longer read
+        fence_frag(pf);
+        release(do_empty + st);
+        keys.issue_acc(dk, sf, q_addr);
+        wg::commit();
+        wg::wait<1>();  // dQ retired (dK may still run)
+        wg::fence_operands<NQ>(dq);
+        keys.add_dq(dq, m0, h, warp, cw * 64);
+      } else {
+        keys.issue_acc(dk, sf, q_addr);
+        wg::commit();
+        wg::wait<1>();
+        fence_frag(pf);
+        release(do_empty + st);
+      }
+      wg::wait<0>();
+      wg::fence_operands<NG>(dv);
+      wg::fence_operands<NG>(dk);
+      fence_frag(sf);
+      release(q_empty + st);
+    }
+    store_dkdv_rows<E, NG / 4>(a, t, s, hk, n0 + kr, 0, lane, dk, dv, a.scale * keys.ss.dk, keys.ss.dv);
+  }
+#else
+  __trap();
+#endif
+}
+
+}  // namespace fa
