@@ -23,6 +23,14 @@ export const VARIANTS = {
   'c8+kb8+lazy': { kvChunkBytes: 8, kvKeysPerStep: 8, kvLazyRescale: true },
   'c8+qw+lazy': { kvChunkBytes: 8, kvQShared: true, kvLazyRescale: true },
   'c8+qw+kb8+lazy': { kvChunkBytes: 8, kvQShared: true, kvKeysPerStep: 8, kvLazyRescale: true },
+  // transpose team sums (fewer shuffles per step)
+  tr: { kvTeamSum: 'transpose' },
+  'tr+lazy': { kvTeamSum: 'transpose', kvLazyRescale: true },
+  'kb8+tr+lazy': { kvKeysPerStep: 8, kvTeamSum: 'transpose', kvLazyRescale: true },
+  'qw+kb8+tr+lazy': { kvQShared: true, kvKeysPerStep: 8, kvTeamSum: 'transpose', kvLazyRescale: true },
+  'c8+tr+lazy': { kvChunkBytes: 8, kvTeamSum: 'transpose', kvLazyRescale: true },
+  'c8+kb8+tr+lazy': { kvChunkBytes: 8, kvKeysPerStep: 8, kvTeamSum: 'transpose', kvLazyRescale: true },
+  'c8+qw+kb8+tr+lazy': { kvChunkBytes: 8, kvQShared: true, kvKeysPerStep: 8, kvTeamSum: 'transpose', kvLazyRescale: true },
 };
 const TARGETS = [256, 512, 1024, 2048, 4096];
 // FA_VARIANTS=base,lazy,… : only those (base always)

@@ -78,7 +78,7 @@ export class WebGPUBackend implements AttentionBackend {
   ) {
     this.acq = acq;
     this.kvTuning = { kernel: opts.kvKernel, minChunk: opts.kvMinChunk, targetWorkgroups: opts.kvTargetWorkgroups, keysPerStep: opts.kvKeysPerStep, prefetch: opts.kvPrefetch,
-      chunkBytes: opts.kvChunkBytes, qShared: opts.kvQShared, lazyRescale: opts.kvLazyRescale };
+      chunkBytes: opts.kvChunkBytes, qShared: opts.kvQShared, lazyRescale: opts.kvLazyRescale, teamSum: opts.kvTeamSum };
     this.kvEnv = this.makeKVEnv();
     this.watchLoss();
   }

@@ -46,6 +46,8 @@ export interface KVTuning {
   readonly qShared?: boolean;
   /** Decode kernel: rescale a row's accumulators only when its maximum changed (default false; bit-identical results). */
   readonly lazyRescale?: boolean;
+  /** Decode kernel, specialised with subgroup sums: how a team sums its partial dots (default 'xor'). */
+  readonly teamSum?: 'xor' | 'transpose';
 }
 
 export interface KVPlan {
@@ -73,6 +75,7 @@ export function decodeSpec(p: KVCacheProblem, caps: KVCaps, t: KVTuning = {}): {
   const f32 = p.dtype === 'f32';
   const rows = caps.generic ? KVD_MAX_ROWS : Math.min(KVD_MAX_ROWS, pow2AtLeast((p.h / p.hkv) * p.tq));
   if (t.chunkBytes !== undefined && t.chunkBytes !== 8 && t.chunkBytes !== 16) throw new FAError('E_ARG', `kvChunkBytes must be 8 or 16; got ${String(t.chunkBytes)}`);
+  if (t.teamSum !== undefined && t.teamSum !== 'xor' && t.teamSum !== 'transpose') throw new FAError('E_ARG', `kvTeamSum must be 'xor' or 'transpose'; got ${String(t.teamSum)}`);
   const e = kvdChunkElems(p.dtype, t.chunkBytes);
   // 4-element chunks: two per lane past 128 columns (generic kernels: always, D up to 256 on any L)
   const chunks = e === 4 && (caps.generic || p.d > 32 * e) ? 2 : 1;
@@ -88,6 +91,8 @@ export function decodeSpec(p: KVCacheProblem, caps: KVCaps, t: KVTuning = {}): {
   const spec: KVDecodeSpec = {
     enc: p.dtype, rows, elems: e, chunks, keys, lanes: caps.generic ? 0 : lanes, subgroups, vec, generic: caps.generic,
     prefetch: t.prefetch ?? false, qShared: t.qShared ?? false, lazyRescale: t.lazyRescale ?? false,
+    // the transpose needs the lane count compiled in and subgroup shuffles; elsewhere the sums it replaces
+    teamSum: t.teamSum === 'transpose' && subgroups && !caps.generic ? 'transpose' : 'xor',
   };
   return { spec, lanes };
 }

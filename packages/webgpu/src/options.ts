@@ -49,4 +49,10 @@ export interface WebGPUBackendOptions extends AcquireOptions {
   readonly kvQShared?: boolean;
   /** KV-cache benchmark tuning: the decode kernel rescales a row only when its maximum changed (default false; same results). */
   readonly kvLazyRescale?: boolean;
+  /**
+   * KV-cache benchmark tuning: how the decode kernel's teams sum their partial dots where it uses
+   * subgroups and specialised code: 'xor' (default, a butterfly per value) or 'transpose' (fewer
+   * shuffles; another summation order). Elsewhere the kernel sums through workgroup memory or loops.
+   */
+  readonly kvTeamSum?: 'xor' | 'transpose';
 }

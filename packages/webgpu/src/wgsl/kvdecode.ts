@@ -58,6 +58,12 @@ export interface KVDecodeSpec {
    * instead of one more per step. Exact: the skipped factor is exp(0) = 1.
    */
   readonly lazyRescale: boolean;
+  /**
+   * Team sums of the R·KB partial dots (specialised, subgroups): 'xor' — every value over log2 L
+   * xor steps (R·KB·log2 L shuffles); 'transpose' — halve the values per step (each lane keeps
+   * the sums of half), then one shuffle per value from the lane that holds it (about 2·R·KB).
+   */
+  readonly teamSum: 'xor' | 'transpose';
 }
 
 export const KV_DECODE = { params: 0, q: 1, k: 2, v: 3, lens: 4, table: 5, slopes: 6, part: 7 } as const;
@@ -68,7 +74,7 @@ export function kvdChunkElems(enc: KVEncoding, chunkBytes: 8 | 16 = 16): number 
 }
 
 export function kvDecodeKey(s: KVDecodeSpec): string {
-  return ['kv-decode', s.enc, `r${s.rows}`, `e${s.elems}`, `c${s.chunks}`, `k${s.keys}`, `l${s.lanes}`, s.subgroups ? 'sg' : 'wg', s.vec ? 'vec' : 'el', s.prefetch ? 'pf' : 'nopf', s.qShared ? 'qw' : 'qr', s.lazyRescale ? 'lazy' : 'eager', s.generic ? 'dyn' : 'spec'].join(':');
+  return ['kv-decode', s.enc, `r${s.rows}`, `e${s.elems}`, `c${s.chunks}`, `k${s.keys}`, `l${s.lanes}`, s.subgroups ? 'sg' : 'wg', s.vec ? 'vec' : 'el', s.prefetch ? 'pf' : 'nopf', s.qShared ? 'qw' : 'qr', s.lazyRescale ? 'lazy' : 'eager', s.teamSum, s.generic ? 'dyn' : 'spec'].join(':');
 }
 
 /** The WGSL type of one raw chunk: vec4<f32> (f32), vec4<u32> or vec2<u32> (packed 16-bit). */
@@ -101,6 +107,33 @@ fn ${name}(ro: u32, col: u32) -> vec4<f32> {\n  return vec4<f32>(${[0, 1, 2, 3].
 fn ${name}(ro: u32, col: u32) -> ${t} {
   return ${t}(${Array.from({ length: E / 2 }, (_, w) => `${el}(ro, col + ${2 * w}u) | (${el}(ro, col + ${2 * w + 1}u) << 16u)`).join(',\n    ')});
 }`;
+}
+
+/**
+ * Team sums of pd[0 … V − 1] over L lanes (V, L powers of 2), every lane ending with all V sums,
+ * bit-identical across the team: a reduce-scatter (each step a lane keeps half of its values, adds
+ * its partner's copy of that half: V/2 + V/4 + … shuffles), xor steps for the lane bits left,
+ * then each sum fetched from the lane holding it (V shuffles). Lane bits are the subgroup
+ * invocation id's low bits, the lanes of a team (as the xor butterfly assumes).
+ */
+function transposeSum(V: number, L: number): string {
+  const stages = Math.min(Math.log2(V), Math.log2(L));
+  const lines = [`let sl = sgid & ${L - 1}u;`, `var t: array<f32, ${V}>;`];
+  for (let i = 0; i < V; i++) lines.push(`t[${i}] = pd[${i}];`);
+  let n = V;
+  for (let k = 0; k < stages; k++) {
+    const m = L >> (k + 1);
+    n /= 2;
+    lines.push(`{
+  let up = (sl & ${m}u) != 0u;`);
+    for (let i = 0; i < n; i++) lines.push(`  t[${i}] = select(t[${i}], t[${i + n}], up) + subgroupShuffleXor(select(t[${i + n}], t[${i}], up), ${m}u);`);
+    lines.push('}');
+  }
+  for (let m = L >> (stages + 1); m >= 1; m >>= 1) for (let i = 0; i < n; i++) lines.push(`t[${i}] = t[${i}] + subgroupShuffleXor(t[${i}], ${m}u);`);
+  // sum j sits (as t[j % n]) on the lane whose stage bits spell j / n
+  const base = `(sgid & ~${L - 1}u)`;
+  for (let j = 0; j < V; j++) lines.push(`pd[${j}] = subgroupShuffle(t[${j % n}], ${base} | ${Math.floor(j / n) * (L >> stages)}u);`);
+  return lines.join('\n');
 }
 
 /** The decode kernel for one specialisation. */
@@ -152,7 +185,9 @@ ${Array.from({ length: C }, (_, c) => `kr[${kb} * ${C}u + ${c}u] = ld_k(ro, (ln 
   const dotExpr = (kb: string, r: string) => Array.from({ length: S }, (_, x) => `dot(${qAt(r, x)}, kf[${kb} * ${S}u + ${x}u])`).join(' + ');
   const slots = (f: (x: number) => string) => Array.from({ length: S }, (_, x) => f(x)).join('\n');
   const teamSum = s.subgroups
-    ? s.generic
+    ? !s.generic && s.teamSum === 'transpose'
+      ? transposeSum(KB * R, s.lanes)
+      : s.generic
       ? `for (var o = L / 2u; o > 0u; o = o >> 1u) {\n${rep(KB * R, (x) => `pd[${x}] = pd[${x}] + subgroupShuffleXor(pd[${x}], o);`)}\n}`
       : Array.from({ length: Math.log2(s.lanes) }, (_, k) => rep(KB * R, (x) => `pd[${x}] = pd[${x}] + subgroupShuffleXor(pd[${x}], ${s.lanes >> (k + 1)}u);`)).join('\n')
     : `${rep(KB * R, (x) => `wbuf[${x} * ${T}u + lid] = pd[${x}];`)}
@@ -193,7 +228,7 @@ ${chunkLoader('ld_k', 'kc', s)}
 ${chunkLoader('ld_v', 'vc', s)}
 
 @compute @workgroup_size(${T})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32${s.subgroups && !s.generic && s.teamSum === 'transpose' ? ', @builtin(subgroup_invocation_id) sgid: u32' : ''}) {
   let L = ${s.lanes > 0 ? `${s.lanes}u` : 'P.lanes'};
   let NT = ${T}u / L;
   let ln = lid % L;
