@@ -25,7 +25,11 @@
 // (GPU time of both from timestamps, rounds in alternating order); the split target swept on each
 // shape's fastest variant; then the KV kit with device caches on every variant (fastest first)
 // and with host caches on the fastest — so whichever becomes the default was checked on this
-// adapter. Writes $OUT/kv-variants.{json,log}; small by default on CPU adapters only.
+// adapter. Writes $OUT/kv-variants.{json,log}; small by default on CPU adapters only. Timing stops
+// starting shapes after FA_BENCH_BUDGET_S (default 160 here), the kit 50 s later (fastest
+// variants first); FA_VARIANTS=lazy,c8,… times only those (and base).
+//   on the GPU machine, after scripts/device-verify.sh --prepare:
+//   source .fa-device/on-device.sh && node .fa-device/run/h200-kv.mjs --variants
 // FA_BENCH_SKIP=kit,decode,sweep,tq skips parts. FA_BENCH_BUDGET_S (default 150) stops the
 // optional parts (sweep, Tq, the later shapes) once the run has taken that long.
 //
