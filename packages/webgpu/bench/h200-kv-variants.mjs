@@ -185,7 +185,7 @@ export async function runVariants(h) {
     return g.length ? Math.min(...g) : Infinity;
   };
   const order = [...new Set([...Object.values(fastest), ...[...CHOSEN].sort((a, b) => gain(a) - gain(b))])];
-  log(`\nKV kit per variant (device caches; host caches too on ${Object.values(fastest).join(', ') || 'none'})`);
+  log(`\nKV kit per variant (device caches; host caches too on ${[...new Set(Object.values(fastest))].join(', ') || 'none'})`);
   for (const n of order) {
     for (const upload of Object.values(fastest).includes(n) ? [true, false] : [true]) {
       if (elapsed() > budget + 50) {
@@ -210,4 +210,13 @@ export async function runVariants(h) {
       save();
     }
   }
+  // last, short (the device tool returns the output's tail): per shape base and the three fastest
+  log('\nsummary: decode pass µs (% of the copy, GPU time), per shape');
+  for (const sh of [...new Set(results.variants.map((r) => r.shape))]) {
+    const rs = results.variants.filter((r) => r.shape === sh && r.decodeUs.length).sort((a, b) => Math.min(...a.decodeUs) - Math.min(...b.decodeUs));
+    const f = (r) => `${r.name} ${Math.min(...r.decodeUs).toFixed(0)} (${pct(r.ratio)})`;
+    const b0 = rs.find((r) => r.name === 'base');
+    log(`  B${sh.B} Tk${sh.T} ${sh.dtype}: base ${b0 ? f(b0).slice(5) : 'n/a'}; ${rs.slice(0, 3).map(f).join('; ')}`);
+  }
+  for (const [n, k] of Object.entries(results.variantKit)) log(`  kit ${n}: ${k.summary.replace(/^.*\): /, '')}`);
 }

@@ -9,7 +9,7 @@
  * at consecutive addresses.
  *   q rows (R of them, the team's columns) → registers (or workgroup memory, shared by the teams)
  *   for each step of NT·KB keys of the split (NT teams, KB keys per team in flight):
- *     every lane: its chunks of KB K rows and KB V rows (2·KB·C 16-byte loads issued together)
+ *     every lane: its chunks of KB K rows and KB V rows (2·KB·C chunk loads issued together)
  *     partial dots of the R rows × KB keys over the lane's columns, summed over the team
  *       (subgroupShuffleXor butterfly; or through workgroup memory without subgroups)
  *     per row: scale/softcap/ALiBi/mask, online-softmax update (core's softmaxTileUpdate),
