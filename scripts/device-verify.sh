@@ -14,6 +14,8 @@
 # Then with the device tool: carry [".fa-device", ".devbin"], command
 #   bash scripts/device-verify.sh correct     (or: timing)
 # Logs go to $OUT/<stage>.tgz; a summary of each step is printed last.
+# The WebGPU decode kernel's variants (issue 12) are a separate call after --prepare, carry
+# [".fa-device"]: source .fa-device/on-device.sh && node .fa-device/run/h200-kv.mjs --variants
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,7 +34,8 @@ if [ "${1:-}" = "--prepare" ]; then
   runs=()
   for f in $b/conformance.mjs $b/fuzz-lib.mjs $b/big.mjs $b/peer_big.py $b/ratio.py $b/peer_f32.py \
            $b/kv-device.mjs $b/peer_decode.py $b/kv-table.mjs $b/prebuilt-check.mjs $b/cp \
-           /work/shared/device/peer_sdpa.py packages/webgpu/bench/h200-kv.mjs packages/webgpu/bench/h200-kit.mjs \
+           /work/shared/device/peer_sdpa.py packages/webgpu/bench/h200-kv.mjs packages/webgpu/bench/h200-kv-variants.mjs \
+           packages/webgpu/bench/h200-kit.mjs \
            packages/autograd/examples/reverse.mjs packages/autograd/examples/generate.mjs; do runs+=(--run "$f"); done
   bash /work/shared/device/prepare.sh --webgpu "${runs[@]}"
   # Node loads only the committed prebuilt addon there (what users install), not build/Release.

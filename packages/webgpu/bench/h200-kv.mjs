@@ -18,6 +18,18 @@
 //      bytes read + bytes written. Target (issue 12): decode ≥ 60 % of it at B = 8, Tk = 32K.
 // Writes $OUT/kv.json and $OUT/kv.log; prints the tables last.
 // FA_BENCH_SMALL=1 (the default without $OUT): a dry run on a software driver with tiny sizes.
+//
+// --variants (issue 12): instead of the above, the decode kernel's variants (VARIANTS below: 8-byte
+// chunks for 16-bit rows, q in workgroup memory, lazy rescale, keys per step) on B = 8, Tk = 32K
+// and B = 1, Tk = 32K / 128K, f32 and packed f16, each timed alternately with the copy kernel
+// (GPU time of both from timestamps, rounds in alternating order); the split target swept on each
+// shape's fastest variant; then the KV kit with device caches on every variant (fastest first)
+// and with host caches on the fastest — so whichever becomes the default was checked on this
+// adapter. Writes $OUT/kv-variants.{json,log}; small by default on CPU adapters only. Timing stops
+// starting shapes after FA_BENCH_BUDGET_S (default 160 here), the kit 50 s later (fastest
+// variants first); FA_VARIANTS=lazy,c8,… times only those (and base).
+//   on the GPU machine, after scripts/device-verify.sh --prepare:
+//   source .fa-device/on-device.sh && node .fa-device/run/h200-kv.mjs --variants
 // FA_BENCH_SKIP=kit,decode,sweep,tq skips parts. FA_BENCH_BUDGET_S (default 150) stops the
 // optional parts (sweep, Tq, the later shapes) once the run has taken that long.
 //
@@ -30,12 +42,14 @@ import { createWebGPUBackend } from '@fa/webgpu';
 import { create } from 'webgpu';
 
 const OUT = process.env.OUT ?? '/tmp';
-const SMALL = process.env.FA_BENCH_SMALL === '1' || (process.env.FA_BENCH_SMALL === undefined && !process.env.OUT);
+const VARIANTS = process.argv.includes('--variants');
+let SMALL = process.env.FA_BENCH_SMALL === '1' || (process.env.FA_BENCH_SMALL === undefined && !process.env.OUT);
 const SKIP = new Set((process.env.FA_BENCH_SKIP ?? '').split(',').filter(Boolean));
 const BUDGET_S = Number(process.env.FA_BENCH_BUDGET_S ?? 150);
 const T0 = performance.now();
 const elapsed = () => (performance.now() - T0) / 1000;
-const LOG = `${OUT}/kv.log`;
+const NAME = VARIANTS ? 'kv-variants' : 'kv';
+const LOG = `${OUT}/${NAME}.log`;
 writeFileSync(LOG, '');
 const log = (...a) => {
   const line = a.join(' ');
@@ -43,7 +57,7 @@ const log = (...a) => {
   appendFileSync(LOG, line + '\n');
 };
 const results = { date: new Date().toISOString(), small: SMALL, device: null, features: [], kit: {}, decode: [], sweep: [], tq: [], overhead: null, errors: [] };
-const save = () => writeFileSync(`${OUT}/kv.json`, JSON.stringify(results, null, 1));
+const save = () => writeFileSync(`${OUT}/${NAME}.json`, JSON.stringify(results, null, 1));
 
 // ---------------------------------------------------------------- the device, with timestamps
 // Our own device (the backend takes it as given), with timestamp-query where the adapter has it
@@ -113,13 +127,16 @@ async function profile(calls, body) {
 }
 
 const be = await createWebGPUBackend({ device: pdev });
+// --variants: full sizes on any real GPU (whether or not $OUT reached this process)
+if (VARIANTS && process.env.FA_BENCH_SMALL === undefined) SMALL = be.generic;
+results.small = SMALL;
 results.device = be.device;
 results.features = features;
 log(`adapter: ${be.device}; features ${features.join(', ')}; generic=${be.generic}; small=${SMALL}`);
 const variant = (o) => createWebGPUBackend({ device: pdev, ...o });
 
 // ---------------------------------------------------------------- 1. the kit (the gate)
-if (!SKIP.has('kit')) {
+if (!SKIP.has('kit') && !VARIANTS) {
   const forced = await variant({ kvKernel: 'tiled' });
   for (const [name, b, upload] of [['host caches', be, false], ['device caches', be, true], ['device caches, tiled kernel forced', forced, true]]) {
     const t0 = performance.now();
@@ -242,6 +259,15 @@ async function timeCalls(b, x, reps, profiled = SMALL ? 2 : 10) {
 }
 
 const fmtGpu = (g) => (g ? Object.entries(g).map(([k, v]) => `${k.replace('kv ', '')} ${v.toFixed(1)}`).join(', ') : 'n/a');
+
+if (VARIANTS) {
+  const { runVariants } = await import('./h200-kv-variants.mjs');
+  await runVariants({ be, dev, pdev, variant, profile, copyPipe, copySeconds, decodeInputs, timeCalls, fmtGpu, log, save, results, SMALL, elapsed });
+  log(`total ${elapsed().toFixed(0)} s`);
+  save();
+  await be.dispose();
+  process.exit(results.errors.length ? 1 : 0);
+}
 
 const tiled = await variant({ kvKernel: 'tiled' });
 if (!SKIP.has('decode')) {

@@ -77,7 +77,8 @@ export class WebGPUBackend implements AttentionBackend {
     private readonly opts: WebGPUBackendOptions,
   ) {
     this.acq = acq;
-    this.kvTuning = { kernel: opts.kvKernel, minChunk: opts.kvMinChunk, targetWorkgroups: opts.kvTargetWorkgroups, keysPerStep: opts.kvKeysPerStep, prefetch: opts.kvPrefetch };
+    this.kvTuning = { kernel: opts.kvKernel, minChunk: opts.kvMinChunk, targetWorkgroups: opts.kvTargetWorkgroups, keysPerStep: opts.kvKeysPerStep, prefetch: opts.kvPrefetch,
+      chunkBytes: opts.kvChunkBytes, qShared: opts.kvQShared, lazyRescale: opts.kvLazyRescale, teamSum: opts.kvTeamSum };
     this.kvEnv = this.makeKVEnv();
     this.watchLoss();
   }

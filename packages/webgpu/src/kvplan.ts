@@ -7,9 +7,9 @@
  * team share each K/V row, rows in registers); larger Tq (prefill) the tiled kernel
  * (wgsl/kvcache.ts: 16 rows per workgroup in workgroup memory, one key per thread).
  */
-import { bytesPerElement, type KVCacheProblem } from '@fa/core';
+import { FAError, type KVCacheProblem } from '@fa/core';
 import { KV_TILE, kvRowsFor } from './wgsl/kvcache.js';
-import { KVD_MAX_ROWS, type KVDecodeSpec, kvdChunkElems } from './wgsl/kvdecode.js';
+import { KVD_MAX_ROW_KEYS, KVD_MAX_ROWS, type KVDecodeSpec, kvdChunkElems } from './wgsl/kvdecode.js';
 
 /** Workgroups the split aims for: enough to fill a large GPU (an H200 has 132 SMs). */
 export const KV_TARGET_WORKGROUPS = 1024;
@@ -36,10 +36,18 @@ export interface KVTuning {
   /** Keys per split at least (rounded up to KV_TILE). */
   readonly minChunk?: number;
   readonly targetWorkgroups?: number;
-  /** Decode kernel: keys in flight per team (1, 2 or 4; rows · keys ≤ 16). */
+  /** Decode kernel: keys in flight per team (1, 2, 4 or 8; rows · keys ≤ 16, or 32 with subgroup sums). */
   readonly keysPerStep?: number;
   /** Decode kernel: load the next step's keys while computing this one (default false: slower on the H200, run 1). */
   readonly prefetch?: boolean;
+  /** Decode kernel, 16-bit caches: bytes per lane per row load, 16 (8 elements, default) or 8 (4 elements, twice the lanes). */
+  readonly chunkBytes?: 8 | 16;
+  /** Decode kernel: q in workgroup memory instead of registers (default false). */
+  readonly qShared?: boolean;
+  /** Decode kernel: rescale a row's accumulators only when its maximum changed (default false; bit-identical results). */
+  readonly lazyRescale?: boolean;
+  /** Decode kernel, specialised with subgroup sums: how a team sums its partial dots (default 'xor'). */
+  readonly teamSum?: 'xor' | 'transpose';
 }
 
 export interface KVPlan {
@@ -66,16 +74,27 @@ function pow2AtLeast(n: number): number {
 export function decodeSpec(p: KVCacheProblem, caps: KVCaps, t: KVTuning = {}): { spec: KVDecodeSpec; lanes: number } {
   const f32 = p.dtype === 'f32';
   const rows = caps.generic ? KVD_MAX_ROWS : Math.min(KVD_MAX_ROWS, pow2AtLeast((p.h / p.hkv) * p.tq));
-  const e = kvdChunkElems(p.dtype);
-  const chunks = f32 && (caps.generic || p.d > 32 * e) ? 2 : 1;
+  if (t.chunkBytes !== undefined && t.chunkBytes !== 8 && t.chunkBytes !== 16) throw new FAError('E_ARG', `kvChunkBytes must be 8 or 16; got ${String(t.chunkBytes)}`);
+  if (t.teamSum !== undefined && t.teamSum !== 'xor' && t.teamSum !== 'transpose') throw new FAError('E_ARG', `kvTeamSum must be 'xor' or 'transpose'; got ${String(t.teamSum)}`);
+  const e = kvdChunkElems(p.dtype, t.chunkBytes);
+  // 4-element chunks: two per lane past 128 columns (generic kernels: always, D up to 256 on any L)
+  const chunks = e === 4 && (caps.generic || p.d > 32 * e) ? 2 : 1;
   const lanes = Math.min(32, Math.max(4, pow2AtLeast(Math.ceil(p.d / (e * chunks)))));
   const slots = (chunks * e) / 4;
   // q and acc of every row plus KB K/V chunks in registers: fewer keys in flight for more rows
   const want = t.keysPerStep ?? (caps.generic ? 2 : rows * slots >= 8 ? 2 : 4);
-  const keys = Math.max(1, Math.min(want, Math.floor(16 / rows)));
   const subgroups = caps.subgroups && caps.subgroupMin >= lanes;
-  const vec = !caps.generic && (p.d * bytesPerElement(p.dtype)) % 16 === 0;
-  return { spec: { enc: p.dtype, rows, chunks, keys, lanes: caps.generic ? 0 : lanes, subgroups, vec, generic: caps.generic, prefetch: t.prefetch ?? false }, lanes };
+  // without subgroups the team sums go through KB·R·threads floats of workgroup memory
+  const keys = Math.max(1, Math.min(want, Math.floor((subgroups ? KVD_MAX_ROW_KEYS : 16) / rows)));
+  // rows start at multiples of D elements: chunk loads need D a multiple of the chunk
+  const vec = !caps.generic && p.d % e === 0;
+  const spec: KVDecodeSpec = {
+    enc: p.dtype, rows, elems: e, chunks, keys, lanes: caps.generic ? 0 : lanes, subgroups, vec, generic: caps.generic,
+    prefetch: t.prefetch ?? false, qShared: t.qShared ?? false, lazyRescale: t.lazyRescale ?? false,
+    // the transpose needs the lane count compiled in and subgroup shuffles; elsewhere the sums it replaces
+    teamSum: t.teamSum === 'transpose' && subgroups && !caps.generic ? 'transpose' : 'xor',
+  };
+  return { spec, lanes };
 }
 
 export function planKV(p: KVCacheProblem, caps: KVCaps, t: KVTuning = {}): KVPlan {

@@ -43,4 +43,16 @@ export interface WebGPUBackendOptions extends AcquireOptions {
   readonly kvKeysPerStep?: number;
   /** KV-cache benchmark tuning: the decode kernel loads the next keys while computing (default false). */
   readonly kvPrefetch?: boolean;
+  /** KV-cache benchmark tuning: the decode kernel's row loads for 16-bit caches, 16 or 8 bytes per lane (default 16). */
+  readonly kvChunkBytes?: 8 | 16;
+  /** KV-cache benchmark tuning: the decode kernel keeps q in workgroup memory (default false). */
+  readonly kvQShared?: boolean;
+  /** KV-cache benchmark tuning: the decode kernel rescales a row only when its maximum changed (default false; same results). */
+  readonly kvLazyRescale?: boolean;
+  /**
+   * KV-cache benchmark tuning: how the decode kernel's teams sum their partial dots where it uses
+   * subgroups and specialised code: 'xor' (default, a butterfly per value) or 'transpose' (fewer
+   * shuffles; another summation order). Elsewhere the kernel sums through workgroup memory or loops.
+   */
+  readonly kvTeamSum?: 'xor' | 'transpose';
 }

@@ -4,9 +4,12 @@
  * loads, subgroup team sums) — on the local driver against float64 through the kit's KV check.
  * The kit itself runs the generic kernels in conformance.test.ts; CPU drivers compile each
  * specialisation in seconds, so a few cases here reach every code path: 16-byte and element
- * loads (odd D), subgroup and workgroup-memory team sums, prefetch on and off, row tiles, splits.
+ * loads (odd D), subgroup and workgroup-memory team sums, prefetch on and off, row tiles, splits,
+ * and the variant switches (8-byte chunks of 16-bit rows, q in workgroup memory, lazy rescale —
+ * bit-identical to the eager one —, 8 keys per step).
  */
 import { afterAll, describe, expect, it } from 'vitest';
+import { FAError, type HostTensor } from '@fa/core';
 import { checkKVCacheCase, kvCacheCaseInputs, makeKVCacheCase, type KVCacheCaseSpec } from '@fa/core/testing';
 import { createWebGPUBackend, decodeSpec, planKV, type KVCaps, type WebGPUBackend } from '../dist/index.js';
 
@@ -30,6 +33,29 @@ describe('webgpu KV plan (no GPU)', () => {
     expect(decodeSpec(problem({ dtype: 'bf16', seqlens: [9], d: 5, h: 3, hkv: 1 }), h200).spec).toMatchObject({ rows: 4, lanes: 4, vec: false });
     expect(decodeSpec(decode, { ...h200, subgroupMin: 8 }).spec.subgroups).toBe(false);
     expect(decodeSpec(decode, { ...h200, generic: true }).spec).toMatchObject({ rows: 8, lanes: 0, generic: true, vec: false });
+  });
+  it('variant switches: 8-byte chunks of 16-bit rows (twice the lanes), 8 keys per step with subgroup sums only', () => {
+    expect(decodeSpec(decode, h200).spec).toMatchObject({ elems: 8, qShared: false, lazyRescale: false });
+    // 4 bf16 columns per lane: 32 lanes at D = 128, one slot of q and acc per row → 4 keys by default
+    expect(decodeSpec(decode, h200, { chunkBytes: 8 }).spec).toMatchObject({ elems: 4, chunks: 1, lanes: 32, keys: 4, vec: true });
+    const d200 = problem({ dtype: 'f16', seqlens: [9], d: 200, h: 2, hkv: 1 });
+    expect(decodeSpec(d200, h200, { chunkBytes: 8 }).spec).toMatchObject({ elems: 4, chunks: 2, lanes: 32, vec: true });
+    expect(decodeSpec(problem({ dtype: 'f16', seqlens: [9], d: 6, h: 2, hkv: 1 }), h200, { chunkBytes: 8 }).spec).toMatchObject({ elems: 4, lanes: 4, vec: false });
+    // f32 rows are 4-element chunks either way
+    expect(decodeSpec(problem({ dtype: 'f32', seqlens: [9], d: 128, h: 8, hkv: 2 }), h200, { chunkBytes: 8 }).spec).toMatchObject({ elems: 4, lanes: 32 });
+    expect(decodeSpec(decode, h200, { keysPerStep: 8, qShared: true, lazyRescale: true }).spec).toMatchObject({ keys: 8, qShared: true, lazyRescale: true });
+    expect(decodeSpec(decode, { ...h200, subgroupMin: 8 }, { keysPerStep: 8 }).spec.keys).toBe(4);
+    expect(decodeSpec(decode, h200, { teamSum: 'transpose' }).spec.teamSum).toBe('transpose');
+    expect(decodeSpec(decode, { ...h200, subgroupMin: 8 }, { teamSum: 'transpose' }).spec.teamSum).toBe('xor');
+    expect(decodeSpec(decode, { ...h200, generic: true }, { teamSum: 'transpose' }).spec.teamSum).toBe('xor');
+    let err: unknown;
+    try {
+      decodeSpec(decode, h200, { chunkBytes: 12 as 8 });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(FAError);
+    expect((err as FAError).code).toBe('E_ARG');
   });
   it('split: B·Hkv·splits near the target; rows beyond 8 in row tiles', () => {
     const big = problem({ dtype: 'bf16', seqlens: [100], d: 16, h: 4, hkv: 1 });
@@ -57,6 +83,13 @@ const cases: [string, KVCacheCaseSpec, object][] = [
   ['bf16 D5 Tq3 causal window, row tiles', { dtype: 'bf16', seqlens: [40, 3], tnew: 3, tq: 3, causal: true, window: [9, 0], d: 5, h: 6, hkv: 1 }, {}],
   // f16, 4 lanes per row (subgroup sums on most drivers), softcap + ALiBi, one key per step
   ['f16 D32 softcap ALiBi', { dtype: 'f16', seqlens: [77, 130], tnew: 2, tq: 2, d: 32, h: 4, hkv: 2, softcap: 4, alibi: 'BH' }, { kvKeysPerStep: 1 }],
+  // bf16 in 8-byte chunks over 32 lanes, q in workgroup memory, lazy rescale, splits
+  ['bf16 D128 8-byte chunks, q in workgroup memory, lazy', { dtype: 'bf16', seqlens: [300, 45], tnew: 1, blockSize: 16, d: 128, h: 4, hkv: 2 }, { kvChunkBytes: 8, kvQShared: true, kvLazyRescale: true, kvMinChunk: 128 }],
+  // f16 odd-width rows in 8-byte chunks (element loads), 8 keys per step (subgroup sums where the driver has 4 lanes)
+  ['f16 D6 8-byte chunks, 8 keys per step', { dtype: 'f16', seqlens: [50, 9], tnew: 1, d: 6, h: 4, hkv: 1, softcap: 3, window: [20, 0] }, { kvChunkBytes: 8, kvKeysPerStep: 8 }],
+  // transpose team sums: 32 values over 4 lanes (reduce-scatter stops at the lanes), and 4 values over 8 lanes (xor steps left)
+  ['f16 D32 transpose sums, 8 keys per step', { dtype: 'f16', seqlens: [77, 130], tnew: 2, tq: 2, d: 32, h: 4, hkv: 2, softcap: 4, alibi: 'BH' }, { kvTeamSum: 'transpose', kvKeysPerStep: 8, kvMinChunk: 128 }],
+  ['bf16 D32 8-byte chunks, transpose sums, one row', { dtype: 'bf16', seqlens: [90, 20], tnew: 1, d: 32, h: 2, hkv: 2, blockSize: 8 }, { kvChunkBytes: 8, kvTeamSum: 'transpose', kvLazyRescale: true }],
 ];
 
 describe('webgpu specialised KV decode kernel', () => {
@@ -75,11 +108,34 @@ describe('webgpu specialised KV decode kernel', () => {
         const plan = b.lastKVPlan!;
         expect(plan.kernel).toBe('decode');
         expect(plan.decode!.generic).toBe(false);
+        // drivers whose subgroups are narrower than the team sum through workgroup memory instead
+        if ('kvTeamSum' in opts) expect(plan.decode!.teamSum).toBe(plan.decode!.subgroups ? 'transpose' : 'xor');
       } finally {
         if (b !== b0) await b.dispose();
       }
     });
   }
+  it('lazy rescale: bit-identical outputs and LSE (generic and specialised kernels)', async () => {
+    // large scores (magnitude 4) so that row maxima change often; causal window, softcap, splits
+    const x = kvCacheCaseInputs(makeKVCacheCase({ dtype: 'f32', seqlens: [200, 31], tq: 2, causal: true, window: [40, 0], d: 16, h: 4, hkv: 2, softcap: 5, magnitude: 4, blockSize: 16 }));
+    const opts = { ...x.options, cacheSeqlens: x.cacheSeqlens, ...(x.blockTable ? { blockTable: x.blockTable } : {}) };
+    for (const codegen of ['generic', 'specialised'] as const) {
+      const bits: Uint32Array[][] = [];
+      for (const kvLazyRescale of [false, true]) {
+        const b = await createWebGPUBackend({ codegen, kvKernel: 'decode', kvMinChunk: 128, kvLazyRescale });
+        try {
+          const r = await b.forwardWithKVCache(x.q, x.kCache, x.vCache, opts);
+          expect(b.lastKVPlan!.splits).toBeGreaterThan(1);
+          expect(b.lastKVPlan!.decode!.lazyRescale).toBe(kvLazyRescale);
+          bits.push([r.out, r.lse].map((t) => new Uint32Array(((t as HostTensor).data as Float32Array).slice().buffer)));
+        } finally {
+          await b.dispose();
+        }
+      }
+      expect(bits[1][0], `${codegen} out`).toEqual(bits[0][0]);
+      expect(bits[1][1], `${codegen} lse`).toEqual(bits[0][1]);
+    }
+  });
   it('without subgroups (workgroup-memory team sums)', async () => {
     const b = await createWebGPUBackend({ codegen: 'specialised', kvKernel: 'decode', subgroups: false });
     try {

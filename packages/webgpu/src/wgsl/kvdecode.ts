@@ -4,11 +4,12 @@
  * read once, coalesced, for all of those rows. The combine pass of kvcache.ts merges the splits.
  *
  * Workgroup (split s, group (b, kv head, row tile)), KVD_THREADS threads in teams of L lanes.
- * A team reads one key row at a time, lane ℓ the 16-byte chunks at columns (ℓ + c·L)·E (E = 4
- * f32 or 8 packed 16-bit elements): a warp's load covers whole rows at consecutive addresses.
- *   q rows (R of them, the team's columns) → registers
+ * A team reads one key row at a time, lane ℓ the chunks at columns (ℓ + c·L)·E (E = 4 f32 in 16
+ * bytes; 8 packed 16-bit elements in 16 bytes, or 4 in 8 bytes): a warp's load covers whole rows
+ * at consecutive addresses.
+ *   q rows (R of them, the team's columns) → registers (or workgroup memory, shared by the teams)
  *   for each step of NT·KB keys of the split (NT teams, KB keys per team in flight):
- *     every lane: its chunks of KB K rows and KB V rows (2·KB·C 16-byte loads issued together)
+ *     every lane: its chunks of KB K rows and KB V rows (2·KB·C chunk loads issued together)
  *     partial dots of the R rows × KB keys over the lane's columns, summed over the team
  *       (subgroupShuffleXor butterfly; or through workgroup memory without subgroups)
  *     per row: scale/softcap/ALiBi/mask, online-softmax update (core's softmaxTileUpdate),
@@ -25,8 +26,8 @@ import { CACHE_ROW, KVP_WGSL, SCORE, type KVEncoding, elemType, load, unpackFn }
 export const KVD_THREADS = 128;
 /** Most rows (queries × query heads of one kv head) per workgroup. */
 export const KVD_MAX_ROWS = 8;
-/** Workgroup scratch in floats: R·256 (the merge) and KB·R·KVD_THREADS (the reduction without subgroups). */
-const KVD_SCRATCH = 2048;
+/** Most rows · keys per step: the team sums' registers (and, without subgroups, KB·R·threads floats of scratch). */
+export const KVD_MAX_ROW_KEYS = 32;
 /** The most teams (KVD_THREADS / the fewest lanes, 4) times KVD_MAX_ROWS. */
 const KVD_TEAM_ROWS = (KVD_THREADS / 4) * KVD_MAX_ROWS;
 
@@ -34,44 +35,64 @@ export interface KVDecodeSpec {
   readonly enc: KVEncoding;
   /** Query rows per workgroup, in registers (1, 2, 4, 8). */
   readonly rows: number;
-  /** 16-byte chunks of a row per lane (2 only for f32 rows longer than 128). */
+  /** Elements per chunk: 4 (f32 in 16 bytes, or 16-bit in 8 bytes) or 8 (16-bit in 16 bytes). */
+  readonly elems: number;
+  /** Chunks of a row per lane (2 only for 4-element chunks and rows longer than 128). */
   readonly chunks: number;
-  /** Keys in flight per team per step (rows · keys ≤ 16). */
+  /** Keys in flight per team per step (rows · keys ≤ KVD_MAX_ROW_KEYS). */
   readonly keys: number;
   /** Lanes per key row (a power of 2, 4–32); 0: read from the uniform (generic). */
   readonly lanes: number;
   /** Team sums with subgroupShuffleXor (needs subgroups of at least L lanes). */
   readonly subgroups: boolean;
-  /** K/V rows read 16 bytes at a time (rows 16-byte aligned); else element by element. */
+  /** K/V rows read a chunk at a time (rows chunk-aligned); else element by element. */
   readonly vec: boolean;
   /** Loops instead of unrolled code. */
   readonly generic: boolean;
   /** Issue the next step's loads before computing this one (twice the load registers). */
   readonly prefetch: boolean;
+  /** q in workgroup memory (written once, read by every team) instead of each lane's registers. */
+  readonly qShared: boolean;
+  /**
+   * Rescale a row's acc and l only when its maximum changed this step: one exp per key per row
+   * instead of one more per step. Exact: the skipped factor is exp(0) = 1.
+   */
+  readonly lazyRescale: boolean;
+  /**
+   * Team sums of the R·KB partial dots (specialised, subgroups): 'xor' — every value over log2 L
+   * xor steps (R·KB·log2 L shuffles); 'transpose' — halve the values per step (each lane keeps
+   * the sums of half), then one shuffle per value from the lane that holds it (about 2·R·KB).
+   */
+  readonly teamSum: 'xor' | 'transpose';
 }
 
 export const KV_DECODE = { params: 0, q: 1, k: 2, v: 3, lens: 4, table: 5, slopes: 6, part: 7 } as const;
 
-/** Elements of one 16-byte chunk of a cache row. */
-export function kvdChunkElems(enc: KVEncoding): number {
-  return enc === 'f32' ? 4 : 8;
+/** Elements of one chunk of a cache row: 4 for f32 (16 bytes); 8 (16 bytes) or 4 (8 bytes) for 16-bit. */
+export function kvdChunkElems(enc: KVEncoding, chunkBytes: 8 | 16 = 16): number {
+  return enc === 'f32' ? 4 : chunkBytes / 2;
 }
 
 export function kvDecodeKey(s: KVDecodeSpec): string {
-  return ['kv-decode', s.enc, `r${s.rows}`, `c${s.chunks}`, `k${s.keys}`, `l${s.lanes}`, s.subgroups ? 'sg' : 'wg', s.vec ? 'v16' : 'el', s.prefetch ? 'pf' : 'nopf', s.generic ? 'dyn' : 'spec'].join(':');
+  return ['kv-decode', s.enc, `r${s.rows}`, `e${s.elems}`, `c${s.chunks}`, `k${s.keys}`, `l${s.lanes}`, s.subgroups ? 'sg' : 'wg', s.vec ? 'vec' : 'el', s.prefetch ? 'pf' : 'nopf', s.qShared ? 'qw' : 'qr', s.lazyRescale ? 'lazy' : 'eager', s.teamSum, s.generic ? 'dyn' : 'spec'].join(':');
+}
+
+/** The WGSL type of one raw chunk: vec4<f32> (f32), vec4<u32> or vec2<u32> (packed 16-bit). */
+function chunkType(s: KVDecodeSpec): string {
+  return s.enc === 'f32' ? 'vec4<f32>' : `vec${s.elems / 2}<u32>`;
 }
 
 /**
- * The loader of one 16-byte chunk (columns col … col + E − 1, zero past D) of buffer `buf`, raw:
- * vec4<f32> for f32, vec4<u32> (8 half-words) for 16-bit, unpacked only where used.
+ * The loader of one chunk (columns col … col + E − 1, zero past D) of buffer `buf`, raw (chunkType),
+ * unpacked only where used.
  */
 function chunkLoader(name: string, buf: string, s: KVDecodeSpec): string {
   const f32 = s.enc === 'f32';
+  const E = s.elems;
+  const t = chunkType(s);
   if (s.vec) {
-    // rows 16-byte aligned, D a multiple of E: a chunk is whole or past the row
-    const t = f32 ? 'vec4<f32>' : 'vec4<u32>';
-    const last = f32 ? 'P.d - 4u' : 'P.d - 8u';
-    return `fn ${name}(ro: u32, col: u32) -> ${t} {\n  return select(${t}(0), ${buf}[(ro + min(col, ${last})) >> ${f32 ? 2 : 3}u], col < P.d);\n}`;
+    // rows chunk-aligned, D a multiple of E: a chunk is whole or past the row
+    return `fn ${name}(ro: u32, col: u32) -> ${t} {\n  return select(${t}(0), ${buf}[(ro + min(col, P.d - ${E}u)) >> ${Math.log2(E)}u], col < P.d);\n}`;
   }
   const el = `${name}_el`;
   if (f32) {
@@ -83,9 +104,36 @@ fn ${name}(ro: u32, col: u32) -> vec4<f32> {\n  return vec4<f32>(${[0, 1, 2, 3].
   let e = ro + min(c, P.d - 1u);
   return select(0u, (${buf}[e >> 1u] >> ((e & 1u) * 16u)) & 0xffffu, c < P.d);
 }
-fn ${name}(ro: u32, col: u32) -> vec4<u32> {
-  return vec4<u32>(${[0, 2, 4, 6].map((i) => `${el}(ro, col + ${i}u) | (${el}(ro, col + ${i + 1}u) << 16u)`).join(',\n    ')});
+fn ${name}(ro: u32, col: u32) -> ${t} {
+  return ${t}(${Array.from({ length: E / 2 }, (_, w) => `${el}(ro, col + ${2 * w}u) | (${el}(ro, col + ${2 * w + 1}u) << 16u)`).join(',\n    ')});
 }`;
+}
+
+/**
+ * Team sums of pd[0 … V − 1] over L lanes (V, L powers of 2), every lane ending with all V sums,
+ * bit-identical across the team: a reduce-scatter (each step a lane keeps half of its values, adds
+ * its partner's copy of that half: V/2 + V/4 + … shuffles), xor steps for the lane bits left,
+ * then each sum fetched from the lane holding it (V shuffles). Lane bits are the subgroup
+ * invocation id's low bits, the lanes of a team (as the xor butterfly assumes).
+ */
+function transposeSum(V: number, L: number): string {
+  const stages = Math.min(Math.log2(V), Math.log2(L));
+  const lines = [`let sl = sgid & ${L - 1}u;`, `var t: array<f32, ${V}>;`];
+  for (let i = 0; i < V; i++) lines.push(`t[${i}] = pd[${i}];`);
+  let n = V;
+  for (let k = 0; k < stages; k++) {
+    const m = L >> (k + 1);
+    n /= 2;
+    lines.push(`{
+  let up = (sl & ${m}u) != 0u;`);
+    for (let i = 0; i < n; i++) lines.push(`  t[${i}] = select(t[${i}], t[${i + n}], up) + subgroupShuffleXor(select(t[${i + n}], t[${i}], up), ${m}u);`);
+    lines.push('}');
+  }
+  for (let m = L >> (stages + 1); m >= 1; m >>= 1) for (let i = 0; i < n; i++) lines.push(`t[${i}] = t[${i}] + subgroupShuffleXor(t[${i}], ${m}u);`);
+  // sum j sits (as t[j % n]) on the lane whose stage bits spell j / n
+  const base = `(sgid & ~${L - 1}u)`;
+  for (let j = 0; j < V; j++) lines.push(`pd[${j}] = subgroupShuffle(t[${j % n}], ${base} | ${Math.floor(j / n) * (L >> stages)}u);`);
+  return lines.join('\n');
 }
 
 /** The decode kernel for one specialisation. */
@@ -93,11 +141,16 @@ export function kvDecodeWGSL(s: KVDecodeSpec): string {
   const R = s.rows;
   const C = s.chunks;
   const KB = s.keys;
-  const E = kvdChunkElems(s.enc);
+  const E = s.elems;
   const NV = E / 4; // vec4<f32> slots per chunk
   const S = C * NV; // slots per lane per row
   const T = KVD_THREADS;
-  if (R * KB * T > KVD_SCRATCH) throw new Error(`kv decode: rows·keys = ${R * KB} > 16`);
+  if (R * KB > KVD_MAX_ROW_KEYS) throw new Error(`kv decode: rows·keys = ${R * KB} > ${KVD_MAX_ROW_KEYS}`);
+  // workgroup scratch in floats: the merge (R rows of 256) and the team sums without subgroups
+  const scratch = Math.max(R * 256, s.subgroups ? 0 : KB * R * T);
+  // q in workgroup memory: slot x of row r for lane ℓ at (r·S + x)·LQ + ℓ (LQ: the most lanes)
+  const LQ = s.lanes > 0 ? s.lanes : 32;
+  const qAt = (r: string, x: number) => (s.qShared ? `wq[(${r} * ${S}u + ${x}u) * ${LQ}u + ln]` : `qr[${r} * ${S}u + ${x}u]`);
   // `n` copies of body(i) (constant i), or a loop over i (generic); each copy in its own block
   let depth = 0;
   const rep = (n: number, body: (i: string) => string): string => {
@@ -109,11 +162,10 @@ export function kvDecodeWGSL(s: KVDecodeSpec): string {
       depth--;
     }
   };
-  const vecT = s.enc === 'f32' ? 'vec4<f32>' : 'vec4<u32>';
-  const cacheT = s.vec ? `array<${vecT}>` : `array<${elemType(s.enc)}>`;
+  const RT = chunkType(s);
+  const cacheT = s.vec ? `array<${RT}>` : `array<${elemType(s.enc)}>`;
   // slot x of a lane's row: chunk x / NV, elements 4·(x % NV) … of it
   const slotCol = (x: number) => `(ln + ${Math.floor(x / NV)}u * L) * ${E}u + ${4 * (x % NV)}u`;
-  const RT = s.enc === 'f32' ? 'vec4<f32>' : 'vec4<u32>';
   // the team's KB keys from j (past c1: the split's last key, masked later), raw chunks → kr, vr
   const issue = (j: string) =>
     rep(
@@ -125,13 +177,17 @@ ${Array.from({ length: C }, (_, c) => `kr[${kb} * ${C}u + ${c}u] = ld_k(ro, (ln 
     );
   // raw chunks → f32 slots
   const unpackAll = (dst: string, src: string) =>
-    NV === 1
+    s.enc === 'f32'
       ? `let ${dst} = ${src};`
-      : `var ${dst}: array<vec4<f32>, ${KB * S}>;\n${rep(KB * C, (x) => `let wd = ${src}[${x}];\n${dst}[2u * ${x}] = vec4<f32>(unpack2(wd.x), unpack2(wd.y));\n${dst}[2u * ${x} + 1u] = vec4<f32>(unpack2(wd.z), unpack2(wd.w));`)}`;
-  const dotExpr = (kb: string, r: string) => Array.from({ length: S }, (_, x) => `dot(qr[${r} * ${S}u + ${x}u], kf[${kb} * ${S}u + ${x}u])`).join(' + ');
+      : E === 4
+        ? `var ${dst}: array<vec4<f32>, ${KB * S}>;\n${rep(KB * C, (x) => `let wd = ${src}[${x}];\n${dst}[${x}] = vec4<f32>(unpack2(wd.x), unpack2(wd.y));`)}`
+        : `var ${dst}: array<vec4<f32>, ${KB * S}>;\n${rep(KB * C, (x) => `let wd = ${src}[${x}];\n${dst}[2u * ${x}] = vec4<f32>(unpack2(wd.x), unpack2(wd.y));\n${dst}[2u * ${x} + 1u] = vec4<f32>(unpack2(wd.z), unpack2(wd.w));`)}`;
+  const dotExpr = (kb: string, r: string) => Array.from({ length: S }, (_, x) => `dot(${qAt(r, x)}, kf[${kb} * ${S}u + ${x}u])`).join(' + ');
   const slots = (f: (x: number) => string) => Array.from({ length: S }, (_, x) => f(x)).join('\n');
   const teamSum = s.subgroups
-    ? s.generic
+    ? !s.generic && s.teamSum === 'transpose'
+      ? transposeSum(KB * R, s.lanes)
+      : s.generic
       ? `for (var o = L / 2u; o > 0u; o = o >> 1u) {\n${rep(KB * R, (x) => `pd[${x}] = pd[${x}] + subgroupShuffleXor(pd[${x}], o);`)}\n}`
       : Array.from({ length: Math.log2(s.lanes) }, (_, k) => rep(KB * R, (x) => `pd[${x}] = pd[${x}] + subgroupShuffleXor(pd[${x}], ${s.lanes >> (k + 1)}u);`)).join('\n')
     : `${rep(KB * R, (x) => `wbuf[${x} * ${T}u + lid] = pd[${x}];`)}
@@ -150,7 +206,9 @@ ${KVP_WGSL}
 // per (group, split, row): m, l, acc[d]
 @group(0) @binding(7) var<storage, read_write> part: array<f32>;
 // the team reduction without subgroups (KB·R·threads), then the teams' merged acc (R × 256)
-var<workgroup> wbuf: array<f32, ${KVD_SCRATCH}>;
+var<workgroup> wbuf: array<f32, ${scratch}>;
+${s.qShared ? `// the rows' q, each lane's slots side by side (written by team 0)
+var<workgroup> wq: array<vec4<f32>, ${R * S * LQ}>;` : ''}
 // each team's row maxima and row sums
 var<workgroup> wm: array<f32, ${KVD_TEAM_ROWS}>;
 var<workgroup> wl: array<f32, ${KVD_TEAM_ROWS}>;
@@ -170,7 +228,7 @@ ${chunkLoader('ld_k', 'kc', s)}
 ${chunkLoader('ld_v', 'vc', s)}
 
 @compute @workgroup_size(${T})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32${s.subgroups && !s.generic && s.teamSum === 'transpose' ? ', @builtin(subgroup_invocation_id) sgid: u32' : ''}) {
   let L = ${s.lanes > 0 ? `${s.lanes}u` : 'P.lanes'};
   let NT = ${T}u / L;
   let ln = lid % L;
@@ -191,7 +249,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let off = tk - tq;
   let w = P.hkv * d;
   // row r: query (r0 + r) % Tq of head kvh·g + (r0 + r) / Tq; rows past nrows see no key
-  var qr: array<vec4<f32>, ${R * S}>;
+  ${s.qShared ? '' : `var qr: array<vec4<f32>, ${R * S}>;`}
   var iq: array<i32, ${R}>;
   var slope: array<f32, ${R}>;
   var rok: array<bool, ${R}>;
@@ -201,7 +259,8 @@ iq[${r}] = i32(gr % P.tq);
 rok[${r}] = ${r} < nrows;
 slope[${r}] = 0.0;
 if (P.alibi_on != 0u) { slope[${r}] = slopes[b * P.h + kvh * g + gr / P.tq]; }
-${slots((x) => `qr[${r} * ${S}u + ${x}u] = qv(qo, ${slotCol(x)});`)}`)}
+${s.qShared ? `if (team == 0u) {\n${slots((x) => `  ${qAt(r, x)} = qv(qo, ${slotCol(x)});`)}\n}` : slots((x) => `qr[${r} * ${S}u + ${x}u] = qv(qo, ${slotCol(x)});`)}`)}
+  ${s.qShared ? 'workgroupBarrier();' : ''}
   // the keys some row sees, this split's part of them
   let span = split_keys(r0, nrows, s, tq, tk);
   let c0 = span.x;
@@ -233,8 +292,17 @@ sc[${kb}] = x;
 mt = nmax(mt, x);`)}
 let any = mt > NEG || mt != mt;
 let mnew = select(m[${r}], select(nmax(m[${r}], mt), mt, mneg[${r}]), any);
-let a = select(1.0, select(exp(m[${r}] - mnew), 0.0, mneg[${r}]), any);
-${slots((x) => `acc[${r} * ${S}u + ${x}u] = acc[${r} * ${S}u + ${x}u] * a;`)}
+${
+  s.lazyRescale
+    ? `// the max unchanged (most steps): the factor would be exp(0) = 1
+var a = 1.0;
+if (mnew != m[${r}]) {
+  a = select(exp(m[${r}] - mnew), 0.0, mneg[${r}]);
+${slots((x) => `  acc[${r} * ${S}u + ${x}u] = acc[${r} * ${S}u + ${x}u] * a;`)}
+}`
+    : `let a = select(1.0, select(exp(m[${r}] - mnew), 0.0, mneg[${r}]), any);
+${slots((x) => `acc[${r} * ${S}u + ${x}u] = acc[${r} * ${S}u + ${x}u] * a;`)}`
+}
 var ps = 0.0;
 ${rep(KB, (kb) => `let x = sc[${kb}];
 let p = select(0.0, exp(x - mnew), x > NEG || x != x);
