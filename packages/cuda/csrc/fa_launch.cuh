@@ -70,7 +70,7 @@ cudaError_t launch_fwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool*
   cudaError_t e = set_smem(fwd_tma_kernel<E, Tr>, smem);
   if (e != cudaSuccess) return e;
   dim3 grid(a->H, (a->max_tq + Tr::BM - 1) / Tr::BM, a->B * a->num_splits);
-  fwd_tma_kernel<E, Tr><<<grid, 384, smem, st>>>(mq, mk, mv, *a, t);
+  fwd_tma_kernel<E, Tr><<<grid, Tr::NT, smem, st>>>(mq, mk, mv, *a, t);
   FA_CHECK_LAUNCH();
   return launch_combine<E>(a, t, st);
 }
