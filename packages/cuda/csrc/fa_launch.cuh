@@ -86,7 +86,13 @@ cudaError_t launch_fwd(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   if constexpr (!E::SPLIT) {
     if (runs_tma_fwd(a->arch, E::SPLIT)) {
       bool ran;
-      cudaError_t e = launch_fwd_tma<E, FwdTmaTraits<D>>(a, t, st, &ran);
+      cudaError_t e;
+      if constexpr (D == 64) {
+        if (tma_fwd_wide(D, a->win_left, a->win_right)) e = launch_fwd_tma<E, FwdTmaWide64>(a, t, st, &ran);
+        else e = launch_fwd_tma<E, FwdTmaTraits<D>>(a, t, st, &ran);
+      } else {
+        e = launch_fwd_tma<E, FwdTmaTraits<D>>(a, t, st, &ran);
+      }
       if (ran) return e;
     }
   }
