@@ -26,7 +26,7 @@ SmemNeeds tc_needs(int arch, int no_wgmma_bwd) {
   if constexpr (has_wgmma_fwd(D)) {
     if (runs_wgmma_fwd(arch, D)) n.fwd = fwd_wg_smem_bytes<FwdWgTraits<D, SPLIT>, NP>();
   }
-  if (runs_tma_fwd(arch, SPLIT)) n.fwd = fwd_tma_smem_bytes<FwdTmaTraits<D>>();
+  if (runs_tma_fwd(arch, SPLIT)) n.fwd = std::max(fwd_tma_smem_bytes<FwdTmaTraits<D>>(), D == 64 ? fwd_tma_smem_bytes<FwdTmaWide64>() : 0);
   if constexpr (has_wgmma_bwd(D)) {
     if (runs_wgmma_bwd(arch, D, no_wgmma_bwd)) n.bwd = bwd_wg_smem_bytes<BwdWgTraits<D, SPLIT>, NP>();
   }
@@ -83,10 +83,12 @@ size_t prep_size(const FaArgs& a, const Plan& p, bool backward) { return p.split
 
 // The forward's tile (query rows x keys per CTA) for head-dim bucket D, as launch_fwd picks it.
 template <int D, bool SPLIT>
-void fwd_tile(int arch, int* BM, int* BN) {
+void fwd_tile(const FaArgs& a, int* BM, int* BN) {
+  const int arch = a.arch;
   if (runs_tma_fwd(arch, SPLIT)) {
-    *BM = FwdTmaTraits<D>::BM;
-    *BN = FwdTmaTraits<D>::BN;
+    const bool wide = tma_fwd_wide(D, a.win_left, a.win_right);
+    *BM = wide ? FwdTmaWide64::BM : FwdTmaTraits<D>::BM;
+    *BN = wide ? FwdTmaWide64::BN : FwdTmaTraits<D>::BN;
     return;
   }
   if constexpr (has_wgmma_fwd(D)) {
@@ -100,10 +102,10 @@ void fwd_tile(int arch, int* BM, int* BN) {
   *BN = FwdTraits<D, SPLIT>::BN;
 }
 template <bool SPLIT>
-void fwd_tile(int arch, int D, int* BM, int* BN) {
-  if (D == 64) fwd_tile<64, SPLIT>(arch, BM, BN);
-  else if (D == 128) fwd_tile<128, SPLIT>(arch, BM, BN);
-  else fwd_tile<256, SPLIT>(arch, BM, BN);
+void fwd_tile(const FaArgs& a, int D, int* BM, int* BN) {
+  if (D == 64) fwd_tile<64, SPLIT>(a, BM, BN);
+  else if (D == 128) fwd_tile<128, SPLIT>(a, BM, BN);
+  else fwd_tile<256, SPLIT>(a, BM, BN);
 }
 
 size_t split_kv_bytes(const FaArgs& a, int kd) {
@@ -126,8 +128,8 @@ size_t fwd_workspace_bytes(FaArgs* a) {
   if (!p.ffma) {
     int BM, BN;
     const int D = head_dim_bucket(p.kd);
-    if (p.split) fwd_tile<true>(a->arch, D, &BM, &BN);
-    else fwd_tile<false>(a->arch, D, &BM, &BN);
+    if (p.split) fwd_tile<true>(*a, D, &BM, &BN);
+    else fwd_tile<false>(*a, D, &BM, &BN);
     const int64_t mblocks = (a->max_tq + BM - 1) / BM;
     const int64_t ctas = mblocks * a->H * a->B;
     const int64_t nblocks = (a->max_tk + BN - 1) / BN;

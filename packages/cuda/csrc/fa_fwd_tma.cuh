@@ -1,17 +1,18 @@
 // Forward attention on Hopper, warp-specialised (sm_90a, f16/bf16): the FlashAttention-3 layout.
 //
-// Roles (one CTA = BM = 128 query rows of one head, 3 warpgroups):
+// Roles (one CTA = BM = 64 x NC query rows of one head, NC + 1 warpgroups):
 //   producer   warpgroup 0, registers cut to PRODUCER_REGS. One thread issues every TMA load: Q
 //              once, then K and V tiles into ST-stage rings, each stage guarded by a "full"
 //              mbarrier (the copy engine completes it) and an "empty" one (the consumers release
 //              it). The other warps of the group only idle.
-//   consumers  warpgroups 1 and 2, registers raised to CONSUMER_REGS, 64 query rows each: the
+//   consumers  warpgroups 1..NC (NC = 2, or 3 for short head dims), registers raised to
+//              CONSUMER_REGS, 64 query rows each: the
 //              products on wgmma and the online softmax (WgFwdRows, fa_fwd_softmax.cuh).
 // Schedules, stacked:
 //   intra-warpgroup  S_j = Q K_j^T and O += P_{j-1} V_{j-1} issue together; the softmax of S_j
 //                    runs while P_{j-1} V_{j-1} is still on the tensor cores (as fa_fwd_wgmma.cuh)
-//   ping-pong        (PING) the two consumer warpgroups take turns issuing their products through
-//                    two named barriers, so one's softmax overlaps the other's products
+//   ping-pong        (PING) the consumer warpgroups take turns issuing their products, in a ring
+//                    of named barriers, so one's softmax overlaps the others' products
 // Grid: (heads, query tiles, batch x splits) with the query tiles walked from the last: under a
 // causal mask the longest rows start first, and every head's tiles launch before any head's short ones.
 //
@@ -28,13 +29,13 @@
 namespace fa {
 
 template <typename E, typename Tr>
-__global__ void __launch_bounds__(384, 1)
+__global__ void __launch_bounds__(Tr::NT, 1)
     fwd_tma_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
                    FaArgs a, FaTensors t) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename E::T;
   static_assert(!E::SPLIT, "16-bit operands only");
-  constexpr int D = Tr::D, BN = Tr::BN, BM = Tr::BM, ST = Tr::STAGES;
+  constexpr int D = Tr::D, BN = Tr::BN, BM = Tr::BM, ST = Tr::STAGES, NC = Tr::NC;
   constexpr int NS = BN / 2, NO = D / 2;
   constexpr int CB = D / 64;  // 64-column boxes per tile row
   constexpr uint32_t Q_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
@@ -69,8 +70,8 @@ __global__ void __launch_bounds__(384, 1)
     for (int i = 0; i < ST; ++i) {
       tma::bar_init(k_full + i, 1);
       tma::bar_init(v_full + i, 1);
-      tma::bar_init(k_empty + i, 8);  // one arrival per consumer warp
-      tma::bar_init(v_empty + i, 8);
+      tma::bar_init(k_empty + i, 4 * NC);  // one arrival per consumer warp
+      tma::bar_init(v_empty + i, 4 * NC);
     }
     tma::fence_bar_init();
   }
@@ -124,12 +125,13 @@ __global__ void __launch_bounds__(384, 1)
     for (int i = 0; i < NO; ++i) o[i] = 0.f;
     const uint32_t q_addr = smem_u32(sQ) + cw * 64 * 64 * 2;
     // Ping-pong: warpgroup c issues its products after bar.sync on barrier 1 + c, then lets the
-    // other one go (bar.arrive on 2 - c). Warpgroup 1 opens the first turn for warpgroup 0, and
-    // warpgroup 0 takes the last turn's arrival after its loop, so both barriers end balanced.
+    // next one go (bar.arrive on barrier 1 + (c + 1) % NC). The last warpgroup opens the first
+    // turn for warpgroup 0, and warpgroup 0 takes the last turn's arrival after its loop, so
+    // every barrier ends balanced.
     auto turn_begin = [&] { if constexpr (Tr::PING) tma::named_sync(1 + cw, 256); };
-    auto turn_end = [&] { if constexpr (Tr::PING) tma::named_arrive(2 - cw, 256); };
+    auto turn_end = [&] { if constexpr (Tr::PING) tma::named_arrive(1 + (cw + 1) % NC, 256); };
     auto release = [&](uint64_t* bar) { if (warp_lane == 0) tma::arrive(bar); };
-    if (Tr::PING && cw == 1 && n_tiles > 0) tma::named_arrive(1, 256);
+    if (Tr::PING && cw == NC - 1 && n_tiles > 0) tma::named_arrive(1, 256);
 
     typename Rows::PFrag pf;
     float sc[NS], alpha[2];

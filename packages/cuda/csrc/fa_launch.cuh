@@ -70,7 +70,7 @@ cudaError_t launch_fwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool*
   cudaError_t e = set_smem(fwd_tma_kernel<E, Tr>, smem);
   if (e != cudaSuccess) return e;
   dim3 grid(a->H, (a->max_tq + Tr::BM - 1) / Tr::BM, a->B * a->num_splits);
-  fwd_tma_kernel<E, Tr><<<grid, 384, smem, st>>>(mq, mk, mv, *a, t);
+  fwd_tma_kernel<E, Tr><<<grid, Tr::NT, smem, st>>>(mq, mk, mv, *a, t);
   FA_CHECK_LAUNCH();
   return launch_combine<E>(a, t, st);
 }
@@ -86,7 +86,13 @@ cudaError_t launch_fwd(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   if constexpr (!E::SPLIT) {
     if (runs_tma_fwd(a->arch, E::SPLIT)) {
       bool ran;
-      cudaError_t e = launch_fwd_tma<E, FwdTmaTraits<D>>(a, t, st, &ran);
+      cudaError_t e;
+      if constexpr (D == 64) {
+        if (tma_fwd_wide(D, a->win_left, a->win_right)) e = launch_fwd_tma<E, FwdTmaWide64>(a, t, st, &ran);
+        else e = launch_fwd_tma<E, FwdTmaTraits<D>>(a, t, st, &ran);
+      } else {
+        e = launch_fwd_tma<E, FwdTmaTraits<D>>(a, t, st, &ran);
+      }
       if (ran) return e;
     }
   }

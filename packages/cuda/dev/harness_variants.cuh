@@ -23,6 +23,8 @@ static void variants() {
       {"T4 tma d64 BN128 4st ping", kBF16, 64, launch_fwd_tma<BF, FwdTmaCfg<64, 128, 4, true>>, nullptr},
       {"T5 tma d64 BN128 2st ping", kBF16, 64, launch_fwd_tma<BF, FwdTmaCfg<64, 128, 2, true>>, nullptr},
       {"T6 tma d64 BN128 4st no-ping", kBF16, 64, launch_fwd_tma<BF, FwdTmaCfg<64, 128, 4, false>>, nullptr},
+      {"T9 tma d64 BN192 3st ping", kBF16, 64, launch_fwd_tma<BF, FwdTmaCfg<64, 192, 3, true>>, nullptr},
+      {"T10 tma d64 3wg BN128 4st", kBF16, 64, launch_fwd_tma<BF, FwdTmaCfg<64, 128, 4, true, 3>>, nullptr},
       {"T7 tma d256 BN64 2st ping", kBF16, 256, launch_fwd_tma<BF, FwdTmaCfg<256, 64, 2, true>>, nullptr},
       {"F256 mma.sync d256 (old default)", kBF16, 256, launch_fwd_cfg<BF, FwdTraits<256, false>>, nullptr},
       {"W0 wgmma d128 BN128 2wg", kBF16, 128, launch_fwd_wg<BF, FwdWgCfg<128, 128, 2>>, nullptr},
