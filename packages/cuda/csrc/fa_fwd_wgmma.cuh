@@ -13,19 +13,15 @@
 
 namespace fa {
 
-// Two loop schedules over the key tiles j = 0..n-1 of one CTA:
-//
-// plain (PIPE = false): per tile, S_j = Q K_j^T; wait; softmax; barrier; O += P_j V_j; wait;
-//   barrier. The tensor cores idle while the softmax runs, and three barriers per tile.
-//
-// pipelined (PIPE = true): per tile, issue S_j = Q K_j^T and O += P_{j-1} V_{j-1} together; wait
-//   for S_j only; run the softmax of S_j while the PV product of the previous tile is still on the
-//   tensor cores; then wait for it and rescale O by alpha_j. One barrier per tile. P_{j-1} stays in
-//   registers until its product retires. The order of the arithmetic is unchanged:
-//   O_j = alpha_j (O_{j-1} + P_{j-1} V_{j-1}) is the same sum as before, rescaled at the same step.
-//   Loads run ST - 1 tiles ahead for K and ST - 2 for V: at tile j the kernel loads K_{j+ST-1}
-//   into the buffer of K_{j-1} and V_{j+ST-2} into that of V_{j-2}, both retired before the
-//   barrier that starts tile j.
+// The loop over the key tiles j = 0..n-1 of one CTA (software-pipelined): per tile, issue
+// S_j = Q K_j^T and O += P_{j-1} V_{j-1} together; wait for S_j only; run the softmax of S_j
+// while the PV product of the previous tile is still on the tensor cores; then wait for it and
+// rescale O by alpha_j. One barrier per tile. P_{j-1} stays in registers until its product
+// retires. The order of the arithmetic is that of the plain loop:
+// O_j = alpha_j (O_{j-1} + P_{j-1} V_{j-1}). Loads run ST - 1 tiles ahead for K and ST - 2 for V:
+// at tile j the kernel loads K_{j+ST-1} into the buffer of K_{j-1} and V_{j+ST-2} into that of
+// V_{j-2}, both retired before the barrier that starts tile j. (The plain loop with three
+// barriers per tile, W0, was 11-13 % slower: KERNEL_NOTES.md.)
 template <typename E, typename Tr>
 __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, FaTensors t) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -68,11 +64,9 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
   key_block_range(a, s, m0, BM, BN, &nb_lo, &nb_hi);
   split_key_range(a, split, &nb_lo, &nb_hi);
 
-  // Key tiles are visited in the order nb_lo + (idx + rot) % n, idx = 0..n-1.
   constexpr int ST = Tr::STAGES;
   const int n_tiles = nb_hi - nb_lo;
-  const int rot = (Tr::ROT && n_tiles > 0) ? m_block % n_tiles : 0;
-  auto tile_of = [&](int idx) { return nb_lo + (idx + rot >= n_tiles ? idx + rot - n_tiles : idx + rot); };
+  auto tile_of = [&](int idx) { return nb_lo + idx; };
   // One cp.async group per call (every plane), empty when idx is outside 0..n-1 (keeps the wait
   // counts fixed).
   auto load_k = [&](int idx) {
@@ -106,36 +100,7 @@ __global__ void __launch_bounds__(Tr::NWG * 128, 1) fwd_wgmma_kernel(FaArgs a, F
 
   typename Rows::PFrag pf;
   float sc[NS], alpha[2];
-  if constexpr (!Tr::PIPE) {
-    constexpr int PF = ST - 1;
-    auto load_kv = [&](int idx) { load_k(idx); load_v(idx); };
-    load_q();
-#pragma unroll
-    for (int i = 0; i < PF; ++i) load_kv(i);
-    for (int idx = 0; idx < n_tiles; ++idx) {
-      const int buf = idx % ST;
-      load_kv(idx + PF);  // into the buffer freed by the barrier that ended iteration idx - 1
-      cp_async_wait<2 * PF + 1>();  // K of this tile (and Q) have landed
-      wg::fence_proxy_async();
-      __syncthreads();
-      issue_qk(sc, buf);
-      wg::wait<0>();
-      wg::fence_operands<NS>(sc);
-      rows.prepare(sc, tile_of(idx));
-      rows.step(sc, alpha);
-      Rows::rescale_o(o, alpha);
-      Rows::pack_p(sc, pf);
-      cp_async_wait<2 * PF>();  // V of this tile has landed
-      wg::fence_proxy_async();
-      __syncthreads();
-      wg::fence_operands<NO>(o);
-      issue_pv(pf, buf);
-      wg::wait<0>();
-      wg::fence_operands<NO>(o);
-      __syncthreads();
-    }
-    cp_async_wait<0>();
-  } else {
+  {
     static_assert(ST >= 2, "the pipelined loop needs two K/V buffers");
     load_q();  // joins K_0's group
 #pragma unroll

@@ -62,22 +62,21 @@ template <> struct FwdTraits<128, true> : FwdCfg<128, 64, 64, 4, 1, false> {};
 template <> struct FwdTraits<256, true> : FwdCfg<256, 64, 32, 4, 1, false> {};
 
 // ---------------------------------------------------------------------------------------------
-// wgmma forward (fa_fwd_wgmma.cuh): NWG warpgroups of 64 query rows, BN keys per step.
-// STAGES: K/V buffers. ROT: each CTA starts its key walk at a different tile. PIPE: the
-// software-pipelined loop.
+// wgmma forward with cp.async loads (fa_fwd_wgmma.cuh; on sm_90 the split f32 path and the
+// fallback of the TMA kernel): NWG warpgroups of 64 query rows, BN keys per step, STAGES K/V
+// buffers.
 // ---------------------------------------------------------------------------------------------
-template <int D_, int BN_, int NWG_, int STAGES_ = 2, bool ROT_ = false, bool PIPE_ = false>
+template <int D_, int BN_, int NWG_, int STAGES_ = 2>
 struct FwdWgCfg {
   static constexpr int D = D_, BN = BN_, NWG = NWG_, BM = 64 * NWG_, STAGES = STAGES_;
-  static constexpr bool ROT = ROT_, PIPE = PIPE_;
 };
 template <int D, bool SPLIT>
 struct FwdWgTraits;
-template <> struct FwdWgTraits<64, false> : FwdWgCfg<64, 128, 2, 4, false, true> {};
-template <> struct FwdWgTraits<128, false> : FwdWgCfg<128, 128, 2, 2, false, true> {};
+template <> struct FwdWgTraits<64, false> : FwdWgCfg<64, 128, 2, 4> {};
+template <> struct FwdWgTraits<128, false> : FwdWgCfg<128, 128, 2, 2> {};
 // split: D = 64 160 KiB, D = 128 192 KiB (BN 64 keeps S, P and O in registers)
-template <> struct FwdWgTraits<64, true> : FwdWgCfg<64, 128, 2, 2, false, true> {};
-template <> struct FwdWgTraits<128, true> : FwdWgCfg<128, 64, 2, 2, false, true> {};
+template <> struct FwdWgTraits<64, true> : FwdWgCfg<64, 128, 2, 2> {};
+template <> struct FwdWgTraits<128, true> : FwdWgCfg<128, 64, 2, 2> {};
 
 // ---------------------------------------------------------------------------------------------
 // Warp-specialised TMA forward (fa_fwd_tma.cuh), Hopper, 16-bit operands: a producer warpgroup

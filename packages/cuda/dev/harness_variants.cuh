@@ -27,8 +27,6 @@ static void variants() {
       {"T10 tma d64 3wg BN128 4st", kBF16, 64, launch_fwd_tma<BF, FwdTmaCfg<64, 128, 4, true, 3>>, nullptr},
       {"T7 tma d256 BN64 2st ping", kBF16, 256, launch_fwd_tma<BF, FwdTmaCfg<256, 64, 2, true>>, nullptr},
       {"F256 mma.sync d256 (old default)", kBF16, 256, launch_fwd_cfg<BF, FwdTraits<256, false>>, nullptr},
-      {"W0 wgmma d128 BN128 2wg", kBF16, 128, launch_fwd_wg<BF, FwdWgCfg<128, 128, 2>>, nullptr},
-      {"W6 wgmma d128 3 stages", kBF16, 128, launch_fwd_wg<BF, FwdWgCfg<128, 128, 2, 3, false>>, nullptr},
       {"W10 wgmma d128 2st pipelined", kBF16, 128, launch_fwd_wg<BF, FwdWgTraits<128, false>>, nullptr},
       {"W12 wgmma d64 4st pipelined", kBF16, 64, launch_fwd_wg<BF, FwdWgTraits<64, false>>, nullptr},
       {"F0 fwd d128 BM128 BN64 8w", kBF16, 128, launch_fwd_cfg<BF, FwdCfg<128, 128, 64, 8, 1, true>>, nullptr},
@@ -43,7 +41,6 @@ static void variants() {
       {"B0 bwd d128 BM64 BN128 8w", kBF16, 128, nullptr, launch_bwd_cfg<BF, BwdTraits<128, false>>},
       // f32, operands split into f16 (hi, lo) planes, three products per MMA
       {"S1 f32 wgmma d128 BN64 2st pipe", kF32, 128, launch_fwd_wg<F32, FwdWgTraits<128, true>>, nullptr},
-      {"S2 f32 wgmma d128 BN64 2st plain", kF32, 128, launch_fwd_wg<F32, FwdWgCfg<128, 64, 2, 2, false, false>>, nullptr},
       {"S3 f32 mma.sync d128 BM64 BN64", kF32, 128, launch_fwd_cfg<F32, FwdTraits<128, true>>, nullptr},
       {"S4 f32 wgmma d64 BN128 2st pipe", kF32, 64, launch_fwd_wg<F32, FwdWgTraits<64, true>>, nullptr},
       {"SB1 f32 wgmma bwd d128 BN64 2x32q", kF32, 128, nullptr, launch_bwd_wg<F32, BwdWgTraits<128, true>>},
