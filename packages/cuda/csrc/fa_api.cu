@@ -30,10 +30,13 @@ SmemNeeds tc_needs(int arch, int no_wgmma_bwd) {
   if constexpr (has_wgmma_bwd(D)) {
     if (runs_wgmma_bwd(arch, D, no_wgmma_bwd)) n.bwd = bwd_wg_smem_bytes<BwdWgTraits<D, SPLIT>, NP>();
   }
-  if constexpr (has_tma_bwd(D)) {
-    if (runs_tma_bwd(arch, SPLIT, D, no_wgmma_bwd)) n.bwd = bwd_tma_smem_bytes<BwdTmaTraits<D>>();
-  }
   n.bwd_deterministic = std::max(n.bwd, dq_smem_bytes<D, SPLIT>());
+  if constexpr (has_tma_bwd(D)) {
+    if (runs_tma_bwd(arch, SPLIT, D, no_wgmma_bwd)) {
+      n.bwd = bwd_tma_smem_bytes<BwdTmaTraits<D>>();
+      n.bwd_deterministic = std::max({n.bwd, dq_smem_bytes<D, SPLIT>(), dq_tma_smem_bytes<DqTmaTraits<D>>()});
+    }
+  }
   return n;
 }
 SmemNeeds tc_needs(int arch, int d, bool split, int no_wgmma_bwd) {

@@ -8,6 +8,7 @@
 
 #include "fa_bwd.cuh"
 #include "fa_bwd_tma.cuh"
+#include "fa_bwd_dq_tma.cuh"
 #include "fa_bwd_wgmma.cuh"
 #include "fa_fwd.cuh"
 #include "fa_fwd_tma.cuh"
@@ -163,6 +164,27 @@ cudaError_t launch_bwd_wg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   return bwd_post<E, Tr::D>(a, t, st);
 }
 
+// The deterministic dQ on Hopper (fa_bwd_dq_tma.cuh), after the main backward kernel; false in
+// *ran when the operands cannot be described to the copy engine (bwd_post's dQ kernel runs then).
+template <typename E, typename Tr>
+cudaError_t launch_dq_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool* ran) {
+  *ran = false;
+  const bool bf16 = std::is_same<typename E::T, __nv_bfloat16>::value;
+  CUtensorMap mq, mdo, mk, mv;
+  if (a->total_q <= 0 || a->total_k <= 0 || !tma::encode_operand(&mq, t.q, bf16, a->d, a->H, a->total_q, Tr::BM) ||
+      !tma::encode_operand(&mdo, t.dout, bf16, a->d, a->H, a->total_q, Tr::BM) || !tma::encode_operand(&mk, t.k, bf16, a->d, a->Hkv, a->total_k, Tr::BN) ||
+      !tma::encode_operand(&mv, t.v, bf16, a->d, a->Hkv, a->total_k, Tr::BN))
+    return cudaSuccess;
+  *ran = true;
+  const size_t smem = dq_tma_smem_bytes<Tr>();
+  cudaError_t e = set_smem(bwd_dq_tma_kernel<E, Tr>, smem);
+  if (e != cudaSuccess) return e;
+  dim3 grid(a->H, (a->max_tq + Tr::BM - 1) / Tr::BM, a->B);
+  bwd_dq_tma_kernel<E, Tr><<<grid, 384, smem, st>>>(mq, mdo, mk, mv, *a, t);
+  FA_CHECK_LAUNCH();
+  return cudaSuccess;
+}
+
 // The warp-specialised TMA backward; false in *ran when the operands cannot be described to the
 // copy engine (no encoder in the driver, a misaligned base, no rows), and the caller runs another
 // kernel.
@@ -184,6 +206,11 @@ cudaError_t launch_bwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool*
   dim3 grid((a->max_tk + Tr::BN - 1) / Tr::BN, a->Hkv, a->B);
   bwd_tma_kernel<E, Tr><<<grid, 384, smem, st>>>(mq, mk, mv, mdo, *a, t);
   FA_CHECK_LAUNCH();
+  if (a->deterministic) {
+    bool dq_ran;
+    e = launch_dq_tma<E, DqTmaTraits<Tr::D>>(a, t, st, &dq_ran);
+    if (dq_ran) return e;
+  }
   return bwd_post<E, Tr::D>(a, t, st);
 }
 template <typename E, typename Tr>

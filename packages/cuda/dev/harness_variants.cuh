@@ -34,6 +34,7 @@ static void variants() {
       {"U1 tma bwd d128 BM64 2st", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaTraits<128>>},
       {"U2 tma bwd d64 BM64 2st", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaTraits<64>>},
       {"U3 tma bwd d128 det", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaTraits<128>>, true},
+      {"U3b tma bwd d64 det", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaTraits<64>>, true},
       {"U4 tma bwd d128 BM64 3st", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 3>>},
       {"BW wgmma bwd d128", kBF16, 128, nullptr, launch_bwd_wg<BF, BwdWgTraits<128, false>>},
       {"BW wgmma bwd d128 det", kBF16, 128, nullptr, launch_bwd_wg<BF, BwdWgTraits<128, false>>, true},
