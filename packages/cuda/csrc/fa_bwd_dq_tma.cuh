@@ -129,6 +129,12 @@ __global__ void __launch_bounds__(384, 1)
     for (int i = 0; i < NO; ++i) dq[i] = 0.f;
     const uint32_t q_addr = smem_u32(sQ) + cw * 64 * 64 * 2, do_addr = smem_u32(sdO) + cw * 64 * 64 * 2;
     auto release = [&](uint64_t* bar) { if (warp_lane == 0) tma::arrive(bar); };
+    // Ping-pong (PING) as in fa_fwd_tma.cuh: warpgroup c issues after bar.sync on barrier 1 + c
+    // and lets the other go (bar.arrive on 2 - c) after its wait; warpgroup 1 opens the first
+    // turn, warpgroup 0 takes the last turn's arrival.
+    auto turn_begin = [&] { if constexpr (Tr::PING) tma::named_sync(1 + cw, 256); };
+    auto turn_end = [&] { if constexpr (Tr::PING) tma::named_arrive(2 - cw, 256); };
+    if (Tr::PING && cw == 1 && n_tiles > 0) tma::named_arrive(1, 256);
 
     typename Rows::PFrag dsf;
     float sc[NS], dp[NS];
@@ -137,10 +143,12 @@ __global__ void __launch_bounds__(384, 1)
       const int st = idx % ST, pst = (idx + ST - 1) % ST;
       tma::wait(k_full + st, (idx / ST) & 1);
       tma::wait(v_full + st, (idx / ST) & 1);
+      turn_begin();
       Rows::issue_qk(sc, q_addr, smem_u32(sK + st * BN * D));   // S = Q K^T
       Rows::issue_qk(dp, do_addr, smem_u32(sV + st * BN * D));  // dP = dO V^T
       if (idx > 0) Rows::issue_pv(dq, dsf, smem_u32(sK + pst * BN * D));  // dQ += dS_{j-1} K_{j-1}
       if (idx > 0) wg::wait<1>(); else wg::wait<0>();  // S and dP are done; dQ of j - 1 may still run
+      turn_end();
       release(v_empty + st);
       wg::fence_operands<NS>(sc);
       wg::fence_operands<NS>(dp);
@@ -164,10 +172,13 @@ __global__ void __launch_bounds__(384, 1)
     }
     if (n_tiles > 0) {  // the last tile's dQ
       const int pst = (n_tiles - 1) % ST;
+      turn_begin();
       wg::fence_operands<NO>(dq);
       Rows::issue_pv(dq, dsf, smem_u32(sK + pst * BN * D));
       wg::wait<0>();
+      turn_end();
       wg::fence_operands<NO>(dq);
+      if (Tr::PING && cw == 0) tma::named_sync(1, 256);
     }
     // dQ = scale · accumulator, in the caller's layout and dtype
 #pragma unroll

@@ -188,7 +188,7 @@ cudaError_t launch_dq_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool* 
 // The warp-specialised TMA backward; false in *ran when the operands cannot be described to the
 // copy engine (no encoder in the driver, a misaligned base, no rows), and the caller runs another
 // kernel.
-template <typename E, typename Tr>
+template <typename E, typename Tr, typename Tq = DqTmaTraits<Tr::D>>
 cudaError_t launch_bwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool* ran) {
   *ran = false;
   const bool bf16 = std::is_same<typename E::T, __nv_bfloat16>::value;
@@ -208,7 +208,7 @@ cudaError_t launch_bwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool*
   FA_CHECK_LAUNCH();
   if (a->deterministic) {
     bool dq_ran;
-    e = launch_dq_tma<E, DqTmaTraits<Tr::D>>(a, t, st, &dq_ran);
+    e = launch_dq_tma<E, Tq>(a, t, st, &dq_ran);
     if (dq_ran) return e;
   }
   return bwd_post<E, Tr::D>(a, t, st);
@@ -217,6 +217,12 @@ template <typename E, typename Tr>
 cudaError_t launch_bwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st) {  // the harness's variant form
   bool ran;
   cudaError_t e = launch_bwd_tma<E, Tr>(a, t, st, &ran);
+  return ran ? e : cudaErrorNotSupported;
+}
+template <typename E, typename Tr, typename Tq>
+cudaError_t launch_bwd_tma_dq(FaArgs* a, const FaTensors& t, cudaStream_t st) {  // with a deterministic dQ variant
+  bool ran;
+  cudaError_t e = launch_bwd_tma<E, Tr, Tq>(a, t, st, &ran);
   return ran ? e : cudaErrorNotSupported;
 }
 

@@ -186,9 +186,10 @@ constexpr bool runs_tma_bwd(int arch, bool split, int D, int no_wgmma_bwd) {
 // forward's roles (a producer warpgroup, two consumer warpgroups of 64 query rows), BN keys per
 // tile. Per thread S and dP (BN / 2 floats each), dQ (D / 2) and dS packed (BN / 4).
 // ---------------------------------------------------------------------------------------------
-template <int D_, int BN_, int STAGES_>
+template <int D_, int BN_, int STAGES_, bool PING_ = false>
 struct DqTmaCfg {
   static constexpr int D = D_, BN = BN_, BM = 128, STAGES = STAGES_;
+  static constexpr bool PING = PING_;  // the consumers take turns issuing their products
   static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 };
 template <int D>

@@ -35,6 +35,10 @@ static void variants() {
       {"U2 tma bwd d64 BM64 2st", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaTraits<64>>},
       {"U3 tma bwd d128 det", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaTraits<128>>, true},
       {"U3b tma bwd d64 det", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaTraits<64>>, true},
+      // deterministic: the dQ kernel after the main kernel, by BN and ping-pong (D 128 at BN 128 serialises: C7512)
+      {"Q1 det dQ d128 BN64 ping", kBF16, 128, nullptr, launch_bwd_tma_dq<BF, BwdTmaTraits<128>, DqTmaCfg<128, 64, 2, true>>, true},
+      {"Q4 det dQ d64 BN128 ping", kBF16, 64, nullptr, launch_bwd_tma_dq<BF, BwdTmaTraits<64>, DqTmaCfg<64, 128, 2, true>>, true},
+      {"Q5 det dQ d64 BN64 ping", kBF16, 64, nullptr, launch_bwd_tma_dq<BF, BwdTmaTraits<64>, DqTmaCfg<64, 64, 2, true>>, true},
       {"U4 tma bwd d128 BM64 3st", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 3>>},
       {"BW wgmma bwd d128", kBF16, 128, nullptr, launch_bwd_wg<BF, BwdWgTraits<128, false>>},
       {"BW wgmma bwd d128 det", kBF16, 128, nullptr, launch_bwd_wg<BF, BwdWgTraits<128, false>>, true},
