@@ -193,7 +193,7 @@ struct DqTmaCfg {
   static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 };
 template <int D>
-struct DqTmaTraits : DqTmaCfg<D, 64, 2> {};  // D = 128: 96 KiB
+struct DqTmaTraits : DqTmaCfg<D, 64, 2, D == 128> {};  // D = 128: 96 KiB; ping-pong +3-4 % there (run 24), nothing at D = 64
 
 // ---------------------------------------------------------------------------------------------
 // The deterministic dQ kernel (fa_bwd.cuh): a CTA owns BM query rows (16 per warp) and walks the
