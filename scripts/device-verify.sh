@@ -8,7 +8,7 @@
 #            the prebuilt addon with the README example, reverse.mjs on cuda in f32 and bf16, the
 #            generation example, and `fa run --backend auto` with float32 inputs.
 #   timing   benchmarks, one after another on a quiet GPU, peers in the same call:
-#            CUDA bf16 and f32 vs torch SDPA, 100K tokens, decode vs torch, WebGPU decode vs a copy
+#            CUDA bf16 and f32 vs torch SDPA, 100K tokens (harness big), decode vs torch, WebGPU decode vs a copy
 #            kernel on the same adapter.
 # Prepare here (with nvcc), from the repository root:  bash scripts/device-verify.sh --prepare
 # Then with the device tool: carry [".fa-device", ".devbin"], command
@@ -103,6 +103,7 @@ case $stage in
   timing)
     # one at a time, on a quiet GPU
     step cuda 280 env LOGS="$LOGS/cuda" bash packages/cuda/bench/device-run.sh bench32 peers32 bench peers; wait
+    step big 150 packages/cuda/.devbin/harness big; wait   # one head at 25K / 50K / 100K tokens: time and extra memory
     step kv 200 env LOGS="$LOGS/kv" OUT="$LOGS/kv-packed" DEADLINE=190 bash packages/cuda/bench/kv-device-run.sh bench peers; wait
     step webgpu-kv 100 env OUT="$LOGS/webgpu" FA_BENCH_SKIP=kit node $R/h200-kv.mjs; wait
     ;;
