@@ -89,7 +89,7 @@ template <int D, bool SPLIT>
 void fwd_tile(const FaArgs& a, int* BM, int* BN) {
   const int arch = a.arch;
   if (runs_tma_fwd(arch, SPLIT)) {
-    const bool wide = tma_fwd_wide(D, a.win_left, a.win_right);
+    const bool wide = tma_fwd_wide(D, a.win_left, a.win_right, a.max_tq);
     *BM = wide ? FwdTmaWide64::BM : FwdTmaTraits<D>::BM;
     *BN = wide ? FwdTmaWide64::BN : FwdTmaTraits<D>::BN;
     return;

@@ -89,7 +89,7 @@ cudaError_t launch_fwd(FaArgs* a, const FaTensors& t, cudaStream_t st) {
       bool ran;
       cudaError_t e;
       if constexpr (D == 64) {
-        if (tma_fwd_wide(D, a->win_left, a->win_right)) e = launch_fwd_tma<E, FwdTmaWide64>(a, t, st, &ran);
+        if (tma_fwd_wide(D, a->win_left, a->win_right, a->max_tq)) e = launch_fwd_tma<E, FwdTmaWide64>(a, t, st, &ran);
         else e = launch_fwd_tma<E, FwdTmaTraits<D>>(a, t, st, &ran);
       } else {
         e = launch_fwd_tma<E, FwdTmaTraits<D>>(a, t, st, &ran);

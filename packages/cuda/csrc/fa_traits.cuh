@@ -99,10 +99,13 @@ struct FwdTmaTraits;
 template <> struct FwdTmaTraits<64> : FwdTmaCfg<64, 128, 4> {};    // 144 KiB
 template <> struct FwdTmaTraits<128> : FwdTmaCfg<128, 128, 2> {};  // 160 KiB
 template <> struct FwdTmaTraits<256> : FwdTmaCfg<256, 64, 2> {};   // 192 KiB (O takes 128 registers)
-// D = 64 without a mask (no causal, no window): three consumer warpgroups, 192 query rows (H200
-// run 21: +6-19 % over two; with a causal mask the 192-row diagonal tiles cost more than they give).
+// D = 64 without a mask (no causal, no window) and queries of 4K and more: three consumer
+// warpgroups, 192 query rows (H200 runs 21 and 23: +5-12 % over two at T >= 4K; with a causal mask
+// the 192-row diagonal tiles cost more than they give, and at T <= 2K the partial last tile does).
 struct FwdTmaWide64 : FwdTmaCfg<64, 128, 4, true, 3> {};  // 152 KiB
-constexpr bool tma_fwd_wide(int D, int win_left, int win_right) { return D == 64 && win_left < 0 && win_right < 0; }
+constexpr bool tma_fwd_wide(int D, int win_left, int win_right, int max_tq) {
+  return D == 64 && win_left < 0 && win_right < 0 && max_tq >= 4096;
+}
 // Which calls run it: sm_90, f16/bf16 (split f32 keeps fa_fwd_wgmma.cuh), every head-dim bucket.
 // FA_NO_TMA_FWD builds without it.
 constexpr bool runs_tma_fwd(int arch, bool split) {
