@@ -10,7 +10,8 @@
  *   Q rows of each kv head (R x dp, float32, already scaled)
  *   for each tile of KV_TILE keys in the chunk:
  *     token addresses through the block table            kv_rows
- *     one load a line of the tile's rows, token by token  kv_touch (the prefetchers follow it)
+ *     one load a line of the tile's rows, token by token  kv_touch (the prefetchers follow it;
+ *                                                          f16: kv_f16_finite reads every element)
  *     for each kv head:
  *       S   = Q K^T    K rows in place, 16-bit widened    kv_dot_4x2 / kv_dot_1x4
  *       S   = logits, -inf where masked                   fa_score_tile (scores.h)
@@ -23,7 +24,8 @@
  * the grouping (which the engine chooses from the thread count).
  *
  * bf16 and f16 rows are widened to float32 in registers as they are loaded (widen.h: bf16 by a
- * shift or a mask, f16 exactly with a few more operations), never decoded into a tile first; q and
+ * shift or a mask, f16 exactly with a few more operations, fewer for a tile kv_f16_finite found
+ * free of infinities and NaNs), never decoded into a tile first; q and
  * the accumulators of a 16-bit cache are kept in widen.h's (even, odd) order within chunks of 8.
  * The append of kNew/vNew is done by the engine before the units run.
  */
@@ -267,6 +269,32 @@ static uint32_t kv_touch(const void *const *rows, int32_t nc, int32_t from, int3
   return x;
 }
 
+/*
+ * kv_touch for f16 rows, reading every element: whether none of bytes [from, from + bytes) of the
+ * tile's rows holds an infinity or NaN (exponent 31: the 16-bit lane shifted left by one, which
+ * drops the sign, is 0xf800 or more). Then the products widen with FA_F16F.
+ */
+static int kv_f16_finite(const void *const *rows, int32_t nc, int32_t from, int32_t bytes) {
+  v128_t mx = wasm_i16x8_splat(0);
+  uint32_t tail = 0;
+  const int32_t b16 = bytes & ~15;
+  for (int32_t j = 0; j < nc; j++) {
+    const uint8_t *r = (const uint8_t *)rows[j] + from;
+    int32_t o = 0;
+    for (; o + 64 <= b16; o += 64) {
+      const v128_t a = wasm_u16x8_max(wasm_i16x8_shl(wasm_v128_load(r + o), 1), wasm_i16x8_shl(wasm_v128_load(r + o + 16), 1));
+      const v128_t b = wasm_u16x8_max(wasm_i16x8_shl(wasm_v128_load(r + o + 32), 1), wasm_i16x8_shl(wasm_v128_load(r + o + 48), 1));
+      mx = wasm_u16x8_max(mx, wasm_u16x8_max(a, b));
+    }
+    for (; o < b16; o += 16) mx = wasm_u16x8_max(mx, wasm_i16x8_shl(wasm_v128_load(r + o), 1));
+    for (; o < bytes; o += 2) {
+      const uint32_t h = (uint32_t)(*(const uint16_t *)(r + o) << 1) & 0xffffu;
+      tail = h > tail ? h : tail;
+    }
+  }
+  return !wasm_v128_any_true(wasm_u16x8_ge(mx, wasm_i16x8_splat((int16_t)0xf800))) && tail < 0xf800u;
+}
+
 /* One kv head's slice of a unit's state, and its byte offset in a token row. */
 typedef struct {
   float *q, *acc, *m, *l;
@@ -309,9 +337,13 @@ FA_INLINE void kv_tile_products(const fa_kv *kv, const kv_scratch *w, const kv_h
   }
 }
 
-/* One specialisation per dtype: dt is a constant inside each (the widening is chosen at compile time). */
-static void kv_products(const fa_kv *kv, const kv_scratch *w, const kv_head *hd, int32_t R, int32_t nc, int32_t nc4, int pass) {
+/*
+ * One specialisation per dtype: dt is a constant inside each (the widening is chosen at compile
+ * time). finite: the tile's f16 rows hold no infinity or NaN (kv_f16_finite).
+ */
+static void kv_products(const fa_kv *kv, const kv_scratch *w, const kv_head *hd, int32_t R, int32_t nc, int32_t nc4, int pass, int finite) {
   if (kv->dtype == FA_BF16) kv_tile_products(kv, w, hd, R, nc, nc4, pass, FA_BF16);
+  else if (kv->dtype == FA_F16 && finite) kv_tile_products(kv, w, hd, R, nc, nc4, pass, FA_F16F);
   else if (kv->dtype == FA_F16) kv_tile_products(kv, w, hd, R, nc, nc4, pass, FA_F16);
   else kv_tile_products(kv, w, hd, R, nc, nc4, pass, FA_F32);
 }
@@ -377,16 +409,18 @@ FA_EXPORT(fa_kv_unit) void fa_kv_unit(const fa_kv *kv, float *scratch, int32_t b
   for (int32_t j0 = c0; j0 < c1; j0 += KV_TILE) {
     const int32_t nc = fa_min(KV_TILE, c1 - j0), nc4 = align4(nc);
     kv_rows(kv, b, j0, nc, nc4, w.krow, w.vrow);
-    sink |= kv_touch(w.krow, nc, kvh0 * d * es, (kvh1 - kvh0) * d * es) | kv_touch(w.vrow, nc, kvh0 * d * es, (kvh1 - kvh0) * d * es);
+    int finite = 0;
+    if (kv->dtype == FA_F16) finite = kv_f16_finite(w.krow, nc, kvh0 * d * es, (kvh1 - kvh0) * d * es) && kv_f16_finite(w.vrow, nc, kvh0 * d * es, (kvh1 - kvh0) * d * es);
+    else sink |= kv_touch(w.krow, nc, kvh0 * d * es, (kvh1 - kvh0) * d * es) | kv_touch(w.vrow, nc, kvh0 * d * es, (kvh1 - kvh0) * d * es);
     for (int32_t kvh = kvh0; kvh < kvh1; kvh++) {
       const kv_head hd = kv_head_at(kv, &w, kvh - kvh0, kvh);
-      kv_products(kv, &w, &hd, R, nc, nc4, 0);
+      kv_products(kv, &w, &hd, R, nc, nc4, 0, finite);
       for (int32_t hh = 0; hh < g; hh++) {
         const float slope = p->alibi ? p->alibi[b * p->h + kvh * g + hh] : 0.0f;
         fa_score_tile(p, w.s + hh * nq * KV_TILE, KV_TILE, nq, nc, nc4, i0, j0, tq, tk, slope, 0);
       }
       fa_softmax_update(w.s, KV_TILE, R, nc4, hd.m, hd.l, hd.acc, dp);
-      kv_products(kv, &w, &hd, R, nc, nc4, 1);
+      kv_products(kv, &w, &hd, R, nc, nc4, 1, finite);
     }
   }
   *w.sink = sink;

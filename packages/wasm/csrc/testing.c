@@ -34,6 +34,7 @@ FA_EXPORT(fa_test_widen) void fa_test_widen(int32_t dt, const void *src, float *
     v128_t lo, hi;
     if (dt == FA_BF16) kv_load8(src, e, FA_BF16, &lo, &hi);
     else if (dt == FA_F16) kv_load8(src, e, FA_F16, &lo, &hi);
+    else if (dt == FA_F16F) kv_load8(src, e, FA_F16F, &lo, &hi);
     else kv_load8(src, e, FA_F32, &lo, &hi);
     wasm_v128_store(dst + e, lo);
     wasm_v128_store(dst + e + 4, hi);
