@@ -25,8 +25,9 @@
  *
  * bf16 and f16 rows are widened to float32 in registers as they are loaded (widen.h: bf16 by a
  * shift or a mask, f16 exactly with a few more operations, fewer for a tile kv_f16_finite found
- * free of infinities and NaNs), never decoded into a tile first; q and
- * the accumulators of a 16-bit cache are kept in widen.h's (even, odd) order within chunks of 8.
+ * free of infinities and NaNs), never decoded into a tile first. q.k reads 4 elements of a row a
+ * step in natural order (kv_load4; f16: 8 in widen.h's (even, odd) order, q permuted to match);
+ * P V reads 8 in (even, odd) order, so the accumulators of a 16-bit cache are kept in that order.
  * The append of kNew/vNew is done by the engine before the units run.
  */
 #include "fa.h"
@@ -66,40 +67,61 @@ FA_INLINE v128_t fa_hsum4(v128_t a0, v128_t a1, v128_t a2, v128_t a3) {
 
 /*
  * [q_r . k0] into *s0 and [q_r . k1] into *s1 for 4 query rows q_0..q_3 (stride ldq) and two
- * cache rows: each Q vector is loaded once for both keys; 8 accumulators (two chains of 4 rows).
+ * cache rows, 4 elements a step (kv_load4): each Q vector is loaded once for both keys; 8
+ * accumulators, and at most 4 q vectors and 2 keys besides, which fit V8's 15 free registers
+ * (8 elements a step, with 16-bit rows split into (even, odd) halves, spilled 4-6 of them).
  */
 FA_INLINE void kv_dot_4x2(const float *q, int32_t ldq, const void *k0, const void *k1, int32_t d, const int dt, v128_t *s0, v128_t *s1) {
   const float *q0 = q, *q1 = q0 + ldq, *q2 = q1 + ldq, *q3 = q2 + ldq;
   v128_t a0 = VSPLAT(0.0f), a1 = a0, a2 = a0, a3 = a0, c0 = a0, c1 = a0, c2 = a0, c3 = a0;
   int32_t e = 0;
-  for (; e + 8 <= d; e += 8) {
-    v128_t x0, y0, x1, y1;
-    kv_load8(k0, e, dt, &x0, &y0);
-    kv_load8(k1, e, dt, &x1, &y1);
+  if (dt == FA_F16 || dt == FA_F16F) {
+    /* f16 (q in (even, odd) order): 8 elements a step widen in fewer operations, which here
+     * matter more than the spills (KERNEL_NOTES.md, "KV-cache decode") */
+    for (; e + 8 <= d; e += 8) {
+      v128_t x0, y0, x1, y1;
+      kv_load8(k0, e, dt, &x0, &y0);
+      kv_load8(k1, e, dt, &x1, &y1);
+      v128_t u = wasm_v128_load(q0 + e);
+      a0 = VFMA(u, x0, a0);
+      c0 = VFMA(u, x1, c0);
+      u = wasm_v128_load(q1 + e);
+      a1 = VFMA(u, x0, a1);
+      c1 = VFMA(u, x1, c1);
+      u = wasm_v128_load(q2 + e);
+      a2 = VFMA(u, x0, a2);
+      c2 = VFMA(u, x1, c2);
+      u = wasm_v128_load(q3 + e);
+      a3 = VFMA(u, x0, a3);
+      c3 = VFMA(u, x1, c3);
+      u = wasm_v128_load(q0 + e + 4);
+      a0 = VFMA(u, y0, a0);
+      c0 = VFMA(u, y1, c0);
+      u = wasm_v128_load(q1 + e + 4);
+      a1 = VFMA(u, y0, a1);
+      c1 = VFMA(u, y1, c1);
+      u = wasm_v128_load(q2 + e + 4);
+      a2 = VFMA(u, y0, a2);
+      c2 = VFMA(u, y1, c2);
+      u = wasm_v128_load(q3 + e + 4);
+      a3 = VFMA(u, y0, a3);
+      c3 = VFMA(u, y1, c3);
+    }
+  }
+  for (; e + 4 <= d; e += 4) {
+    const v128_t x = kv_load4(k0, e, dt), y = kv_load4(k1, e, dt);
     v128_t u = wasm_v128_load(q0 + e);
-    a0 = VFMA(u, x0, a0);
-    c0 = VFMA(u, x1, c0);
+    a0 = VFMA(u, x, a0);
+    c0 = VFMA(u, y, c0);
     u = wasm_v128_load(q1 + e);
-    a1 = VFMA(u, x0, a1);
-    c1 = VFMA(u, x1, c1);
+    a1 = VFMA(u, x, a1);
+    c1 = VFMA(u, y, c1);
     u = wasm_v128_load(q2 + e);
-    a2 = VFMA(u, x0, a2);
-    c2 = VFMA(u, x1, c2);
+    a2 = VFMA(u, x, a2);
+    c2 = VFMA(u, y, c2);
     u = wasm_v128_load(q3 + e);
-    a3 = VFMA(u, x0, a3);
-    c3 = VFMA(u, x1, c3);
-    u = wasm_v128_load(q0 + e + 4);
-    a0 = VFMA(u, y0, a0);
-    c0 = VFMA(u, y1, c0);
-    u = wasm_v128_load(q1 + e + 4);
-    a1 = VFMA(u, y0, a1);
-    c1 = VFMA(u, y1, c1);
-    u = wasm_v128_load(q2 + e + 4);
-    a2 = VFMA(u, y0, a2);
-    c2 = VFMA(u, y1, c2);
-    u = wasm_v128_load(q3 + e + 4);
-    a3 = VFMA(u, y0, a3);
-    c3 = VFMA(u, y1, c3);
+    a3 = VFMA(u, x, a3);
+    c3 = VFMA(u, y, c3);
   }
   v128_t r0 = fa_hsum4(a0, a1, a2, a3), r1 = fa_hsum4(c0, c1, c2, c3);
   if (e < d) {
@@ -127,17 +149,26 @@ FA_INLINE v128_t kv_dot_1x4(const float *q, const void *const *k, int32_t off, i
   const uint8_t *k0 = (const uint8_t *)k[0] + off, *k1 = (const uint8_t *)k[1] + off, *k2 = (const uint8_t *)k[2] + off, *k3 = (const uint8_t *)k[3] + off;
   v128_t a0 = VSPLAT(0.0f), a1 = a0, a2 = a0, a3 = a0;
   int32_t e = 0;
-  for (; e + 8 <= d; e += 8) {
-    const v128_t ql = wasm_v128_load(q + e), qh = wasm_v128_load(q + e + 4);
-    v128_t lo, hi;
-    kv_load8(k0, e, dt, &lo, &hi);
-    a0 = VFMA(qh, hi, VFMA(ql, lo, a0));
-    kv_load8(k1, e, dt, &lo, &hi);
-    a1 = VFMA(qh, hi, VFMA(ql, lo, a1));
-    kv_load8(k2, e, dt, &lo, &hi);
-    a2 = VFMA(qh, hi, VFMA(ql, lo, a2));
-    kv_load8(k3, e, dt, &lo, &hi);
-    a3 = VFMA(qh, hi, VFMA(ql, lo, a3));
+  if (dt == FA_F16 || dt == FA_F16F) {
+    for (; e + 8 <= d; e += 8) {
+      const v128_t ql = wasm_v128_load(q + e), qh = wasm_v128_load(q + e + 4);
+      v128_t lo, hi;
+      kv_load8(k0, e, dt, &lo, &hi);
+      a0 = VFMA(qh, hi, VFMA(ql, lo, a0));
+      kv_load8(k1, e, dt, &lo, &hi);
+      a1 = VFMA(qh, hi, VFMA(ql, lo, a1));
+      kv_load8(k2, e, dt, &lo, &hi);
+      a2 = VFMA(qh, hi, VFMA(ql, lo, a2));
+      kv_load8(k3, e, dt, &lo, &hi);
+      a3 = VFMA(qh, hi, VFMA(ql, lo, a3));
+    }
+  }
+  for (; e + 4 <= d; e += 4) {
+    const v128_t u = wasm_v128_load(q + e);
+    a0 = VFMA(u, kv_load4(k0, e, dt), a0);
+    a1 = VFMA(u, kv_load4(k1, e, dt), a1);
+    a2 = VFMA(u, kv_load4(k2, e, dt), a2);
+    a3 = VFMA(u, kv_load4(k3, e, dt), a3);
   }
   v128_t s = fa_hsum4(a0, a1, a2, a3);
   if (e < d) {
@@ -392,11 +423,11 @@ FA_EXPORT(fa_kv_unit) void fa_kv_unit(const fa_kv *kv, float *scratch, int32_t b
     const kv_head hd = kv_head_at(kv, &w, kvh - kvh0, kvh);
     for (int32_t hh = 0; hh < g; hh++)
       fa_copy_rows(p->q + ((int64_t)(b * tq + i0) * p->h + kvh * g + hh) * d, p->h * d, nq, d, hd.q + hh * nq * dp, dp);
-    if (kv->dtype != FA_F32) kv_perm_rows(hd.q, R, d, dp, fa_perm8);
     for (int32_t r = 0; r < R; r++) {
       hd.m[r] = -FA_INF;
       hd.l[r] = 0.0f;
     }
+    if (kv->dtype == FA_F16) kv_perm_rows(hd.q, R, d, dp, fa_perm8);
     fa_zero(hd.acc, R * dp);
   }
   /* keys some row of the tile sees (mask.ts tileKeyRange), then this unit's chunk of them */

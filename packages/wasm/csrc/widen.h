@@ -10,8 +10,9 @@
  * all-ones fix, 3 operations per 4 elements instead of 7 (KERNEL_NOTES.md, "KV-cache decode").
  *
  * So 16-bit chunks arrive as (even, odd) = elements (0, 2, 4, 6), (1, 3, 5, 7): the kernels keep
- * q and the output accumulator in that order within each chunk of 8 (fa_perm8 / fa_unperm8), and
- * the dot products and P V sums come out the same as in natural order.
+ * the output accumulator (and, for f16's q.k, q) in that order within each chunk of 8 (fa_perm8 /
+ * fa_unperm8), and the dot products and P V sums come out the same as in natural order.
+ * kv_load4 (the q.k products of f32 and bf16) loads 4 elements in natural order instead.
  */
 #ifndef FA_WIDEN_H
 #define FA_WIDEN_H
@@ -59,6 +60,23 @@ FA_INLINE void kv_load8(const void *row, int32_t e, const int dt, v128_t *lo, v1
     *lo = fa_f16_widen_hi(even);
     *hi = fa_f16_widen_hi(odd);
   }
+}
+
+/*
+ * Elements [e, e + 4) of a cache row as one f32x4 in natural order (16-bit types: four lanes
+ * zero-extended from 16 bits, shifted to the top), for the q.k products: one vector a key keeps
+ * their 4 rows x 2 keys block within the registers V8 allocates (KERNEL_NOTES.md).
+ */
+FA_INLINE v128_t kv_load4(const void *row, int32_t e, const int dt) {
+  if (dt == FA_F32) return wasm_v128_load((const float *)row + e);
+  if (dt == FA_F16F) {
+    /* sign-extended, shifted by 13: exponent and mantissa in place, copies of the sign above
+     * the float32 exponent's low 5 bits, which the mask clears (but for the sign bit itself) */
+    const v128_t w = wasm_i32x4_shl(wasm_i32x4_load16x4((const int16_t *)row + e), 13);
+    return wasm_f32x4_mul(wasm_v128_and(w, wasm_i32x4_splat((int32_t)0x8fffe000u)), VSPLAT(0x1p112f));
+  }
+  const v128_t v = wasm_i32x4_shl(wasm_u32x4_load16x4((const uint16_t *)row + e), 16);
+  return dt == FA_BF16 ? v : fa_f16_widen_hi(v);
 }
 
 /* (x0..x3, x4..x7) in natural order -> (even, odd) order, in place, for rows of 16-bit caches. */
