@@ -4,7 +4,7 @@
  * an uploaded cache, inline on this thread (threads: 0), alternating between the builds given in
  * FA_DEV_WASM_PATHS (comma-separated folders of `bash scripts/build-wasm.sh FOLDER`), in CPU time
  * of this thread. FA_DEV_T (default 8192: 32 MiB of f32 K and V), FA_DEV_DTYPES (f32,bf16,f16),
- * FA_DEV_REPS (7). Prints G elements/s of K and V read.
+ * FA_DEV_REPS (7), FA_DEV_THREADS (0: inline; N: N workers, then wall time). Prints G elements/s of K and V read.
  */
 import { tensor, zeros } from '@fa/core';
 import { createWasmBackend } from '../dist/index.js';
@@ -12,8 +12,12 @@ import { createWasmBackend } from '../dist/index.js';
 const env = process.env;
 const T = Number(env.FA_DEV_T ?? 8192), H = 32, HKV = 8, D = 128, REPS = Number(env.FA_DEV_REPS ?? 7);
 const paths = (env.FA_DEV_WASM_PATHS ?? '').split(',').filter(Boolean);
-const engines = await Promise.all((paths.length ? paths : [undefined]).map((p) => createWasmBackend({ threads: 0, relaxedSimd: false, ...(p ? { wasmPath: new URL(`file://${p}/`) } : {}) })));
-const cpuMs = async (f) => { const c0 = process.cpuUsage(); await f(); const c = process.cpuUsage(c0); return (c.user + c.system) / 1000; };
+const THREADS = Number(env.FA_DEV_THREADS ?? 0);
+const engines = await Promise.all((paths.length ? paths : [undefined]).map((p) => createWasmBackend({ threads: THREADS, inlineBelowFlops: 0, relaxedSimd: false, ...(p ? { wasmPath: new URL(`file://${p}/`) } : {}) })));
+const cpuMs = async (f) => {
+  if (THREADS > 0) { const t0 = performance.now(); await f(); return performance.now() - t0; }
+  const c0 = process.cpuUsage(); await f(); const c = process.cpuUsage(c0); return (c.user + c.system) / 1000;
+};
 for (const dtype of (env.FA_DEV_DTYPES ?? 'f32,bf16,f16').split(',')) {
   const fill = (t) => { const a = t.data; if (a instanceof Float32Array) for (let i = 0; i < a.length; i++) a[i] = Math.sin(i * 0.37); else for (let i = 0; i < a.length; i++) a[i] = dtype === 'bf16' ? 0x3f00 + (i % 128) : 0x3800 + (i % 512); return t; };
   const lens = new Int32Array([T - 1]);
