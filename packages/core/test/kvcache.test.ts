@@ -267,6 +267,41 @@ describe('cpu engine: split-KV decode', () => {
   });
 });
 
+describe('cpu engine: 16-bit caches read in place', () => {
+  it('widens through tables equal to core\'s decode on all 65,536 patterns of f16 and bf16', async () => {
+    const { bf16ToF32, f16ToF32 } = await import('../dist/cpu/tileio.js');
+    const { decode } = await import('../dist/index.js');
+    const all = Uint16Array.from({ length: 65536 }, (_, i) => i);
+    for (const [dtype, table] of [['f16', f16ToF32()], ['bf16', bf16ToF32()]] as const) {
+      const want = new Uint32Array(decode(dtype, all).buffer);
+      const got = new Uint32Array(table.buffer, table.byteOffset, 65536);
+      let bad = 0;
+      for (let i = 0; i < 65536; i++) if (got[i] !== want[i]) bad++;
+      expect(bad, dtype).toBe(0);
+    }
+  });
+
+  it('computes every head dim (odd ones too) and GQA group (4-row blocks and single rows) in every dtype (the kit rules)', async () => {
+    const { createCpuBackend } = await import('../dist/index.js');
+    const be = await createCpuBackend({ inlineBelowFlops: 0, kvChunk: 64 });
+    const failed: string[] = [];
+    try {
+      for (const dtype of ['f32', 'f16', 'bf16'] as const) {
+        for (const d of [1, 3, 5, 12, 33]) {
+          for (const [h, hkv] of [[8, 2], [6, 2], [5, 1], [2, 2]]) {
+            const c = makeKVCacheCase({ dtype, seqlens: [90, 17], tnew: 2, tq: 2, blockSize: 16, causal: true, d, h, hkv, seed: d * 31 + h });
+            const r = await checkKVCacheCase(be, c);
+            if (!r.pass || r.skipped) failed.push(`${dtype} D${d} H${h}/${hkv}: ${r.message}`);
+          }
+        }
+      }
+    } finally {
+      await be.dispose();
+    }
+    expect(failed).toEqual([]);
+  });
+});
+
 describe('cpu engine: a failure after validation', () => {
   it('an allocation that fails (E_OOM) leaves the host caches as they were, and the engine usable', async () => {
     const { createCpuBackend } = await import('../dist/index.js');

@@ -10,7 +10,8 @@
  *   Q rows of each kv head (R x dp, float32, already scaled)
  *   for each tile of KV_TILE keys in the chunk:
  *     token addresses through the block table            kv_rows
- *     one load a line of the tile's rows, token by token  kv_touch (the prefetchers follow it)
+ *     one load a line of the tile's rows, token by token  kv_touch (the prefetchers follow it;
+ *                                                          f16: kv_f16_finite reads every element)
  *     for each kv head:
  *       S   = Q K^T    K rows in place, 16-bit widened    kv_dot_4x2 / kv_dot_1x4
  *       S   = logits, -inf where masked                   fa_score_tile (scores.h)
@@ -23,8 +24,10 @@
  * the grouping (which the engine chooses from the thread count).
  *
  * bf16 and f16 rows are widened to float32 in registers as they are loaded (widen.h: bf16 by a
- * shift or a mask, f16 exactly with a few more operations), never decoded into a tile first; q and
- * the accumulators of a 16-bit cache are kept in widen.h's (even, odd) order within chunks of 8.
+ * shift or a mask, f16 exactly with a few more operations, fewer for a tile kv_f16_finite found
+ * free of infinities and NaNs), never decoded into a tile first. q.k reads 4 elements of a row a
+ * step in natural order (kv_load4; f16: 8 in widen.h's (even, odd) order, q permuted to match);
+ * P V reads 8 in (even, odd) order, so the accumulators of a 16-bit cache are kept in that order.
  * The append of kNew/vNew is done by the engine before the units run.
  */
 #include "fa.h"
@@ -64,40 +67,61 @@ FA_INLINE v128_t fa_hsum4(v128_t a0, v128_t a1, v128_t a2, v128_t a3) {
 
 /*
  * [q_r . k0] into *s0 and [q_r . k1] into *s1 for 4 query rows q_0..q_3 (stride ldq) and two
- * cache rows: each Q vector is loaded once for both keys; 8 accumulators (two chains of 4 rows).
+ * cache rows, 4 elements a step (kv_load4): each Q vector is loaded once for both keys; 8
+ * accumulators, and at most 4 q vectors and 2 keys besides, which fit V8's 15 free registers
+ * (8 elements a step, with 16-bit rows split into (even, odd) halves, spilled 4-6 of them).
  */
 FA_INLINE void kv_dot_4x2(const float *q, int32_t ldq, const void *k0, const void *k1, int32_t d, const int dt, v128_t *s0, v128_t *s1) {
   const float *q0 = q, *q1 = q0 + ldq, *q2 = q1 + ldq, *q3 = q2 + ldq;
   v128_t a0 = VSPLAT(0.0f), a1 = a0, a2 = a0, a3 = a0, c0 = a0, c1 = a0, c2 = a0, c3 = a0;
   int32_t e = 0;
-  for (; e + 8 <= d; e += 8) {
-    v128_t x0, y0, x1, y1;
-    kv_load8(k0, e, dt, &x0, &y0);
-    kv_load8(k1, e, dt, &x1, &y1);
+  if (dt == FA_F16 || dt == FA_F16F) {
+    /* f16 (q in (even, odd) order): 8 elements a step widen in fewer operations, which here
+     * matter more than the spills (KERNEL_NOTES.md, "KV-cache decode") */
+    for (; e + 8 <= d; e += 8) {
+      v128_t x0, y0, x1, y1;
+      kv_load8(k0, e, dt, &x0, &y0);
+      kv_load8(k1, e, dt, &x1, &y1);
+      v128_t u = wasm_v128_load(q0 + e);
+      a0 = VFMA(u, x0, a0);
+      c0 = VFMA(u, x1, c0);
+      u = wasm_v128_load(q1 + e);
+      a1 = VFMA(u, x0, a1);
+      c1 = VFMA(u, x1, c1);
+      u = wasm_v128_load(q2 + e);
+      a2 = VFMA(u, x0, a2);
+      c2 = VFMA(u, x1, c2);
+      u = wasm_v128_load(q3 + e);
+      a3 = VFMA(u, x0, a3);
+      c3 = VFMA(u, x1, c3);
+      u = wasm_v128_load(q0 + e + 4);
+      a0 = VFMA(u, y0, a0);
+      c0 = VFMA(u, y1, c0);
+      u = wasm_v128_load(q1 + e + 4);
+      a1 = VFMA(u, y0, a1);
+      c1 = VFMA(u, y1, c1);
+      u = wasm_v128_load(q2 + e + 4);
+      a2 = VFMA(u, y0, a2);
+      c2 = VFMA(u, y1, c2);
+      u = wasm_v128_load(q3 + e + 4);
+      a3 = VFMA(u, y0, a3);
+      c3 = VFMA(u, y1, c3);
+    }
+  }
+  for (; e + 4 <= d; e += 4) {
+    const v128_t x = kv_load4(k0, e, dt), y = kv_load4(k1, e, dt);
     v128_t u = wasm_v128_load(q0 + e);
-    a0 = VFMA(u, x0, a0);
-    c0 = VFMA(u, x1, c0);
+    a0 = VFMA(u, x, a0);
+    c0 = VFMA(u, y, c0);
     u = wasm_v128_load(q1 + e);
-    a1 = VFMA(u, x0, a1);
-    c1 = VFMA(u, x1, c1);
+    a1 = VFMA(u, x, a1);
+    c1 = VFMA(u, y, c1);
     u = wasm_v128_load(q2 + e);
-    a2 = VFMA(u, x0, a2);
-    c2 = VFMA(u, x1, c2);
+    a2 = VFMA(u, x, a2);
+    c2 = VFMA(u, y, c2);
     u = wasm_v128_load(q3 + e);
-    a3 = VFMA(u, x0, a3);
-    c3 = VFMA(u, x1, c3);
-    u = wasm_v128_load(q0 + e + 4);
-    a0 = VFMA(u, y0, a0);
-    c0 = VFMA(u, y1, c0);
-    u = wasm_v128_load(q1 + e + 4);
-    a1 = VFMA(u, y0, a1);
-    c1 = VFMA(u, y1, c1);
-    u = wasm_v128_load(q2 + e + 4);
-    a2 = VFMA(u, y0, a2);
-    c2 = VFMA(u, y1, c2);
-    u = wasm_v128_load(q3 + e + 4);
-    a3 = VFMA(u, y0, a3);
-    c3 = VFMA(u, y1, c3);
+    a3 = VFMA(u, x, a3);
+    c3 = VFMA(u, y, c3);
   }
   v128_t r0 = fa_hsum4(a0, a1, a2, a3), r1 = fa_hsum4(c0, c1, c2, c3);
   if (e < d) {
@@ -125,17 +149,26 @@ FA_INLINE v128_t kv_dot_1x4(const float *q, const void *const *k, int32_t off, i
   const uint8_t *k0 = (const uint8_t *)k[0] + off, *k1 = (const uint8_t *)k[1] + off, *k2 = (const uint8_t *)k[2] + off, *k3 = (const uint8_t *)k[3] + off;
   v128_t a0 = VSPLAT(0.0f), a1 = a0, a2 = a0, a3 = a0;
   int32_t e = 0;
-  for (; e + 8 <= d; e += 8) {
-    const v128_t ql = wasm_v128_load(q + e), qh = wasm_v128_load(q + e + 4);
-    v128_t lo, hi;
-    kv_load8(k0, e, dt, &lo, &hi);
-    a0 = VFMA(qh, hi, VFMA(ql, lo, a0));
-    kv_load8(k1, e, dt, &lo, &hi);
-    a1 = VFMA(qh, hi, VFMA(ql, lo, a1));
-    kv_load8(k2, e, dt, &lo, &hi);
-    a2 = VFMA(qh, hi, VFMA(ql, lo, a2));
-    kv_load8(k3, e, dt, &lo, &hi);
-    a3 = VFMA(qh, hi, VFMA(ql, lo, a3));
+  if (dt == FA_F16 || dt == FA_F16F) {
+    for (; e + 8 <= d; e += 8) {
+      const v128_t ql = wasm_v128_load(q + e), qh = wasm_v128_load(q + e + 4);
+      v128_t lo, hi;
+      kv_load8(k0, e, dt, &lo, &hi);
+      a0 = VFMA(qh, hi, VFMA(ql, lo, a0));
+      kv_load8(k1, e, dt, &lo, &hi);
+      a1 = VFMA(qh, hi, VFMA(ql, lo, a1));
+      kv_load8(k2, e, dt, &lo, &hi);
+      a2 = VFMA(qh, hi, VFMA(ql, lo, a2));
+      kv_load8(k3, e, dt, &lo, &hi);
+      a3 = VFMA(qh, hi, VFMA(ql, lo, a3));
+    }
+  }
+  for (; e + 4 <= d; e += 4) {
+    const v128_t u = wasm_v128_load(q + e);
+    a0 = VFMA(u, kv_load4(k0, e, dt), a0);
+    a1 = VFMA(u, kv_load4(k1, e, dt), a1);
+    a2 = VFMA(u, kv_load4(k2, e, dt), a2);
+    a3 = VFMA(u, kv_load4(k3, e, dt), a3);
   }
   v128_t s = fa_hsum4(a0, a1, a2, a3);
   if (e < d) {
@@ -267,6 +300,32 @@ static uint32_t kv_touch(const void *const *rows, int32_t nc, int32_t from, int3
   return x;
 }
 
+/*
+ * kv_touch for f16 rows, reading every element: whether none of bytes [from, from + bytes) of the
+ * tile's rows holds an infinity or NaN (exponent 31: the 16-bit lane shifted left by one, which
+ * drops the sign, is 0xf800 or more). Then the products widen with FA_F16F.
+ */
+static int kv_f16_finite(const void *const *rows, int32_t nc, int32_t from, int32_t bytes) {
+  v128_t mx = wasm_i16x8_splat(0);
+  uint32_t tail = 0;
+  const int32_t b16 = bytes & ~15;
+  for (int32_t j = 0; j < nc; j++) {
+    const uint8_t *r = (const uint8_t *)rows[j] + from;
+    int32_t o = 0;
+    for (; o + 64 <= b16; o += 64) {
+      const v128_t a = wasm_u16x8_max(wasm_i16x8_shl(wasm_v128_load(r + o), 1), wasm_i16x8_shl(wasm_v128_load(r + o + 16), 1));
+      const v128_t b = wasm_u16x8_max(wasm_i16x8_shl(wasm_v128_load(r + o + 32), 1), wasm_i16x8_shl(wasm_v128_load(r + o + 48), 1));
+      mx = wasm_u16x8_max(mx, wasm_u16x8_max(a, b));
+    }
+    for (; o < b16; o += 16) mx = wasm_u16x8_max(mx, wasm_i16x8_shl(wasm_v128_load(r + o), 1));
+    for (; o < bytes; o += 2) {
+      const uint32_t h = (uint32_t)(*(const uint16_t *)(r + o) << 1) & 0xffffu;
+      tail = h > tail ? h : tail;
+    }
+  }
+  return !wasm_v128_any_true(wasm_u16x8_ge(mx, wasm_i16x8_splat((int16_t)0xf800))) && tail < 0xf800u;
+}
+
 /* One kv head's slice of a unit's state, and its byte offset in a token row. */
 typedef struct {
   float *q, *acc, *m, *l;
@@ -309,9 +368,13 @@ FA_INLINE void kv_tile_products(const fa_kv *kv, const kv_scratch *w, const kv_h
   }
 }
 
-/* One specialisation per dtype: dt is a constant inside each (the widening is chosen at compile time). */
-static void kv_products(const fa_kv *kv, const kv_scratch *w, const kv_head *hd, int32_t R, int32_t nc, int32_t nc4, int pass) {
+/*
+ * One specialisation per dtype: dt is a constant inside each (the widening is chosen at compile
+ * time). finite: the tile's f16 rows hold no infinity or NaN (kv_f16_finite).
+ */
+static void kv_products(const fa_kv *kv, const kv_scratch *w, const kv_head *hd, int32_t R, int32_t nc, int32_t nc4, int pass, int finite) {
   if (kv->dtype == FA_BF16) kv_tile_products(kv, w, hd, R, nc, nc4, pass, FA_BF16);
+  else if (kv->dtype == FA_F16 && finite) kv_tile_products(kv, w, hd, R, nc, nc4, pass, FA_F16F);
   else if (kv->dtype == FA_F16) kv_tile_products(kv, w, hd, R, nc, nc4, pass, FA_F16);
   else kv_tile_products(kv, w, hd, R, nc, nc4, pass, FA_F32);
 }
@@ -360,11 +423,11 @@ FA_EXPORT(fa_kv_unit) void fa_kv_unit(const fa_kv *kv, float *scratch, int32_t b
     const kv_head hd = kv_head_at(kv, &w, kvh - kvh0, kvh);
     for (int32_t hh = 0; hh < g; hh++)
       fa_copy_rows(p->q + ((int64_t)(b * tq + i0) * p->h + kvh * g + hh) * d, p->h * d, nq, d, hd.q + hh * nq * dp, dp);
-    if (kv->dtype != FA_F32) kv_perm_rows(hd.q, R, d, dp, fa_perm8);
     for (int32_t r = 0; r < R; r++) {
       hd.m[r] = -FA_INF;
       hd.l[r] = 0.0f;
     }
+    if (kv->dtype == FA_F16) kv_perm_rows(hd.q, R, d, dp, fa_perm8);
     fa_zero(hd.acc, R * dp);
   }
   /* keys some row of the tile sees (mask.ts tileKeyRange), then this unit's chunk of them */
@@ -377,16 +440,18 @@ FA_EXPORT(fa_kv_unit) void fa_kv_unit(const fa_kv *kv, float *scratch, int32_t b
   for (int32_t j0 = c0; j0 < c1; j0 += KV_TILE) {
     const int32_t nc = fa_min(KV_TILE, c1 - j0), nc4 = align4(nc);
     kv_rows(kv, b, j0, nc, nc4, w.krow, w.vrow);
-    sink |= kv_touch(w.krow, nc, kvh0 * d * es, (kvh1 - kvh0) * d * es) | kv_touch(w.vrow, nc, kvh0 * d * es, (kvh1 - kvh0) * d * es);
+    int finite = 0;
+    if (kv->dtype == FA_F16) finite = kv_f16_finite(w.krow, nc, kvh0 * d * es, (kvh1 - kvh0) * d * es) && kv_f16_finite(w.vrow, nc, kvh0 * d * es, (kvh1 - kvh0) * d * es);
+    else sink |= kv_touch(w.krow, nc, kvh0 * d * es, (kvh1 - kvh0) * d * es) | kv_touch(w.vrow, nc, kvh0 * d * es, (kvh1 - kvh0) * d * es);
     for (int32_t kvh = kvh0; kvh < kvh1; kvh++) {
       const kv_head hd = kv_head_at(kv, &w, kvh - kvh0, kvh);
-      kv_products(kv, &w, &hd, R, nc, nc4, 0);
+      kv_products(kv, &w, &hd, R, nc, nc4, 0, finite);
       for (int32_t hh = 0; hh < g; hh++) {
         const float slope = p->alibi ? p->alibi[b * p->h + kvh * g + hh] : 0.0f;
         fa_score_tile(p, w.s + hh * nq * KV_TILE, KV_TILE, nq, nc, nc4, i0, j0, tq, tk, slope, 0);
       }
       fa_softmax_update(w.s, KV_TILE, R, nc4, hd.m, hd.l, hd.acc, dp);
-      kv_products(kv, &w, &hd, R, nc, nc4, 1);
+      kv_products(kv, &w, &hd, R, nc, nc4, 1, finite);
     }
   }
   *w.sink = sink;

@@ -27,13 +27,25 @@ FA_EXPORT(fa_test_vmath) void fa_test_vmath(int32_t fn, const float *x, float *y
 }
 
 /* dst[0..n) = the cache elements src[0..n) of dtype dt as float32 (n % 8 == 0), the widening the
- * products use (put back in natural order): for test/kernels.test.ts, which checks it against core's decode on every f16 and
- * bf16 bit pattern. */
+ * products use (put back in natural order): kv_load8 (P V), or kv_load4 (q.k) when dt has bit 8 set.
+ * For test/kernels.test.ts, which checks it against core's decode on every f16 and bf16 bit pattern. */
 FA_EXPORT(fa_test_widen) void fa_test_widen(int32_t dt, const void *src, float *dst, int32_t n) {
+  const int four = dt & 8;
+  dt &= 7;
   for (int32_t e = 0; e < n; e += 8) {
     v128_t lo, hi;
+    if (four) {
+      if (dt == FA_BF16) lo = kv_load4(src, e, FA_BF16), hi = kv_load4(src, e + 4, FA_BF16);
+      else if (dt == FA_F16) lo = kv_load4(src, e, FA_F16), hi = kv_load4(src, e + 4, FA_F16);
+      else if (dt == FA_F16F) lo = kv_load4(src, e, FA_F16F), hi = kv_load4(src, e + 4, FA_F16F);
+      else lo = kv_load4(src, e, FA_F32), hi = kv_load4(src, e + 4, FA_F32);
+      wasm_v128_store(dst + e, lo);
+      wasm_v128_store(dst + e + 4, hi);
+      continue;
+    }
     if (dt == FA_BF16) kv_load8(src, e, FA_BF16, &lo, &hi);
     else if (dt == FA_F16) kv_load8(src, e, FA_F16, &lo, &hi);
+    else if (dt == FA_F16F) kv_load8(src, e, FA_F16F, &lo, &hi);
     else kv_load8(src, e, FA_F32, &lo, &hi);
     wasm_v128_store(dst + e, lo);
     wasm_v128_store(dst + e + 4, hi);

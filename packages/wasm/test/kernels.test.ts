@@ -171,8 +171,8 @@ for (const name of binaries) {
       });
     }
 
-    for (const [dtype, code] of [['f16', 1], ['bf16', 2]] as const) {
-      it(`the KV-cache products' ${dtype} widening (in registers) equals core's decode on every bit pattern`, () => {
+    for (const [dtype, code, how] of [['f16', 1, 'P·V'], ['bf16', 2, 'P·V'], ['f16', 9, 'q·k'], ['bf16', 10, 'q·k']] as const) {
+      it(`the KV-cache ${how} products' ${dtype} widening (in registers) equals core's decode on every bit pattern`, () => {
         const n = 0x10000;
         const bits = Uint16Array.from({ length: n }, (_, i) => i);
         new Uint16Array(mem.buffer, X, n).set(bits);
@@ -186,6 +186,24 @@ for (const name of binaries) {
           const ok = Number.isNaN(want[i]) ? Number.isNaN(got[i]) && gotBits[i] >>> 31 === i >>> 15 : gotBits[i] === wantBits[i];
           if (!ok) expect.fail(`${dtype} 0x${i.toString(16)}: got ${got[i]} (0x${gotBits[i].toString(16)}), core's decode gives ${want[i]}`);
         }
+      });
+    }
+
+    for (const [code, how] of [[3, 'P·V'], [11, 'q·k']] as const) {
+      it(`the KV-cache ${how} products' f16 widening for tiles without infinities or NaNs equals core's decode on every finite pattern`, () => {
+        const n = 0x10000;
+        const bits = Uint16Array.from({ length: n }, (_, i) => i);
+        new Uint16Array(mem.buffer, X, n).set(bits);
+        ex.fa_test_widen(code, X, Y, n); // FA_F16F (widen.h); + 8: kv_load4
+        const gotBits = new Uint32Array(mem.buffer, Y, n);
+        const wantBits = new Uint32Array(decode('f16', bits).buffer);
+        let finite = 0;
+        for (let i = 0; i < n; i++) {
+          if ((i & 0x7c00) === 0x7c00) continue; // the kernel never takes this path for exponent 31
+          finite++;
+          if (gotBits[i] !== wantBits[i]) expect.fail(`f16 0x${i.toString(16)}: got 0x${gotBits[i].toString(16)}, core's decode gives 0x${wantBits[i].toString(16)}`);
+        }
+        expect(finite).toBe(63488);
       });
     }
 

@@ -7,7 +7,7 @@
  * and the copy loop the decode benchmark measures against.
  */
 import { describe, expect, it } from 'vitest';
-import { appendKVCacheHost, describeKVCacheProblem, describeKVCacheProblemShapes, encode, FAError, isFAError, referenceKVCache, tensor, type DType, type HostData, type HostTensor, type KVCacheOptions, type Tensor } from '@fa/core';
+import { appendKVCacheHost, createCpuBackend, decode, describeKVCacheProblem, describeKVCacheProblemShapes, encode, FAError, isFAError, referenceKVCache, tensor, type DType, type HostData, type HostTensor, type KVCacheOptions, type Tensor } from '@fa/core';
 import { checkKVCacheCase, makeKVCacheCase } from '@fa/core/testing';
 import { createWasmBackend, type WasmBackend } from '../dist/index.js';
 
@@ -102,6 +102,39 @@ describe('wasm KV-cache call', () => {
     expect(failed).toEqual([]);
     expect(n).toBe(108);
     await be.dispose();
+  });
+
+  it('f16 caches with an infinity or NaN in some tiles (which take the exact widening) and none in others (the short one) give what the cpu engine gives', async () => {
+    const be = await createWasmBackend({ threads: 2, inlineBelowFlops: 0, kvChunk: 128 });
+    const cpu = await createCpuBackend({ threads: 0 });
+    const x = decodeCase('f16');
+    const [bs, hkv, d] = [64, 2, 96];
+    const row = (blk: number, t: number, kvh: number) => ((blk * bs + t) * hkv + kvh) * d;
+    const order = x.opts.blockTable;
+    // sequence 0: NaN in the K row of key 70 (block order[1]), kv head 1, and −∞ in key 5's (kv head 0: softcap makes
+    // its score finite); sequence 1 (blocks order[21…]): +∞ in the V row of key 1000, kv head 0
+    const k = clone(x.kCache), v = clone(x.vCache);
+    (k.data as Uint16Array)[row(order[1], 70 - 64, 1) + 17] = 0x7e00;
+    (k.data as Uint16Array)[row(order[0], 5, 0) + 40] = 0xfc00;
+    (v.data as Uint16Array)[row(order[21 + 15], 1000 - 15 * 64, 0) + 3] = 0x7c00;
+    const r = await be.forwardWithKVCache(x.q, clone(k), clone(v), x.opts);
+    const c = await cpu.forwardWithKVCache(x.q, clone(k), clone(v), x.opts);
+    const out = (r.out as HostTensor).data as Uint16Array, want = (c.out as HostTensor).data as Uint16Array;
+    const f = decode('f16', out), g = decode('f16', want);
+    let nan = 0, inf = 0, bad = 0;
+    for (let i = 0; i < f.length; i++) {
+      if (Number.isNaN(g[i])) nan++;
+      else if (!Number.isFinite(g[i])) inf++;
+      if (!Number.isFinite(g[i]) || !Number.isFinite(f[i])) {
+        if (!Object.is(f[i], g[i]) && !(Number.isNaN(f[i]) && Number.isNaN(g[i]))) bad++;
+      } else if (Math.abs(f[i] - g[i]) > 2e-3 * (1 + Math.abs(g[i]))) bad++;
+    }
+    expect(nan).toBeGreaterThan(0); // the NaN reaches the outputs of its kv head's queries
+    expect(inf).toBeGreaterThan(0); // and the infinity those of its column
+    expect(nan + inf).toBeLessThan(f.length / 2); // the other heads and sequences stay finite
+    expect(bad).toBe(0);
+    await be.dispose();
+    await cpu.dispose();
   });
 
   it('runs a decode loop on uploaded caches: appended and read in place, outputs on the device, index tensors advanced with writeIndex', async () => {

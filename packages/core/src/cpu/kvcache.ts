@@ -9,12 +9,12 @@
  *
  *   Q rows (R × d4, decoded once)
  *   for each key tile of KV_TILE keys in the chunk ∩ the rows' visible keys:
- *     row offsets through the block table                  cacheOffsets (f32: read in place;
- *                                                          16-bit: decodeTile to float32)
- *     S   = Q·Kᵀ                                           scoresRows4 / scoresRow1
+ *     row offsets through the block table                  cacheOffsets (rows read in place;
+ *                                                          16-bit through a widening table)
+ *     S   = Q·Kᵀ                                           scoresRows4 / scoresRow1 (…T: 16-bit)
  *     S   = logit(S), −∞ where masked                      scoreTile (mask.ts)
  *     S   = e^(S − m'), rescale l and acc                  softmaxTileUpdate (online-softmax.ts)
- *     acc += S·V                                           pvRows4 / pvRow1
+ *     acc += S·V                                           pvRows4 / pvRow1 (…T: 16-bit)
  *   one chunk: out = acc / l, lse = m + log l               finalizeTile
  *   several:   (m, l, acc) → partial slot; combineKVCache merges the chunks in order
  *              (mergeTileStates), then finalizes
@@ -25,12 +25,10 @@
 import { keyRange, slopeOf, tileKeyRange } from '../mask.js';
 import { finalizeTile, mergeTileStates, resetTileState, softmaxTileUpdate } from '../online-softmax.js';
 import { kvCacheRow, kvKeys, kvLseIndex, type KVCacheProblem } from '../kvcache.js';
-import type { DType } from '../dtype.js';
-import type { HostData } from '../tensor.js';
 import { KV_UNIT, type KVCacheJob, type Workspace } from './job.js';
-import { pvRow1, pvRows4, scoresRow1, scoresRows4 } from './kvcache-kernels.js';
+import { pvRow1, pvRow1T, pvRows4, pvRows4T, scoresRow1, scoresRow1T, scoresRows4, scoresRows4T } from './kvcache-kernels.js';
 import { scoreTile } from './scores.js';
-import { f16ToF32, loadRows, storeRows } from './tileio.js';
+import { bf16ToF32, f16ToF32, loadRows, storeRows } from './tileio.js';
 import { paddedD } from './tiles.js';
 
 /** Keys per tile: S is R4 × KV_TILE and the K, V tiles KV_TILE × d4 (64 KiB each at D = 128). */
@@ -142,19 +140,15 @@ function tileRows(p: KVCacheProblem, ws: Workspace, i0: number, nq: number, tk: 
   }
 }
 
-/** Per-thread scratch of the KV-cache kernel: row offsets and the 16-bit caches' decoded tiles. */
+/** Per-thread scratch of the KV-cache kernel: row offsets, and float32 tiles for f32 rows of a D that is not a multiple of 4. */
 class KVScratch {
   off = new Int32Array(KV_TILE);
   k32 = new Float32Array(0);
   v32 = new Float32Array(0);
-  k32u = new Uint32Array(0);
-  v32u = new Uint32Array(0);
   ensure(d4: number): void {
     if (this.k32.length >= KV_TILE * d4) return;
     this.k32 = new Float32Array(KV_TILE * d4);
     this.v32 = new Float32Array(KV_TILE * d4);
-    this.k32u = new Uint32Array(this.k32.buffer);
-    this.v32u = new Uint32Array(this.v32.buffer);
   }
 }
 const scratch = new KVScratch();
@@ -172,34 +166,16 @@ function cacheOffsets(p: KVCacheProblem, b: number, kvh: number, j0: number, nc:
 }
 
 /**
- * Decodes the rows at off[0..nc) of a cache into a Float32Array tile with rows of d4 (zero
- * padded), and points off at the tile's rows. f16 through a table, bf16 by a shift: both exact.
+ * Copies the f32 rows at off[0..nc) into a tile with rows of d4 (zero padded): for a D that is
+ * not a multiple of 4, whose padded width (pvRows4 reads d4 columns) would read past a row.
  */
-function decodeTile(dtype: DType, src: HostData, off: Int32Array, nc: number, nc4: number, d: number, d4: number, f32: Float32Array, u32: Uint32Array): void {
-  if (dtype === 'bf16') {
-    const a = src as Uint16Array;
-    for (let r = 0; r < nc; r++) {
-      const s = off[r];
-      const o = r * d4;
-      for (let c = 0; c < d; c++) u32[o + c] = a[s + c] << 16;
-    }
-  } else if (dtype === 'f16') {
-    const a = src as Uint16Array;
-    const table = f16ToF32();
-    for (let r = 0; r < nc; r++) {
-      const s = off[r];
-      const o = r * d4;
-      for (let c = 0; c < d; c++) f32[o + c] = table[a[s + c]];
-    }
-  } else {
-    const a = src as Float32Array;
-    for (let r = 0; r < nc; r++) {
-      const s = off[r];
-      const o = r * d4;
-      for (let c = 0; c < d; c++) f32[o + c] = a[s + c];
-    }
+function padTile(src: Float32Array, off: Int32Array, nc: number, d: number, d4: number, f32: Float32Array): void {
+  for (let r = 0; r < nc; r++) {
+    const s = off[r];
+    const o = r * d4;
+    for (let c = 0; c < d; c++) f32[o + c] = src[s + c];
+    for (let c = d; c < d4; c++) f32[o + c] = 0;
   }
-  if (d4 > d) for (let r = 0; r < nc; r++) f32.fill(0, r * d4 + d, (r + 1) * d4);
 }
 
 /** One unit: see the module comment. */
@@ -223,26 +199,31 @@ export function kvCacheUnit(job: KVCacheJob, ws: Workspace, b: number, kvh: numb
   const c1 = Math.min(hi + 1, c0 + job.chunk);
   const ld = KV_TILE;
   const alibi = p.alibi !== undefined;
-  // f32 rows are read where they lie; 16-bit rows (and rows of a D that is not a multiple of 4,
-  // whose padded width would read into the next row) are decoded into a tile first.
-  const direct = p.dtype === 'f32' && d % 4 === 0;
+  // Rows are read where they lie: f32 as they are (through a padded tile when D is not a
+  // multiple of 4), 16-bit through the table of all 65,536 patterns (kvcache-kernels.ts).
+  const wide = p.dtype === 'f32' ? undefined : p.dtype === 'bf16' ? bf16ToF32() : f16ToF32();
+  const padded = p.dtype === 'f32' && d % 4 !== 0;
   scratch.ensure(d4);
-  const { off, k32, v32, k32u, v32u } = scratch;
+  const { off, k32, v32 } = scratch;
   for (let j0 = c0; j0 < c1; j0 += KV_TILE) {
     const nc = Math.min(KV_TILE, c1 - j0);
     const nc4 = (nc + 3) & ~3;
     cacheOffsets(p, b, kvh, j0, nc, nc4, off);
-    let kSrc = job.kCache as Float32Array;
-    let vSrc = job.vCache as Float32Array;
-    if (!direct) {
-      decodeTile(p.dtype, job.kCache, off, nc, nc4, d, d4, k32, k32u);
-      decodeTile(p.dtype, job.vCache, off, nc, nc4, d, d4, v32, v32u);
-      for (let r = 0; r < nc4; r++) off[r] = Math.min(r, nc - 1) * d4;
-      kSrc = k32;
-      vSrc = v32;
+    if (wide) {
+      const kSrc = job.kCache as Uint16Array;
+      for (let r = 0; r < R4; r += 4) scoresRows4T(qRow, d4, r, kSrc, wide, off, nc4, d, s, ld);
+      for (let r = R4; r < R; r++) scoresRow1T(qRow, d4, r, kSrc, wide, off, nc4, d, s, ld);
+    } else {
+      let kSrc = job.kCache as Float32Array;
+      if (padded) {
+        padTile(job.kCache as Float32Array, off, nc, d, d4, k32);
+        padTile(job.vCache as Float32Array, off, nc, d, d4, v32);
+        for (let r = 0; r < nc4; r++) off[r] = Math.min(r, nc - 1) * d4;
+        kSrc = k32;
+      }
+      for (let r = 0; r < R4; r += 4) scoresRows4(qRow, d4, r, kSrc, off, nc4, d, s, ld);
+      for (let r = R4; r < R; r++) scoresRow1(qRow, d4, r, kSrc, off, nc4, d, s, ld);
     }
-    for (let r = 0; r < R4; r += 4) scoresRows4(qRow, d4, r, kSrc, off, nc4, d, s, ld);
-    for (let r = R4; r < R; r++) scoresRow1(qRow, d4, r, kSrc, off, nc4, d, s, ld);
     if (!alibi) {
       // Without ALiBi the logit does not depend on the query position or head: one call.
       scoreTile(p, s, ld, R, nc, i0, j0, p.tq, tk, 0, rowLo, rowHi, 0, undefined);
@@ -250,8 +231,15 @@ export function kvCacheUnit(job: KVCacheJob, ws: Workspace, b: number, kvh: numb
       for (let hh = 0; hh < g; hh++) scoreTile(p, s.subarray(hh * nq * ld), ld, nq, nc, i0, j0, p.tq, tk, slopeOf(p, b, kvh * g + hh), rowLo, rowHi, hh * nq, undefined);
     }
     softmaxTileUpdate(s, ld, R, nc, m, l, acc, d4);
-    for (let r = 0; r < R4; r += 4) pvRows4(s, ld, r, vSrc, off, nc, d4, acc);
-    for (let r = R4; r < R; r++) pvRow1(s, ld, r, vSrc, off, nc, d4, acc);
+    if (wide) {
+      const vSrc = job.vCache as Uint16Array;
+      for (let r = 0; r < R4; r += 4) pvRows4T(s, ld, r, vSrc, wide, off, nc, d, d4, acc);
+      for (let r = R4; r < R; r++) pvRow1T(s, ld, r, vSrc, wide, off, nc, d, d4, acc);
+    } else {
+      const vSrc = padded ? v32 : (job.vCache as Float32Array);
+      for (let r = 0; r < R4; r += 4) pvRows4(s, ld, r, vSrc, off, nc, d4, acc);
+      for (let r = R4; r < R; r++) pvRow1(s, ld, r, vSrc, off, nc, d4, acc);
+    }
   }
   if (slot >= 0) {
     const base = slot * job.rows;

@@ -20,6 +20,17 @@ export function f16ToF32(): Float32Array {
   return f16Table;
 }
 
+let bf16Table: Float32Array | undefined;
+/** All 65536 bf16 bit patterns decoded (exact: each is a float32's top half), built once per thread. */
+export function bf16ToF32(): Float32Array {
+  if (!bf16Table) {
+    bf16Table = new Float32Array(65536);
+    const u = new Uint32Array(bf16Table.buffer);
+    for (let i = 0; i < 65536; i++) u[i] = i << 16;
+  }
+  return bf16Table;
+}
+
 // bf16 → f32 is a 16-bit shift of the bit pattern.
 const bfF32 = new Float32Array(1);
 const bfU32 = new Uint32Array(bfF32.buffer);
