@@ -85,7 +85,6 @@ __global__ void __launch_bounds__(384, 1)
       }
     }
     const bool k_tail_in_tensor = s.k0 + s.tk < a.total_k;  // rows after this sequence hold data
-    const int64_t ld = static_cast<int64_t>(a.Hkv) * a.d;
     for (int idx = 0; idx < n_tiles; ++idx) {
       const int st = idx % ST, n1 = (nb_lo + idx) * BN;
       if (idx >= ST) tma::wait(v_empty + st, ((idx / ST) + 1) & 1);
@@ -95,18 +94,7 @@ __global__ void __launch_bounds__(384, 1)
         for (int c = 0; c < CB; ++c) tma::load_box(sV + st * BN * D + c * BN * 64, &map_v, v_full + st, c * 64, hk, s.k0 + n1);
       }
       if (idx >= ST) tma::wait(k_empty + st, ((idx / ST) + 1) & 1);
-      T* dst = sK + st * BN * D;
-      if (n1 + BN > s.tk && k_tail_in_tensor) {
-        copy_tile128_warp<BN, D>(dst, static_cast<const T*>(t.k) + (static_cast<int64_t>(s.k0) + n1) * ld + static_cast<int64_t>(hk) * a.d, ld,
-                                 s.tk - n1, a.d, lane);
-        wg::fence_proxy_async();  // the tensor cores read these stores through the async proxy
-        __syncwarp();
-        if (lane == 0) tma::arrive(k_full + st);
-      } else if (lane == 0) {
-        tma::arrive_expect(k_full + st, KV_BYTES);
-#pragma unroll
-        for (int c = 0; c < CB; ++c) tma::load_box(dst + c * BN * 64, &map_k, k_full + st, c * 64, hk, s.k0 + n1);
-      }
+      tma::load_tile<BN, D>(sK + st * BN * D, &map_k, static_cast<const T*>(t.k), k_full + st, s.k0 + n1, hk, a.Hkv, a.d, s.tk - n1, k_tail_in_tensor, lane);
     }
   } else {
     // ---- consumers -----------------------------------------------------------------------------

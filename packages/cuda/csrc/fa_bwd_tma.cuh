@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int D = Tr::D, BN = Tr::BN, BM = Tr::BM, ST = Tr::STAGES;
   static_assert(BN == 128 && BM == 64, "two consumer warpgroups of 64 keys; dQ = dS K is one m64 product per step");
   constexpr int CB = D / 64;  // 64-column boxes per tile row
-  constexpr uint32_t KV_BYTES = BN * D * 2, Q_BYTES = BM * D * 2;
+  constexpr uint32_t KV_BYTES = BN * D * 2;
   using Keys = WgBwdKeys<E, D, BN, BM, BM>;
   constexpr int NS = Keys::NS, NG = Keys::NG, NQ = Keys::NQ;
   constexpr int kDsReady = 1;  // named barrier: both warpgroups' dS^T are in shared memory
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(384, 1)
     tma::regs_dec<Tr::PRODUCER_REGS>();
     if (tid >= 32 || total_it == 0) return;  // (no query sees these keys: the consumers write zeros)
     const int lane = tid;
-    const int64_t ldq = static_cast<int64_t>(a.H) * a.d, ldk = static_cast<int64_t>(a.Hkv) * a.d;
+    const int64_t ldk = static_cast<int64_t>(a.Hkv) * a.d;
     if (lane == 0) {
       tma::prefetch_map(&map_q);
       tma::prefetch_map(&map_k);
@@ -118,22 +118,8 @@ __global__ void __launch_bounds__(384, 1)
       if (it >= ST) tma::wait(empty + st, ((it / ST) + 1) & 1);
       const float* g = grow + static_cast<int64_t>(h) * a.total_q + s.q0 + m0;
       for (int r = lane; r < BM; r += 32) srow[st * BM + r] = m0 + r < s.tq ? g[r] : 0.f;
-      T* dst = tile + st * BM * D;
-      const bool copy = m0 + BM > s.tq && q_tail_in_tensor;
-      if (copy) {
-        copy_tile128_warp<BM, D>(dst, static_cast<const T*>(src) + (s.q0 + m0) * ldq + static_cast<int64_t>(h) * a.d, ldq, s.tq - m0, a.d, lane);
-        wg::fence_proxy_async();
-      }
-      __syncwarp();  // the warp's shared-memory stores before lane 0's arrival (release)
-      if (lane == 0) {
-        if (copy) {
-          tma::arrive(full + st);
-        } else {
-          tma::arrive_expect(full + st, Q_BYTES);
-#pragma unroll
-          for (int c = 0; c < CB; ++c) tma::load_box(dst + c * BM * 64, map, full + st, c * 64, h, s.q0 + m0);
-        }
-      }
+      // (load_tile's __syncwarp also orders the row statistics above before the arrival)
+      tma::load_tile<BM, D>(tile + st * BM * D, map, static_cast<const T*>(src), full + st, s.q0 + m0, h, a.H, a.d, s.tq - m0, q_tail_in_tensor, lane);
     };
     for (int it = 0; it < total_it; ++it) {
       load(q_full, q_empty, sQ, &map_q, t.q, sLse, a.lse2, it);

@@ -100,20 +100,7 @@ __global__ void __launch_bounds__(Tr::NT, 1)
         for (int c = 0; c < CB; ++c) tma::load_box(sK + st * BN * D + c * BN * 64, &map_k, k_full + st, c * 64, hk, s.k0 + n1);
       }
       if (idx >= ST) tma::wait(v_empty + st, ((idx / ST) + 1) & 1);
-      T* dst = sV + st * BN * D;
-      if (n1 + BN > s.tk && v_tail_in_tensor) {
-        // plain loads, rows past the sequence and columns past d zero-filled (swz128 layout)
-        const int64_t ld = static_cast<int64_t>(a.Hkv) * a.d;
-        const T* src = static_cast<const T*>(t.v) + (static_cast<int64_t>(s.k0) + n1) * ld + static_cast<int64_t>(hk) * a.d;
-        copy_tile128_warp<BN, D>(dst, src, ld, s.tk - n1, a.d, lane);
-        wg::fence_proxy_async();  // the tensor cores read these stores through the async proxy
-        __syncwarp();
-        if (lane == 0) tma::arrive(v_full + st);
-      } else if (lane == 0) {
-        tma::arrive_expect(v_full + st, KV_BYTES);
-#pragma unroll
-        for (int c = 0; c < CB; ++c) tma::load_box(dst + c * BN * 64, &map_v, v_full + st, c * 64, hk, s.k0 + n1);
-      }
+      tma::load_tile<BN, D>(sV + st * BN * D, &map_v, static_cast<const T*>(t.v), v_full + st, s.k0 + n1, hk, a.Hkv, a.d, s.tk - n1, v_tail_in_tensor, lane);
     }
   } else {
     // ---- consumers -----------------------------------------------------------------------------

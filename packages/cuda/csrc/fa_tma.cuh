@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "fa_tile.cuh"
+#include "fa_wgmma.cuh"
 
 namespace fa {
 namespace tma {
@@ -54,6 +55,33 @@ __device__ __forceinline__ void load_box(void* dst, const CUtensorMap* map, uint
 }
 __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// One producer warp brings the R-row tile at rows [row, row + R) of head h of a [total, heads, d]
+// operand (base: its first element) into dst (swz128) and completes `full` with one arrival: by
+// TMA, or, when the tile runs past its sequence (valid_rows < R) into rows that hold another
+// sequence's data (tail_in_tensor), by plain loads with those rows and the columns past d
+// zero-filled, fenced for the tensor cores (the copy engine would bring the other sequence in, and
+// 0 times its NaN or infinity is NaN in a product over these rows).
+template <int R, int D, typename T>
+__device__ __forceinline__ void load_tile(T* dst, const CUtensorMap* map, const T* base, uint64_t* full, int row, int h, int heads, int d,
+                                          int valid_rows, bool tail_in_tensor, int lane) {
+  const bool copy = valid_rows < R && tail_in_tensor;
+  if (copy) {
+    const int64_t ld = static_cast<int64_t>(heads) * d;
+    copy_tile128_warp<R, D>(dst, base + static_cast<int64_t>(row) * ld + static_cast<int64_t>(h) * d, ld, valid_rows, d, lane);
+    wg::fence_proxy_async();  // the tensor cores read these stores through the async proxy
+  }
+  __syncwarp();  // the warp's shared-memory stores before lane 0's arrival (release)
+  if (lane == 0) {
+    if (copy) {
+      arrive(full);
+    } else {
+      arrive_expect(full, R * D * 2);
+#pragma unroll
+      for (int c = 0; c < D / 64; ++c) load_box(dst + c * R * 64, map, full, c * 64, h, row);
+    }
+  }
 }
 
 // ---- warpgroup roles ---------------------------------------------------------------------------
