@@ -3,6 +3,8 @@
 // D (f32) fragment of m64nNk16 per thread: d[4i+0..1] = (row 16*warp + lane/4, cols 8i + 2*(lane%4) + 0..1),
 // d[4i+2..3] = the same columns at row + 8 -- the mma.sync C layout, repeated along N.
 #pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 
 namespace fa {
