@@ -60,7 +60,7 @@ export class AutoBackend implements AttentionBackend {
   #indexEngine: AttentionBackend | undefined;
   #disposed = false;
 
-  /** `release(name)` disposes a started engine for the registry (it owns the instances). */
+  /** `release(name)` lets go of a started engine (the registry owns the instances and disposes one when nothing holds it). */
   constructor(candidates: readonly EngineCandidate[], options: AutoBackendOptions, release: (name: string) => Promise<void>) {
     this.#candidates = Object.freeze([...candidates]);
     this.#started = candidates.flatMap((c) => (c.backend ? [c.backend] : []));
@@ -154,7 +154,10 @@ export class AutoBackend implements AttentionBackend {
     if (isOwned(t)) this.#owner(t, isDeviceIndexTensor(t) ? 'the index tensor' : 'the tensor').disposeTensor(t);
   }
 
-  /** Disposes every engine it started (the registry starts them afresh on the next resolve). */
+  /**
+   * Lets go of the engines it started: the registry disposes each one that no other auto backend
+   * holds and no caller got by name, and starts it afresh on the next resolve.
+   */
   async dispose(): Promise<void> {
     if (this.#disposed) return;
     this.#disposed = true;

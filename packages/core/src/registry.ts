@@ -23,6 +23,10 @@ interface Entry {
   factory: BackendFactory;
   instance?: Promise<AttentionBackend>;
   failure?: string;
+  /** Auto backends holding the started instance; it is disposed when the last one lets go. */
+  holders: number;
+  /** Handed to a caller by name (resolveBackend('cuda'), resolveBackendFor): the caller owns its life. */
+  pinned: boolean;
 }
 
 const registry = new Map<string, Entry>();
@@ -32,7 +36,7 @@ const registry = new Map<string, Entry>();
  * replaces the entry (and forgets a cached instance or failure).
  */
 export function registerBackend(name: string, factory: BackendFactory, priority = 0): void {
-  registry.set(name, { name, priority, factory });
+  registry.set(name, { name, priority, factory, holders: 0, pinned: false });
 }
 
 export function unregisterBackend(name: string): void {
@@ -82,29 +86,56 @@ function candidateNames(preferred: string | readonly string[] | undefined): stri
 }
 
 /** Disposes a started engine and forgets it, so the next resolve starts it afresh. */
-async function release(name: string): Promise<void> {
-  const e = registry.get(name);
-  const inst = e?.instance;
-  if (!e || !inst) return;
+async function disposeEntry(e: Entry): Promise<void> {
+  const inst = e.instance;
+  e.holders = 0;
+  e.pinned = false;
+  if (!inst) return;
   e.instance = undefined;
   await inst.then((b) => b.dispose(), () => undefined);
+}
+
+/** An auto backend takes a hold on each engine it started... */
+function hold(name: string): void {
+  const e = registry.get(name);
+  if (e) e.holders++;
+}
+/** ...and lets go when disposed: the engine is disposed when no auto backend holds it and no
+ * caller was handed it by name (one auto backend's dispose() must not pull an engine from under
+ * another, or from under `resolveBackend('cpu')`'s caller). */
+async function release(name: string): Promise<void> {
+  const e = registry.get(name);
+  if (!e || !e.instance) return;
+  e.holders = Math.max(0, e.holders - 1);
+  if (e.holders === 0 && !e.pinned) await disposeEntry(e);
+}
+
+function pin(name: string): void {
+  const e = registry.get(name);
+  if (e) e.pinned = true;
 }
 
 /**
  * A backend to compute with.
  * - A name ('cpu', 'webgpu', 'cuda'): that engine, started once and shared; FAError E_DEVICE says
- *   why it cannot start, E_ARG names an unregistered one.
+ *   why it cannot start, E_ARG names an unregistered one. The caller owns it from then on: auto
+ *   backends that share it never dispose it.
  * - Nothing, 'auto', or an array of names in order of preference: an "auto" backend over every
  *   registered engine (or those named) that starts. Each forward/backward runs on the
  *   highest-priority engine whose supports() accepts its problem, so the same program runs on
  *   any machine (an engine that declines f32, say, hands f32 calls to the next one, with one
- *   note through `options.onFallback`). Rejects with E_DEVICE when no candidate starts.
+ *   note through `options.onFallback`). Rejects with E_DEVICE when no candidate starts. Its
+ *   dispose() lets go of the engines it started; an engine is disposed when no auto backend holds
+ *   it and no caller was handed it by name (resetBackends() disposes them all).
  */
 export async function resolveBackend(preferred?: string | readonly string[], options: AutoBackendOptions = {}): Promise<AttentionBackend> {
   const names = candidateNames(preferred);
   if (typeof preferred === 'string' && preferred !== 'auto') {
     const c = await start(names[0]);
-    if (c.backend) return c.backend;
+    if (c.backend) {
+      pin(c.name);
+      return c.backend;
+    }
     throw new FAError('E_DEVICE', `no backend is available (${c.name}: ${c.reason})`);
   }
   const candidates: EngineCandidate[] = [];
@@ -112,7 +143,9 @@ export async function resolveBackend(preferred?: string | readonly string[], opt
   if (!candidates.some((c) => c.backend)) {
     throw new FAError('E_DEVICE', names.length === 0 ? NO_BACKEND_REGISTERED : `no backend is available (${candidates.map((c) => `${c.name}: ${c.reason}`).join('; ')})`);
   }
-  return new AutoBackend(candidates, options, release);
+  const auto = new AutoBackend(candidates, options, release);
+  for (const c of candidates) if (c.backend) hold(c.name);
+  return auto;
 }
 
 /**
@@ -138,7 +171,9 @@ export async function resolveBackendFor(problem: ProblemSource, options: { backe
     candidates.push(c);
     if (c.backend && askSupports(c.backend, p).ok) break; // later engines need not start
   }
-  return chooseEngine(p, candidates);
+  const r = chooseEngine(p, candidates);
+  pin(candidates.find((c) => c.backend === r.backend)!.name);
+  return r;
 }
 
 export interface BackendStatus {
@@ -164,6 +199,6 @@ export async function listBackends(): Promise<BackendStatus[]> {
 export async function resetBackends(): Promise<void> {
   for (const e of registry.values()) {
     e.failure = undefined;
-    await release(e.name);
+    await disposeEntry(e);
   }
 }

@@ -323,6 +323,33 @@ describe('resolveBackend() — the auto backend', () => {
     expect(fakes.gpu.calls.forward).toBe(1);
   });
 
+  it('dispose() of one auto backend leaves the engines another one, or a caller by name, still uses', async () => {
+    const a = await resolveBackend();
+    const b = await resolveBackend();
+    const gpu = fakes.gpu;
+    expect(starts.gpu).toBe(1); // started once, shared
+    await a.dispose();
+    expect(gpu.disposed).toBe(false); // b still holds it
+    const h = qkv('f16');
+    await b.forward(h.q, h.k, h.v);
+    expect(gpu.calls.forward).toBe(1);
+    await b.dispose();
+    expect(gpu.disposed).toBe(true); // the last holder let go
+
+    const named = await resolveBackend('gpu'); // a caller by name owns the engine from now on
+    const c = await resolveBackend();
+    expect(starts.gpu).toBe(2);
+    await c.dispose();
+    expect(fakes.gpu.disposed).toBe(false);
+    await named.forward(h.q, h.k, h.v);
+    expect(fakes.gpu.calls.forward).toBe(1);
+
+    const chosen = (await resolveBackendFor({ q: h.q, k: h.k, v: h.v })).backend; // so is an engine resolveBackendFor hands out
+    expect(chosen).toBe(named);
+    await resetBackends(); // disposes them all
+    expect(fakes.gpu.disposed).toBe(true);
+  });
+
   it('keeps the string forms: a name is that engine; unknown names are E_ARG; a dead one is E_DEVICE', async () => {
     const cpu = await resolveBackend('cpu');
     expect(cpu.name).toBe('cpu');
