@@ -146,7 +146,7 @@ export class CudaBackend implements AttentionBackend {
   }
 
   #live(): void {
-    if (this.#disposed) throw new FAError('E_ARG', 'this CUDA backend was disposed');
+    if (this.#disposed) throw new FAError('E_DEVICE', 'this CUDA backend was disposed; create a new one');
   }
 
   #own(t: Tensor, what: string): CudaTensor {
