@@ -151,6 +151,20 @@ fn score(dot: f32, i: i32, j: i32, off: i32, slope: f32) -> f32 {
 }`;
 
 /** The split-KV attention pass. */
+// Which (split, sequence, kv head, row tile) a workgroup of the attend passes owns: splits along x,
+// the (b, kv head, row tile) index along y and z (65535 per dimension). Both attend kernels (this
+// one and kvdecode.ts) open with it; it returns early past the batch.
+export const KV_WORKGROUP = /* wgsl */ `
+  let s = wid.x;
+  let gi = wid.y + wid.z * 65535u;
+  let g = P.h / P.hkv;
+  let rtile = gi % P.q_tiles;
+  let bk = gi / P.q_tiles;
+  let b = bk / P.hkv;
+  let kvh = bk % P.hkv;
+  if (b >= P.batch) { return; }
+  let d = P.d;`;
+
 export function kvAttendWGSL(enc: KVEncoding): string {
   const rmax = KV_MAX_ROWS;
   return /* wgsl */ `
@@ -174,16 +188,7 @@ ${CACHE_ROW}
 ${SCORE}
 
 @compute @workgroup_size(${KV_THREADS})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-  let s = wid.x;
-  let gi = wid.y + wid.z * 65535u;
-  let g = P.h / P.hkv;
-  let rtile = gi % P.q_tiles;
-  let bk = gi / P.q_tiles;
-  let b = bk / P.hkv;
-  let kvh = bk % P.hkv;
-  if (b >= P.batch) { return; }
-  let d = P.d;
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {${KV_WORKGROUP}
   let r0 = rtile * P.rows;
   let R = min(P.rows, g * P.tq - r0);
   let tk = i32(u32(lens[b]) + P.tnew);

@@ -21,7 +21,7 @@
  * unrolled so the rows' q, acc, m, l live in registers. Generic (CPU adapters, whose compilers
  * take seconds per big body): the same code with loops, L from the uniform, R = 8.
  */
-import { CACHE_ROW, KVP_WGSL, SCORE, type KVEncoding, elemType, load, unpackFn } from './kvcache.js';
+import { CACHE_ROW, KV_WORKGROUP, KVP_WGSL, SCORE, type KVEncoding, elemType, load, unpackFn } from './kvcache.js';
 
 export const KVD_THREADS = 128;
 /** Most rows (queries × query heads of one kv head) per workgroup. */
@@ -232,16 +232,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let L = ${s.lanes > 0 ? `${s.lanes}u` : 'P.lanes'};
   let NT = ${T}u / L;
   let ln = lid % L;
-  let team = lid / L;
-  let s = wid.x;
-  let gi = wid.y + wid.z * 65535u;
-  let g = P.h / P.hkv;
-  let rtile = gi % P.q_tiles;
-  let bk = gi / P.q_tiles;
-  let b = bk / P.hkv;
-  let kvh = bk % P.hkv;
-  if (b >= P.batch) { return; }
-  let d = P.d;
+  let team = lid / L;${KV_WORKGROUP}
   let r0 = rtile * ${R}u;
   let nrows = min(${R}u, g * P.tq - r0);
   let tk = i32(u32(lens[b]) + P.tnew);
