@@ -135,6 +135,6 @@ describe.skipIf(!native.ok)('KV cache over a dry-run context (no CUDA calls)', (
     expect(r13.out.kind).toBe('device');
     expect(r13.out.shape).toEqual([2, 1, 3, 13]);
     await b.dispose();
-    await expect(b.uploadIndex([1])).rejects.toMatchObject({ code: 'E_ARG' });
+    await expect(b.uploadIndex([1])).rejects.toMatchObject({ code: 'E_DEVICE', message: expect.stringMatching(/disposed/) });
   });
 });
