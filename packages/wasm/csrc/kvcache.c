@@ -71,6 +71,24 @@ FA_INLINE v128_t fa_hsum4(v128_t a0, v128_t a1, v128_t a2, v128_t a3) {
  * accumulators, and at most 4 q vectors and 2 keys besides, which fit V8's 15 free registers
  * (8 elements a step, with 16-bit rows split into (even, odd) halves, spilled 4-6 of them).
  */
+/* a_r += q_r[o, o + 4) x and c_r += q_r[o, o + 4) y for the 4 rows of kv_dot_4x2 (a macro: the
+ * order of the loads and multiply-adds is the kernel's, and so is V8's register allocation) */
+#define KV_FMA_4X2(o, x, y)             \
+  do {                                  \
+    v128_t u_ = wasm_v128_load(q0 + (o)); \
+    a0 = VFMA(u_, x, a0);               \
+    c0 = VFMA(u_, y, c0);               \
+    u_ = wasm_v128_load(q1 + (o));      \
+    a1 = VFMA(u_, x, a1);               \
+    c1 = VFMA(u_, y, c1);               \
+    u_ = wasm_v128_load(q2 + (o));      \
+    a2 = VFMA(u_, x, a2);               \
+    c2 = VFMA(u_, y, c2);               \
+    u_ = wasm_v128_load(q3 + (o));      \
+    a3 = VFMA(u_, x, a3);               \
+    c3 = VFMA(u_, y, c3);               \
+  } while (0)
+
 FA_INLINE void kv_dot_4x2(const float *q, int32_t ldq, const void *k0, const void *k1, int32_t d, const int dt, v128_t *s0, v128_t *s1) {
   const float *q0 = q, *q1 = q0 + ldq, *q2 = q1 + ldq, *q3 = q2 + ldq;
   v128_t a0 = VSPLAT(0.0f), a1 = a0, a2 = a0, a3 = a0, c0 = a0, c1 = a0, c2 = a0, c3 = a0;
@@ -82,46 +100,13 @@ FA_INLINE void kv_dot_4x2(const float *q, int32_t ldq, const void *k0, const voi
       v128_t x0, y0, x1, y1;
       kv_load8(k0, e, dt, &x0, &y0);
       kv_load8(k1, e, dt, &x1, &y1);
-      v128_t u = wasm_v128_load(q0 + e);
-      a0 = VFMA(u, x0, a0);
-      c0 = VFMA(u, x1, c0);
-      u = wasm_v128_load(q1 + e);
-      a1 = VFMA(u, x0, a1);
-      c1 = VFMA(u, x1, c1);
-      u = wasm_v128_load(q2 + e);
-      a2 = VFMA(u, x0, a2);
-      c2 = VFMA(u, x1, c2);
-      u = wasm_v128_load(q3 + e);
-      a3 = VFMA(u, x0, a3);
-      c3 = VFMA(u, x1, c3);
-      u = wasm_v128_load(q0 + e + 4);
-      a0 = VFMA(u, y0, a0);
-      c0 = VFMA(u, y1, c0);
-      u = wasm_v128_load(q1 + e + 4);
-      a1 = VFMA(u, y0, a1);
-      c1 = VFMA(u, y1, c1);
-      u = wasm_v128_load(q2 + e + 4);
-      a2 = VFMA(u, y0, a2);
-      c2 = VFMA(u, y1, c2);
-      u = wasm_v128_load(q3 + e + 4);
-      a3 = VFMA(u, y0, a3);
-      c3 = VFMA(u, y1, c3);
+      KV_FMA_4X2(e, x0, x1);
+      KV_FMA_4X2(e + 4, y0, y1);
     }
   }
   for (; e + 4 <= d; e += 4) {
     const v128_t x = kv_load4(k0, e, dt), y = kv_load4(k1, e, dt);
-    v128_t u = wasm_v128_load(q0 + e);
-    a0 = VFMA(u, x, a0);
-    c0 = VFMA(u, y, c0);
-    u = wasm_v128_load(q1 + e);
-    a1 = VFMA(u, x, a1);
-    c1 = VFMA(u, y, c1);
-    u = wasm_v128_load(q2 + e);
-    a2 = VFMA(u, x, a2);
-    c2 = VFMA(u, y, c2);
-    u = wasm_v128_load(q3 + e);
-    a3 = VFMA(u, x, a3);
-    c3 = VFMA(u, y, c3);
+    KV_FMA_4X2(e, x, y);
   }
   v128_t r0 = fa_hsum4(a0, a1, a2, a3), r1 = fa_hsum4(c0, c1, c2, c3);
   if (e < d) {
