@@ -12,8 +12,7 @@
  * arrayBuffers.
  */
 import { describe, expect, it } from 'vitest';
-import type { HostTensor } from '@fa/core';
-import { measurePeakExtra } from '@fa/core/testing';
+import { measurePeakExtra, peakExtraFailures } from '@fa/core/testing';
 import { createWasmBackend } from '../dist/index.js';
 
 const T = 32768;
@@ -27,14 +26,8 @@ describe('memory', () => {
     try {
       const m = await measurePeakExtra(be, { t: T, d: D });
       console.log([...m.report, `  WebAssembly memory after the run: ${(be.memoryBytes / MiB).toFixed(1)} MiB`].join('\n'));
-      expect(m.rss).toBeLessThan(LIMIT);
-      expect(m.arrayBuffers).toBeLessThan(LIMIT);
-      if (m.kernelCounter) expect(m.kernel).toBeLessThan(LIMIT);
-      // and the results are sane: finite everywhere
-      for (const t of [m.forward.out, m.backward.dq, m.backward.dk, m.backward.dv]) {
-        const x = (t as HostTensor).data as Float32Array;
-        for (let i = 0; i < x.length; i += 997) expect(Number.isFinite(x[i])).toBe(true);
-      }
+      // extra memory under the limit, and the results sane (finite wherever sampled)
+      expect(peakExtraFailures(m, LIMIT)).toEqual([]);
     } finally {
       await be.dispose();
     }

@@ -136,3 +136,29 @@ export async function measurePeakExtra(backend: AttentionBackend, opts: PeakExtr
   ];
   return { rss, arrayBuffers, kernelCounter: hwm, kernel, results, forward: f, backward: g, report };
 }
+
+/**
+ * How a measurement breaks the memory claim, in lines (empty when it holds): extra memory at or
+ * above `limit` bytes (RSS, ArrayBuffers, and the kernel's counter where there is one), or a
+ * non-finite value among every 997th element of out, dq, dk and dv.
+ */
+export function peakExtraFailures(m: PeakExtra, limit: number): string[] {
+  const out: string[] = [];
+  const over = (what: string, bytes: number) => {
+    if (!(bytes < limit)) out.push(`${what} ${fmt(bytes)} is not under ${fmt(limit)}`);
+  };
+  over('peak extra RSS', m.rss);
+  over('peak extra ArrayBuffers', m.arrayBuffers);
+  if (m.kernelCounter) over('peak extra RSS (kernel counter)', m.kernel);
+  const named: [string, unknown][] = [['out', m.forward.out], ['dq', m.backward.dq], ['dk', m.backward.dk], ['dv', m.backward.dv]];
+  for (const [name, t] of named) {
+    const x = (t as HostTensor).data as Float32Array;
+    for (let i = 0; i < x.length; i += 997) {
+      if (!Number.isFinite(x[i])) {
+        out.push(`${name}[${i}] = ${x[i]} is not finite`);
+        break;
+      }
+    }
+  }
+  return out;
+}
