@@ -13,18 +13,10 @@
 #include <vector>
 
 #include "../csrc/fa_launch.cuh"
+#include "harness_common.cuh"
 
 using namespace fa;
 
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(e_), __FILE__, __LINE__, \
-              cudaGetErrorString(e_));                                                          \
-      exit(1);                                                                                  \
-    }                                                                                           \
-  } while (0)
 
 static int g_sms = 132, g_arch = 90, g_fail = 0;
 static size_t g_smem_limit = 0;
@@ -409,28 +401,3 @@ static void test_case(const Case& c, uint64_t seed) {
   free_dev(D);
 }
 
-// ------------------------------------------------------------------------------------------------
-// timing
-// ------------------------------------------------------------------------------------------------
-template <typename F>
-static float time_ms(F f, int warm, int reps) {
-  for (int i = 0; i < warm; ++i) f();
-  CK(cudaDeviceSynchronize());
-  std::vector<float> ts;
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(e0));
-    f();
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    ts.push_back(ms);
-  }
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
-}

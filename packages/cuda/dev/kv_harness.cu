@@ -31,19 +31,11 @@
 #include <vector>
 
 #include "../csrc/fa_kvcache_launch.cuh"
+#include "harness_common.cuh"
 
 using namespace fa;
 using BF = __nv_bfloat16;
 
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(e_), __FILE__, __LINE__, \
-              cudaGetErrorString(e_));                                                          \
-      exit(1);                                                                                  \
-    }                                                                                           \
-  } while (0)
 
 static int g_sms = 132, g_fail = 0;
 static size_t g_optin = 0;  // sharedMemPerBlockOptin
@@ -535,27 +527,7 @@ static void guard() {
 
 // ---- timing ----------------------------------------------------------------------------------------
 template <typename F>
-static float time_us(F f, int warm, int reps) {
-  for (int i = 0; i < warm; ++i) f();
-  CK(cudaDeviceSynchronize());
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  std::vector<float> ts;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(e0));
-    f();
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    ts.push_back(ms * 1000.f);
-  }
-  std::sort(ts.begin(), ts.end());
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  return ts[ts.size() / 2];
-}
+static float time_us(F f, int warm, int reps) { return 1000.f * time_ms(f, warm, reps); }
 
 struct Shape {
   int B, Tk;
