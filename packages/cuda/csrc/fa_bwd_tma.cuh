@@ -45,6 +45,8 @@ __global__ void __launch_bounds__(384, 1)
   using Keys = WgBwdKeys<E, D, BN, BM, BM>;
   constexpr int NS = Keys::NS, NG = Keys::NG, NQ = Keys::NQ;
   constexpr int kDsReady = 1;  // named barrier: both warpgroups' dS^T are in shared memory
+  constexpr int PARTS = Tr::PARTS;  // (dev timing only: parts left out)
+  constexpr bool kAtomics = !(PARTS & 1), kDq = !(PARTS & 2), kMath = !(PARTS & 4), kDkDv = !(PARTS & 16);
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);  // [BN][D]
@@ -136,7 +138,7 @@ __global__ void __launch_bounds__(384, 1)
     for (int i = 0; i < NG; ++i) dk[i] = dv[i] = 0.f;
     const uint32_t k_addr = smem_u32(sK) + cw * 64 * 128, v_addr = smem_u32(sV) + cw * 64 * 128;  // this warpgroup's 64 key rows
     const bool det = a.deterministic;
-    const bool has_dq = !det && cw * 64 < D;  // (D = 64: only the first consumer has dQ columns)
+    const bool has_dq = kDq && !det && cw * 64 < D;  // (D = 64: only the first consumer has dQ columns)
     auto release = [&](uint64_t* bar) { if (lane == 0) tma::arrive(bar); };
     // Keeps a fragment's registers from being reused while a wgmma that reads them may run.
     auto fence_frag = [](typename Keys::Frag& f) {
@@ -164,17 +166,17 @@ __global__ void __launch_bounds__(384, 1)
       wg::fence_operands<NS>(dp);
 
       // ---- P^T, dS^T; dS^T to shared memory ----------------------------------------------------
-      keys.template p_ds<true>(sc, dp, m0, sLse + st * BM, sDs + st * BM);
+      if constexpr (kMath) keys.template p_ds<true>(sc, dp, m0, sLse + st * BM, sDs + st * BM);
       typename Keys::Frag pf, sf;
       keys.pack(sc, dp, pf, sf);
-      if (!det) keys.store_ds(sf, ds_buf);
+      if (kDq && !det) keys.store_ds(sf, ds_buf);
 
       // ---- dV += P^T dO; dQ = dS K; dK += dS^T Q -----------------------------------------------
       wg::fence_operands<NG>(dv);
       wg::fence_operands<NG>(dk);
-      keys.issue_acc(dv, pf, do_addr);
+      if constexpr (kDkDv) keys.issue_acc(dv, pf, do_addr);
       wg::commit();
-      if (!det) {
+      if (kDq && !det) {
         wg::fence_proxy_async();  // our dS^T stores, for the other warpgroup's tensor cores too
         tma::named_sync(kDsReady, 256);
       }
@@ -185,13 +187,13 @@ __global__ void __launch_bounds__(384, 1)
         wg::wait<1>();  // dV retired: dO and P^T are no longer read
         fence_frag(pf);
         release(do_empty + st);
-        keys.issue_acc(dk, sf, q_addr);
+        if constexpr (kDkDv) keys.issue_acc(dk, sf, q_addr);
         wg::commit();
         wg::wait<1>();  // dQ retired (dK may still run)
         wg::fence_operands<NQ>(dq);
-        keys.add_dq(dq, m0, h, warp, cw * 64);
+        if constexpr (kAtomics) keys.add_dq(dq, m0, h, warp, cw * 64);
       } else {
-        keys.issue_acc(dk, sf, q_addr);
+        if constexpr (kDkDv) keys.issue_acc(dk, sf, q_addr);
         wg::commit();
         wg::wait<1>();
         fence_frag(pf);

@@ -164,9 +164,12 @@ template <> struct BwdWgTraits<128, true> : BwdWgCfg<128, 64, 64, 2> {};
 // rings. The consumers hold dK and dV (D floats per thread), S^T and dP^T (BM / 2 each) and the
 // dQ product (32): 24 + 2 x 240 registers per thread-slot of 128 fits the 64K register file.
 // ---------------------------------------------------------------------------------------------
-template <int D_, int BM_, int STAGES_ = 2>
+// PARTS (dev harness only, 0 in the library): parts of a step left out to time the rest
+// (KERNEL_NOTES "Where a backward step's time goes"): 1 the dQ atomics, 2 dS^T and the whole dQ,
+// 4 the P/dS element math, 16 the dV and dK products. Results are wrong whenever PARTS != 0.
+template <int D_, int BM_, int STAGES_ = 2, int PARTS_ = 0>
 struct BwdTmaCfg {
-  static constexpr int D = D_, BN = 128, BM = BM_, STAGES = STAGES_;
+  static constexpr int D = D_, BN = 128, BM = BM_, STAGES = STAGES_, PARTS = PARTS_;
   static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
 };
 template <int D>
