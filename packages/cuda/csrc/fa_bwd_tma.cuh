@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
           for (int w = 0; w < NH; ++w) {
             tma::named_sync(kDqFull + w, kDqBar);
-            if (lead) {
+            if (lead && !(PARTS & 8)) {
               tma::reduce_add_f32(dst + w * DqTiles::BLOCK, sdQ + w * DqTiles::BLOCK, DqTiles::BLOCK * sizeof(float));
               tma::bulk_commit();
             }
@@ -199,14 +199,27 @@ __global__ void __launch_bounds__(384, 1)
       tma::wait(q_full + st, ph);
       tma::wait(do_full + st, ph);  // (both before the first issue: a wait between wgmmas serialises them)
       keys.issue_kq(sc, k_addr, q_addr);
+      if constexpr (Tr::OVERLAP) wg::commit();
       keys.issue_kq(dp, v_addr, do_addr);
       wg::commit();
-      wg::wait<0>();
-      wg::fence_operands<NS>(sc);
-      wg::fence_operands<NS>(dp);
 
       // ---- P^T, dS^T; dS^T to shared memory ----------------------------------------------------
-      if constexpr (kMath) keys.template p_ds<true>(sc, dp, m0, sLse + st * BM, sDs + st * BM);
+      if constexpr (Tr::OVERLAP) {
+        const bool plain = keys.plain;
+        wg::wait<1>();  // S^T retired; dP^T may still run
+        wg::fence_operands<NS>(sc);
+        if (plain) keys.p_plain(sc, m0, sLse + st * BM);
+        wg::wait<0>();
+        wg::fence_operands<NS>(sc);
+        wg::fence_operands<NS>(dp);
+        if (plain) keys.ds_plain(sc, dp, m0, sDs + st * BM);
+        else keys.template p_ds<false>(sc, dp, m0, sLse + st * BM, sDs + st * BM);
+      } else {
+        wg::wait<0>();
+        wg::fence_operands<NS>(sc);
+        wg::fence_operands<NS>(dp);
+        if constexpr (kMath) keys.template p_ds<true>(sc, dp, m0, sLse + st * BM, sDs + st * BM);
+      }
       typename Keys::Frag pf, sf;
       keys.pack(sc, dp, pf, sf);
       if (kDq && !det) keys.store_ds(sf, ds_buf);

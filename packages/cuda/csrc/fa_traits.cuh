@@ -168,11 +168,13 @@ template <> struct BwdWgTraits<128, true> : BwdWgCfg<128, 64, 64, 2> {};
 // tiled accumulator (fa_dq_tiles.cuh); otherwise vector atomics into [total_q, H, d].
 // PARTS (dev harness only, 0 in the library): parts of a step left out to time the rest
 // (KERNEL_NOTES "Where a backward step's time goes"): 1 the dQ additions, 2 dS^T and the whole dQ,
-// 4 the P/dS element math, 16 the dV and dK products. Results are wrong whenever PARTS != 0.
-template <int D_, int BM_, int STAGES_ = 2, bool DQ_BULK_ = true, int PARTS_ = 0>
+// 4 the P/dS element math, 8 (DQ_BULK) the bulk reductions but not the hand-over, 16 the dV and
+// dK products. Results are wrong whenever PARTS != 0.
+// OVERLAP: S^T and dP^T in two commit groups; plain heads compute P^T while dP^T still runs.
+template <int D_, int BM_, int STAGES_ = 2, bool DQ_BULK_ = true, int PARTS_ = 0, bool OVERLAP_ = false>
 struct BwdTmaCfg {
   static constexpr int D = D_, BN = 128, BM = BM_, STAGES = STAGES_, PARTS = PARTS_;
-  static constexpr bool DQ_BULK = DQ_BULK_;
+  static constexpr bool DQ_BULK = DQ_BULK_, OVERLAP = OVERLAP_;
   static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
 };
 template <int D>

@@ -40,6 +40,7 @@ static void variants() {
       {"Q4 det dQ d64 BN128 ping", kBF16, 64, nullptr, launch_bwd_tma_dq<BF, BwdTmaTraits<64>, DqTmaCfg<64, 128, 2, true>>, true},
       {"Q5 det dQ d64 BN64 ping", kBF16, 64, nullptr, launch_bwd_tma_dq<BF, BwdTmaTraits<64>, DqTmaCfg<64, 64, 2, true>>, true},
       // parts left out (timing only; the checks FAIL by design): KERNEL_NOTES "Where a backward step's time goes"
+      {"P8 U1 bulk hand-over, no reduce", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, true, 8>>},
       {"P1 U1 no dQ atomics", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, false, 1>>},
       {"P2 U1 no dQ", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, false, 2>>},
       {"P4 U1 no P/dS math", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, false, 4>>},
@@ -50,6 +51,8 @@ static void variants() {
       {"P64x6 U2 no dQ no math", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, false, 6>>},
       {"U4 tma bwd d128 BM64 3st", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 3>>},
       // dQ by vector atomics into [total_q, H, d] (the default until session 5) against the bulk reduce
+      {"O1 U1 P while dP", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, true, 0, true>>},
+      {"O2 U2 P while dP", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, true, 0, true>>},
       {"A1 U1 with dQ atomics", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, false>>},
       {"A2 U2 with dQ atomics", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, false>>},
       {"BW wgmma bwd d128", kBF16, 128, nullptr, launch_bwd_wg<BF, BwdWgTraits<128, false>>},
