@@ -93,29 +93,6 @@ struct WgBwdKeys {
     if (UNSWITCH && plain) body(std::true_type{});
     else body(std::false_type{});
   }
-  // The same for plain heads (no soft-cap, no ALiBi) in two halves, so that P^T can be computed
-  // while dP^T is still on the tensor cores: p_plain (P^T in place of S^T), then ds_plain (dS^T in
-  // place of dP^T, from that P^T).
-  __device__ __forceinline__ void p_plain(float* st, int m0, const float* lse) const {
-    const bool masked = tile_needs_mask(a, s, m0, BM, n0, BN);
-#pragma unroll
-    for (int i = 0; i < NS; ++i) {
-      const int il = q_lo + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
-      float p = ex2(fmaf(st[i], scale_log2, -lse[il]));
-      if (masked && !visible(a, s, m0 + il, n0 + kr + ((i >> 1) & 1) * 8)) p = 0.f;
-      st[i] = p;
-    }
-  }
-  __device__ __forceinline__ void ds_plain(const float* st, float* dp, int m0, const float* dsm) const {
-    const bool masked = tile_needs_mask(a, s, m0, BM, n0, BN);
-#pragma unroll
-    for (int i = 0; i < NS; ++i) {
-      const int il = q_lo + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
-      float ds = st[i] * (E::SPLIT ? fmaf(dp[i], ss.dp, -dsm[il]) : dp[i] - dsm[il]);
-      if (masked && !visible(a, s, m0 + il, n0 + kr + ((i >> 1) & 1) * 8)) ds = 0.f;
-      dp[i] = ds;
-    }
-  }
 
   // P^T, dS^T to 16-bit A fragments (split: hi and lo planes).
   __device__ __forceinline__ void pack(const float* st, const float* dp, Frag& pf, Frag& sf) const {

@@ -42,10 +42,7 @@ __global__ void __launch_bounds__(384, 1)
   using T = typename E::T;
   static_assert(!E::SPLIT, "16-bit operands only");
   constexpr int D = Tr::D, BN = Tr::BN, BM = Tr::BM, ST = Tr::STAGES;
-  static_assert(BN == 128 && (BM == 64 || (BM == 128 && D == 64 && Tr::DQ_BULK)),
-                "two consumer warpgroups of 64 keys; dQ = dS K is one m64n64 product per warpgroup and step: by "
-                "column block at BM = 64, by 64-row half of the query tile at BM = 128 (D = 64)");
-  constexpr bool kRowsDq = BM == 128;  // dQ split between the warpgroups by query rows, not columns
+  static_assert(BN == 128 && BM == 64, "two consumer warpgroups of 64 keys; dQ = dS K is one m64 product per step");
   constexpr int CB = D / 64;  // 64-column boxes per tile row
   constexpr uint32_t KV_BYTES = BN * D * 2;
   using Keys = WgBwdKeys<E, D, BN, BM, BM>;
@@ -56,9 +53,8 @@ __global__ void __launch_bounds__(384, 1)
   // DQ_BULK: per warpgroup with dQ columns (NH of them), a BM x 64 float block in shared memory,
   // "full" (consumer -> writer warp) and "empty" (writer -> consumer) named barriers of 160 threads
   constexpr bool kBulk = Tr::DQ_BULK;
-  // (block (w, j): warpgroup w's j-th buffer, j = step % DQ_BUFS; barriers kDqFull + NB·j + w)
-  constexpr int NH = kRowsDq ? 2 : D / 64, NB = NH * Tr::DQ_BUFS, kDqFull = 2, kDqEmpty = 2 + NB, kDqBar = 128 + 32;
-  static_assert(!kBulk || BM % DqTiles::BM == 0, "the tiled dQ layout is 64 rows a tile");
+  constexpr int NH = D / 64, kDqFull = 2, kDqEmpty = 2 + NH, kDqBar = 128 + 32;
+  static_assert(!kBulk || BM == DqTiles::BM, "the tiled dQ layout is 64 rows a tile");
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);  // [BN][D]
@@ -66,8 +62,8 @@ __global__ void __launch_bounds__(384, 1)
   T* sQ = sV + BN * D;                     // [ST][BM][D]
   T* sdO = sQ + ST * BM * D;               // [ST][BM][D]
   T* sdS = sdO + ST * BM * D;              // [2][BN keys][BM queries]
-  float* sdQ = reinterpret_cast<float*>(sdS + 2 * BN * BM);  // DQ_BULK: [DQ_BUFS][NH][DqTiles::BLOCK]
-  float* sLse = sdQ + (kBulk ? NB * DqTiles::BLOCK : 0);      // [ST][BM]
+  float* sdQ = reinterpret_cast<float*>(sdS + 2 * BN * BM);  // DQ_BULK: [NH][DqTiles::BLOCK]
+  float* sLse = sdQ + (kBulk ? NH * DqTiles::BLOCK : 0);      // [ST][BM]
   float* sDs = sLse + ST * BM;                                // [ST][BM]
   uint64_t* bars = reinterpret_cast<uint64_t*>(sDs + ST * BM);
   uint64_t* kv_full = bars;
@@ -109,28 +105,26 @@ __global__ void __launch_bounds__(384, 1)
         if (a.deterministic) return;
         const bool lead = tid == 32;
 #pragma unroll
-        for (int w = 0; w < NB; ++w) tma::named_arrive(kDqEmpty + w, kDqBar);  // the blocks start empty
+        for (int w = 0; w < NH; ++w) tma::named_arrive(kDqEmpty + w, kDqBar);  // the blocks start empty
         for (int it = 0; it < total_it; ++it) {
           const int h = hk * G + it / nm, mb = mb_lo + it % nm;
-          // block w: column block w of the 64-row tile mb, or (BM = 128) 64-row tile 2 mb + w
-          auto dst = [&](int w) { return a.dq_accum + (kRowsDq ? DqTiles::tile_offset(s.q0, b, 2 * mb + w, h, a.H, D) : DqTiles::tile_offset(s.q0, b, mb, h, a.H, D) + w * DqTiles::BLOCK); };
-          const int j0 = (it % Tr::DQ_BUFS) * NH;  // this step's blocks
+          float* dst = a.dq_accum + DqTiles::tile_offset(s.q0, b, mb, h, a.H, D);  // block w at + w * BLOCK
 #pragma unroll
           for (int w = 0; w < NH; ++w) {
-            tma::named_sync(kDqFull + j0 + w, kDqBar);
+            tma::named_sync(kDqFull + w, kDqBar);
             if (lead && !(PARTS & 8)) {
-              tma::reduce_add_f32(dst(w), sdQ + (j0 + w) * DqTiles::BLOCK, DqTiles::BLOCK * sizeof(float));
+              tma::reduce_add_f32(dst + w * DqTiles::BLOCK, sdQ + w * DqTiles::BLOCK, DqTiles::BLOCK * sizeof(float));
               tma::bulk_commit();
             }
           }
           if constexpr (NH == 2) {
             if (lead) tma::bulk_wait_read<1>();
             __syncwarp();
-            tma::named_arrive(kDqEmpty + j0, kDqBar);
+            tma::named_arrive(kDqEmpty, kDqBar);
           }
           if (lead) tma::bulk_wait_read<0>();
           __syncwarp();
-          tma::named_arrive(kDqEmpty + j0 + NH - 1, kDqBar);
+          tma::named_arrive(kDqEmpty + NH - 1, kDqBar);
         }
         if (lead) tma::bulk_wait_all<0>();
       }
@@ -184,7 +178,7 @@ __global__ void __launch_bounds__(384, 1)
     for (int i = 0; i < NG; ++i) dk[i] = dv[i] = 0.f;
     const uint32_t k_addr = smem_u32(sK) + cw * 64 * 128, v_addr = smem_u32(sV) + cw * 64 * 128;  // this warpgroup's 64 key rows
     const bool det = a.deterministic;
-    const bool has_dq = kDq && !det && (kRowsDq || cw * 64 < D);  // (D = 64, BM = 64: only the first consumer has dQ columns)
+    const bool has_dq = kDq && !det && cw * 64 < D;  // (D = 64: only the first consumer has dQ columns)
     auto release = [&](uint64_t* bar) { if (lane == 0) tma::arrive(bar); };
     // Keeps a fragment's registers from being reused while a wgmma that reads them may run.
     auto fence_frag = [](typename Keys::Frag& f) {
@@ -199,34 +193,20 @@ __global__ void __launch_bounds__(384, 1)
       keys.head(b, h);
       const uint32_t q_addr = smem_u32(sQ + st * BM * D), do_addr = smem_u32(sdO + st * BM * D);
       T* ds_buf = sdS + (it & 1) * BN * BM;
-      [[maybe_unused]] const int dq_blk = (it % Tr::DQ_BUFS) * NH + cw;  // DQ_BULK: this step's block
 
       // ---- S^T = K Q^T, dP^T = V dO^T ----------------------------------------------------------
       float sc[NS], dp[NS];
       tma::wait(q_full + st, ph);
       tma::wait(do_full + st, ph);  // (both before the first issue: a wait between wgmmas serialises them)
       keys.issue_kq(sc, k_addr, q_addr);
-      if constexpr (Tr::OVERLAP) wg::commit();
       keys.issue_kq(dp, v_addr, do_addr);
       wg::commit();
+      wg::wait<0>();  // (S^T and dP^T in two groups, P^T computed under dP^T, was 21 % slower: KERNEL_NOTES)
+      wg::fence_operands<NS>(sc);
+      wg::fence_operands<NS>(dp);
 
       // ---- P^T, dS^T; dS^T to shared memory ----------------------------------------------------
-      if constexpr (Tr::OVERLAP) {
-        const bool plain = keys.plain;
-        wg::wait<1>();  // S^T retired; dP^T may still run
-        wg::fence_operands<NS>(sc);
-        if (plain) keys.p_plain(sc, m0, sLse + st * BM);
-        wg::wait<0>();
-        wg::fence_operands<NS>(sc);
-        wg::fence_operands<NS>(dp);
-        if (plain) keys.ds_plain(sc, dp, m0, sDs + st * BM);
-        else keys.template p_ds<false>(sc, dp, m0, sLse + st * BM, sDs + st * BM);
-      } else {
-        wg::wait<0>();
-        wg::fence_operands<NS>(sc);
-        wg::fence_operands<NS>(dp);
-        if constexpr (kMath) keys.template p_ds<true>(sc, dp, m0, sLse + st * BM, sDs + st * BM);
-      }
+      if constexpr (kMath) keys.template p_ds<true>(sc, dp, m0, sLse + st * BM, sDs + st * BM);
       typename Keys::Frag pf, sf;
       keys.pack(sc, dp, pf, sf);
       if (kDq && !det) keys.store_ds(sf, ds_buf);
@@ -242,8 +222,7 @@ __global__ void __launch_bounds__(384, 1)
       }
       if (has_dq) {
         float dq[NQ];
-        // A: dS rows (queries) of this warpgroup's half (BM = 128) or all; B: K's column block cw (BM = 64) or 0
-        Keys::issue_dq(dq, smem_u32(ds_buf) + (kRowsDq ? cw * BN * 128 : 0), smem_u32(sK) + (kRowsDq ? 0 : cw * BN * 128));
+        Keys::issue_dq(dq, smem_u32(ds_buf), smem_u32(sK) + cw * BN * 128);
         wg::commit();
         wg::wait<1>();  // dV retired: dO and P^T are no longer read
         fence_frag(pf);
@@ -254,15 +233,15 @@ __global__ void __launch_bounds__(384, 1)
         wg::fence_operands<NQ>(dq);
         if constexpr (kAddDq && kBulk) {
           // this warpgroup's block: float4 n of thread t at n * 128 + t (fa_dq_tiles.cuh)
-          float4* blk = reinterpret_cast<float4*>(sdQ + (dq_blk) * DqTiles::BLOCK);
+          float4* blk = reinterpret_cast<float4*>(sdQ + cw * DqTiles::BLOCK);
           const int t = tid % 128;
-          tma::named_sync(kDqEmpty + dq_blk, kDqBar);  // the writer has read this block's last use
+          tma::named_sync(kDqEmpty + cw, kDqBar);  // the writer has read the previous step's block
 #pragma unroll
           for (int n = 0; n < DqTiles::F4; ++n) blk[n * 128 + t] = make_float4(dq[4 * n], dq[4 * n + 1], dq[4 * n + 2], dq[4 * n + 3]);
-          if constexpr (!Tr::DQ_LATE) {
-            wg::fence_proxy_async();  // the bulk copy reads these stores through the async proxy
-            tma::named_arrive(kDqFull + dq_blk, kDqBar);
-          }
+          // the bulk copy reads these stores through the async proxy; (the fence and arrival after
+          // dK retired were 7 % slower: here they run under dK)
+          wg::fence_proxy_async();
+          tma::named_arrive(kDqFull + cw, kDqBar);
         } else if constexpr (kAddDq) {
           keys.add_dq(dq, m0, h, warp, cw * 64);
         }
@@ -277,12 +256,6 @@ __global__ void __launch_bounds__(384, 1)
       wg::fence_operands<NG>(dv);
       wg::fence_operands<NG>(dk);
       fence_frag(sf);
-      if constexpr (kAddDq && kBulk && Tr::DQ_LATE) {
-        if (has_dq) {  // (the fence finds no wgmma of ours in flight here)
-          wg::fence_proxy_async();
-          tma::named_arrive(kDqFull + dq_blk, kDqBar);
-        }
-      }
       release(q_empty + st);
     }
     store_dkdv_rows<E, NG / 4>(a, t, s, hk, n0 + kr, 0, lane, dk, dv, a.scale * keys.ss.dk, keys.ss.dv);

@@ -170,13 +170,10 @@ template <> struct BwdWgTraits<128, true> : BwdWgCfg<128, 64, 64, 2> {};
 // (KERNEL_NOTES "Where a backward step's time goes"): 1 the dQ additions, 2 dS^T and the whole dQ,
 // 4 the P/dS element math, 8 (DQ_BULK) the bulk reductions but not the hand-over, 16 the dV and
 // dK products. Results are wrong whenever PARTS != 0.
-// DQ_BUFS: dQ blocks per warpgroup (2: the consumer never waits for the writer's read).
-// DQ_LATE: the proxy fence and hand-over of a step's dQ block after dK retired, not before.
-// OVERLAP: S^T and dP^T in two commit groups; plain heads compute P^T while dP^T still runs.
-template <int D_, int BM_, int STAGES_ = 2, bool DQ_BULK_ = true, int PARTS_ = 0, bool OVERLAP_ = false, int DQ_BUFS_ = 1, bool DQ_LATE_ = false>
+template <int D_, int BM_, int STAGES_ = 2, bool DQ_BULK_ = true, int PARTS_ = 0>
 struct BwdTmaCfg {
-  static constexpr int D = D_, BN = 128, BM = BM_, STAGES = STAGES_, PARTS = PARTS_, DQ_BUFS = DQ_BUFS_;
-  static constexpr bool DQ_BULK = DQ_BULK_, OVERLAP = OVERLAP_, DQ_LATE = DQ_LATE_;
+  static constexpr int D = D_, BN = 128, BM = BM_, STAGES = STAGES_, PARTS = PARTS_;
+  static constexpr bool DQ_BULK = DQ_BULK_;
   static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
 };
 template <int D>
