@@ -184,7 +184,12 @@ size_t bwd_workspace_bytes(const FaArgs* a) {
   const Plan p = plan_of(*a, true);
   const size_t rows = static_cast<size_t>(a->total_q) * a->H;
   size_t n = prep_size(*a, p, true) + 2 * align256(rows * sizeof(float));
-  if (!a->deterministic && !p.ffma) n += align256(rows * p.kd * sizeof(float));
+  if (!a->deterministic && !p.ffma) {
+    size_t acc = rows * p.kd;
+    const int D = head_dim_bucket(p.kd);  // the TMA backward's tiles: whole 64-row tiles per sequence, bucket columns
+    if (runs_tma_bwd(a->arch, p.split, D, a->no_wgmma_bwd)) acc = std::max<size_t>(acc, DqTiles::floats(a->total_q, a->B, a->H, D));
+    n += align256(acc * sizeof(float));
+  }
   return n;
 }
 
@@ -197,6 +202,7 @@ void bwd_setup(FaArgs* a, void* ws) {
   a->dsum = reinterpret_cast<float*>(w);
   w += align256(rows * sizeof(float));
   a->dq_accum = a->deterministic || p.ffma ? nullptr : reinterpret_cast<float*>(w);
+  a->dq_tiled = 0;  // (the TMA backward's launcher sets it)
 }
 
 SmemNeeds smem_needs(const FaArgs& a) {

@@ -30,7 +30,7 @@ __global__ void bwd_preprocess_kernel(FaArgs a, FaTensors t) {
   for (int c = lane; c < a.d_out; c += 32) acc += to_f32(O[c]) * to_f32(dO[c]);
 #pragma unroll
   for (int w = 16; w > 0; w >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, w);
-  if (!a.deterministic && a.dq_accum) {
+  if (!a.deterministic && a.dq_accum && !a.dq_tiled) {  // (the tiled accumulator is cleared whole)
     float* dq = a.dq_accum + (static_cast<int64_t>(row) * a.H + h) * a.d;
     for (int c = lane; c < a.d; c += 32) dq[c] = 0.f;
   }

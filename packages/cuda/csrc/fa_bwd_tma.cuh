@@ -6,6 +6,8 @@
 //              mbarrier), then Q and dO tiles into STAGES-deep rings, each stage guarded by a
 //              "full" mbarrier (TMA bytes, plus the warp's own stores of the tile's LSE·log2 e
 //              and Dsum rows) and an "empty" one (one arrival per consumer warp).
+//              Warp 1 (DQ_BULK) adds each step's dQ blocks to the tiled accumulator
+//              (fa_dq_tiles.cuh): one bulk reduction per block, handed over on named barriers.
 //   consumers  warpgroups 1 and 2 (key groups of 64 keys), registers raised to CONSUMER_REGS, the
 //              per-step math of WgBwdKeys (fa_bwd_keys.cuh). No CTA barrier in the loop: the two
 //              consumers meet once per step on a named barrier, where dS^T is published for dQ.
@@ -13,7 +15,7 @@
 //   S^T = K Q^T, dP^T = V dO^T               [wait all]  P^T, dS^T in registers, dS^T -> smem
 //   dV += P^T dO                              named barrier: both halves of dS^T are in smem
 //   dQ = dS K  (64 of D columns per warpgroup) [wait: dV retired -> release the dO stage]
-//   dK += dS^T Q                              [wait: dQ retired -> dQ atomics, dK still running]
+//   dK += dS^T Q                              [wait: dQ retired -> dQ to smem (or atomics), dK still running]
 //                                             [wait all -> release the Q stage]
 // dS^T is double-buffered, so a warpgroup may write step i+1's dS^T while the other still reads
 // step i's in its dQ product; the barrier of step i+1 keeps step i+2 from overwriting step i's.
@@ -27,6 +29,7 @@
 // dP^T rows of keys that are never stored.
 #pragma once
 #include "fa_bwd_keys.cuh"
+#include "fa_dq_tiles.cuh"
 #include "fa_tma.cuh"
 
 namespace fa {
@@ -45,6 +48,13 @@ __global__ void __launch_bounds__(384, 1)
   using Keys = WgBwdKeys<E, D, BN, BM, BM>;
   constexpr int NS = Keys::NS, NG = Keys::NG, NQ = Keys::NQ;
   constexpr int kDsReady = 1;  // named barrier: both warpgroups' dS^T are in shared memory
+  constexpr int PARTS = Tr::PARTS;  // (dev timing only: parts left out)
+  constexpr bool kAddDq = !(PARTS & 1), kDq = !(PARTS & 2), kMath = !(PARTS & 4), kDkDv = !(PARTS & 16);
+  // DQ_BULK: per warpgroup with dQ columns (NH of them), a BM x 64 float block in shared memory,
+  // "full" (consumer -> writer warp) and "empty" (writer -> consumer) named barriers of 160 threads
+  constexpr bool kBulk = Tr::DQ_BULK;
+  constexpr int NH = D / 64, kDqFull = 2, kDqEmpty = 2 + NH, kDqBar = 128 + 32;
+  static_assert(!kBulk || BM == DqTiles::BM, "the tiled dQ layout is 64 rows a tile");
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);  // [BN][D]
@@ -52,7 +62,8 @@ __global__ void __launch_bounds__(384, 1)
   T* sQ = sV + BN * D;                     // [ST][BM][D]
   T* sdO = sQ + ST * BM * D;               // [ST][BM][D]
   T* sdS = sdO + ST * BM * D;              // [2][BN keys][BM queries]
-  float* sLse = reinterpret_cast<float*>(sdS + 2 * BN * BM);  // [ST][BM]
+  float* sdQ = reinterpret_cast<float*>(sdS + 2 * BN * BM);  // DQ_BULK: [NH][DqTiles::BLOCK]
+  float* sLse = sdQ + (kBulk ? NH * DqTiles::BLOCK : 0);      // [ST][BM]
   float* sDs = sLse + ST * BM;                                // [ST][BM]
   uint64_t* bars = reinterpret_cast<uint64_t*>(sDs + ST * BM);
   uint64_t* kv_full = bars;
@@ -87,7 +98,38 @@ __global__ void __launch_bounds__(384, 1)
   if (wgi == 0) {
     // ---- producer ------------------------------------------------------------------------------
     tma::regs_dec<Tr::PRODUCER_REGS>();
-    if (tid >= 32 || total_it == 0) return;  // (no query sees these keys: the consumers write zeros)
+    if (tid >= 64 || total_it == 0) return;  // (no query sees these keys: the consumers write zeros)
+    if (tid >= 32) {
+      // ---- warp 1: dQ blocks -> the tiled accumulator --------------------------------------------
+      if constexpr (kBulk && kDq && kAddDq) {
+        if (a.deterministic) return;
+        const bool lead = tid == 32;
+#pragma unroll
+        for (int w = 0; w < NH; ++w) tma::named_arrive(kDqEmpty + w, kDqBar);  // the blocks start empty
+        for (int it = 0; it < total_it; ++it) {
+          const int h = hk * G + it / nm, mb = mb_lo + it % nm;
+          float* dst = a.dq_accum + DqTiles::tile_offset(s.q0, b, mb, h, a.H, D);  // block w at + w * BLOCK
+#pragma unroll
+          for (int w = 0; w < NH; ++w) {
+            tma::named_sync(kDqFull + w, kDqBar);
+            if (lead && !(PARTS & 8)) {
+              tma::reduce_add_f32(dst + w * DqTiles::BLOCK, sdQ + w * DqTiles::BLOCK, DqTiles::BLOCK * sizeof(float));
+              tma::bulk_commit();
+            }
+          }
+          if constexpr (NH == 2) {
+            if (lead) tma::bulk_wait_read<1>();
+            __syncwarp();
+            tma::named_arrive(kDqEmpty, kDqBar);
+          }
+          if (lead) tma::bulk_wait_read<0>();
+          __syncwarp();
+          tma::named_arrive(kDqEmpty + NH - 1, kDqBar);
+        }
+        if (lead) tma::bulk_wait_all<0>();
+      }
+      return;
+    }
     const int lane = tid;
     const int64_t ldk = static_cast<int64_t>(a.Hkv) * a.d;
     if (lane == 0) {
@@ -136,7 +178,7 @@ __global__ void __launch_bounds__(384, 1)
     for (int i = 0; i < NG; ++i) dk[i] = dv[i] = 0.f;
     const uint32_t k_addr = smem_u32(sK) + cw * 64 * 128, v_addr = smem_u32(sV) + cw * 64 * 128;  // this warpgroup's 64 key rows
     const bool det = a.deterministic;
-    const bool has_dq = !det && cw * 64 < D;  // (D = 64: only the first consumer has dQ columns)
+    const bool has_dq = kDq && !det && cw * 64 < D;  // (D = 64: only the first consumer has dQ columns)
     auto release = [&](uint64_t* bar) { if (lane == 0) tma::arrive(bar); };
     // Keeps a fragment's registers from being reused while a wgmma that reads them may run.
     auto fence_frag = [](typename Keys::Frag& f) {
@@ -159,22 +201,22 @@ __global__ void __launch_bounds__(384, 1)
       keys.issue_kq(sc, k_addr, q_addr);
       keys.issue_kq(dp, v_addr, do_addr);
       wg::commit();
-      wg::wait<0>();
+      wg::wait<0>();  // (S^T and dP^T in two groups, P^T computed under dP^T, was 21 % slower: KERNEL_NOTES)
       wg::fence_operands<NS>(sc);
       wg::fence_operands<NS>(dp);
 
       // ---- P^T, dS^T; dS^T to shared memory ----------------------------------------------------
-      keys.template p_ds<true>(sc, dp, m0, sLse + st * BM, sDs + st * BM);
+      if constexpr (kMath) keys.template p_ds<true>(sc, dp, m0, sLse + st * BM, sDs + st * BM);
       typename Keys::Frag pf, sf;
       keys.pack(sc, dp, pf, sf);
-      if (!det) keys.store_ds(sf, ds_buf);
+      if (kDq && !det) keys.store_ds(sf, ds_buf);
 
       // ---- dV += P^T dO; dQ = dS K; dK += dS^T Q -----------------------------------------------
       wg::fence_operands<NG>(dv);
       wg::fence_operands<NG>(dk);
-      keys.issue_acc(dv, pf, do_addr);
+      if constexpr (kDkDv) keys.issue_acc(dv, pf, do_addr);
       wg::commit();
-      if (!det) {
+      if (kDq && !det) {
         wg::fence_proxy_async();  // our dS^T stores, for the other warpgroup's tensor cores too
         tma::named_sync(kDsReady, 256);
       }
@@ -185,13 +227,26 @@ __global__ void __launch_bounds__(384, 1)
         wg::wait<1>();  // dV retired: dO and P^T are no longer read
         fence_frag(pf);
         release(do_empty + st);
-        keys.issue_acc(dk, sf, q_addr);
+        if constexpr (kDkDv) keys.issue_acc(dk, sf, q_addr);
         wg::commit();
         wg::wait<1>();  // dQ retired (dK may still run)
         wg::fence_operands<NQ>(dq);
-        keys.add_dq(dq, m0, h, warp, cw * 64);
+        if constexpr (kAddDq && kBulk) {
+          // this warpgroup's block: float4 n of thread t at n * 128 + t (fa_dq_tiles.cuh)
+          float4* blk = reinterpret_cast<float4*>(sdQ + cw * DqTiles::BLOCK);
+          const int t = tid % 128;
+          tma::named_sync(kDqEmpty + cw, kDqBar);  // the writer has read the previous step's block
+#pragma unroll
+          for (int n = 0; n < DqTiles::F4; ++n) blk[n * 128 + t] = make_float4(dq[4 * n], dq[4 * n + 1], dq[4 * n + 2], dq[4 * n + 3]);
+          // the bulk copy reads these stores through the async proxy; (the fence and arrival after
+          // dK retired were 7 % slower: here they run under dK)
+          wg::fence_proxy_async();
+          tma::named_arrive(kDqFull + cw, kDqBar);
+        } else if constexpr (kAddDq) {
+          keys.add_dq(dq, m0, h, warp, cw * 64);
+        }
       } else {
-        keys.issue_acc(dk, sf, q_addr);
+        if constexpr (kDkDv) keys.issue_acc(dk, sf, q_addr);
         wg::commit();
         wg::wait<1>();
         fence_frag(pf);

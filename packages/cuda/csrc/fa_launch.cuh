@@ -125,6 +125,12 @@ cudaError_t bwd_post(FaArgs* a, const FaTensors& t, cudaStream_t st) {
       bwd_dq_kernel<E, D><<<grid, Tq::NW * 32, smem, st>>>(*a, t);
       FA_CHECK_LAUNCH();
     }
+  } else if (a->dq_tiled) {
+    dim3 grid((a->max_tq + DqTiles::BM - 1) / DqTiles::BM, a->H, a->B);
+    if (a->max_tq > 0) {
+      bwd_convert_dq_tiled_kernel<E, D><<<grid, 256, 0, st>>>(*a, t);
+      FA_CHECK_LAUNCH();
+    }
   } else if (items > 0) {
     const int64_t n = items * a->d / 2;
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65536));
@@ -198,6 +204,11 @@ cudaError_t launch_bwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool*
       !tma::encode_operand(&mv, t.v, bf16, a->d, a->Hkv, a->total_k, Tr::BN))
     return cudaSuccess;
   *ran = true;
+  a->dq_tiled = Tr::DQ_BULK && !a->deterministic;
+  if (a->dq_tiled) {
+    cudaError_t e = cudaMemsetAsync(a->dq_accum, 0, DqTiles::floats(a->total_q, a->B, a->H, Tr::D) * sizeof(float), st);
+    if (e != cudaSuccess) return e;
+  }
   cudaError_t e = bwd_pre<E>(a, t, st);
   if (e != cudaSuccess) return e;
   const size_t smem = bwd_tma_smem_bytes<Tr>();

@@ -26,12 +26,13 @@ template <typename Tr, int NP>
 constexpr size_t bwd_wg_smem_bytes() {
   return static_cast<size_t>(2 * Tr::BN * Tr::D + 4 * Tr::BM * Tr::D + Tr::BN * Tr::BM) * 2 * NP + 4 * Tr::BM * sizeof(float);
 }
-// the TMA backward: K, V, the Q and dO rings, two dS^T buffers, the rings' LSE and Dsum rows,
-// then its mbarriers (1 + 4 per stage)
+// the TMA backward: K, V, the Q and dO rings, two dS^T buffers, the dQ blocks (DQ_BULK: BM x 64
+// floats per warpgroup with dQ columns), the rings' LSE and Dsum rows, then its mbarriers (1 + 4
+// per stage)
 template <typename Tr>
 constexpr size_t bwd_tma_smem_bytes() {
-  return static_cast<size_t>(2 * Tr::BN * Tr::D + 2 * Tr::STAGES * Tr::BM * Tr::D + 2 * Tr::BN * Tr::BM) * 2 + 2 * Tr::STAGES * Tr::BM * sizeof(float) +
-         (1 + 4 * Tr::STAGES) * 8;
+  return static_cast<size_t>(2 * Tr::BN * Tr::D + 2 * Tr::STAGES * Tr::BM * Tr::D + 2 * Tr::BN * Tr::BM) * 2 +
+         (Tr::DQ_BULK ? Tr::D / 64 * Tr::BM * 64 * sizeof(float) : 0) + 2 * Tr::STAGES * Tr::BM * sizeof(float) + (1 + 4 * Tr::STAGES) * 8;
 }
 // the TMA deterministic dQ: Q and dO [BM][D], K and V rings, and its mbarriers (1 + 4 per stage)
 template <typename Tr>

@@ -84,6 +84,19 @@ __device__ __forceinline__ void load_tile(T* dst, const CUtensorMap* map, const 
   }
 }
 
+// ---- bulk reductions (shared -> global) -------------------------------------------------------
+// dst[0 .. bytes / 4) += src[0 .. bytes / 4) in float32, by the copy engine (dst and src 16-byte
+// aligned, bytes a multiple of 16), in this thread's bulk group: commit it, then wait_read before
+// the source is overwritten and wait_all before the thread exits.
+__device__ __forceinline__ void reduce_add_f32(float* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(smem_u32(src)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int N>  // at most N of this thread's bulk groups still reading shared memory
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory"); }
+template <int N>  // at most N of this thread's bulk groups not complete
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory"); }
+
 // ---- warpgroup roles ---------------------------------------------------------------------------
 template <int N>
 __device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }

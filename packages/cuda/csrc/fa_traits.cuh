@@ -164,15 +164,22 @@ template <> struct BwdWgTraits<128, true> : BwdWgCfg<128, 64, 64, 2> {};
 // rings. The consumers hold dK and dV (D floats per thread), S^T and dP^T (BM / 2 each) and the
 // dQ product (32): 24 + 2 x 240 registers per thread-slot of 128 fits the 64K register file.
 // ---------------------------------------------------------------------------------------------
-template <int D_, int BM_, int STAGES_ = 2>
+// DQ_BULK: dQ goes through shared memory and one bulk reduction per warpgroup and step into the
+// tiled accumulator (fa_dq_tiles.cuh); otherwise vector atomics into [total_q, H, d].
+// PARTS (dev harness only, 0 in the library): parts of a step left out to time the rest
+// (KERNEL_NOTES "Where a backward step's time goes"): 1 the dQ additions, 2 dS^T and the whole dQ,
+// 4 the P/dS element math, 8 (DQ_BULK) the bulk reductions but not the hand-over, 16 the dV and
+// dK products. Results are wrong whenever PARTS != 0.
+template <int D_, int BM_, int STAGES_ = 2, bool DQ_BULK_ = true, int PARTS_ = 0>
 struct BwdTmaCfg {
-  static constexpr int D = D_, BN = 128, BM = BM_, STAGES = STAGES_;
+  static constexpr int D = D_, BN = 128, BM = BM_, STAGES = STAGES_, PARTS = PARTS_;
+  static constexpr bool DQ_BULK = DQ_BULK_;
   static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
 };
 template <int D>
 struct BwdTmaTraits;
-template <> struct BwdTmaTraits<64> : BwdTmaCfg<64, 64, 2> {};    // 97 KiB
-template <> struct BwdTmaTraits<128> : BwdTmaCfg<128, 64, 2> {};  // 161 KiB
+template <> struct BwdTmaTraits<64> : BwdTmaCfg<64, 64, 2> {};    // 113 KiB
+template <> struct BwdTmaTraits<128> : BwdTmaCfg<128, 64, 2> {};  // 193 KiB
 constexpr bool has_tma_bwd(int D) { return D == 64 || D == 128; }
 // Which calls run it: sm_90, f16/bf16 (split f32 keeps fa_bwd_wgmma.cuh), D = 64 and 128, unless
 // the call asks for the mma.sync backward. FA_NO_TMA_BWD builds without it.

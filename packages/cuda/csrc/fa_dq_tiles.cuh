@@ -1,0 +1,77 @@
+// The TMA backward's dQ accumulator in tiles (FaArgs::dq_tiled = 1), so that a consumer
+// warpgroup's share of a step's dQ is ONE contiguous block of global memory that the copy engine
+// adds in one bulk reduction (cp.reduce.async.bulk .add.f32), instead of 16 vector atomics per
+// thread per step (those atomics were ~30 % of the step: KERNEL_NOTES "Where a backward step's
+// time goes"). FlashAttention-3 lays its accumulator out the same way.
+//
+// Layout: tile g of head h at ((g * H + h) * BM * D) floats (BM = 64 query rows, D the kernels'
+// head-dim bucket). Sequence b's tiles start at g0(b) = (q0 + b * BM) / BM, so every sequence of a
+// packed batch starts on a tile of its own (FlashAttention-3's padded offsets): a tile's rows past
+// its sequence belong to nobody, and adding them (zeros: their dS entries are masked to 0) is
+// harmless. Inside a tile, 64-column block w (consumer warpgroup w) holds its 128 threads'
+// accumulator fragments in register order, float4 by float4: float4 n of thread t at (n * 128 + t)
+// so the shared-memory stores are conflict-free 16-byte vectors. A fragment's float4 n is
+// dq[4n .. 4n + 3] = rows r, r, r + 8, r + 8 and columns c, c + 1, c, c + 1 with r = 16 * warp +
+// lane / 4 and c = 64 * w + 8 * n + 2 * (lane % 4) (fa_wgmma.cuh's accumulator layout).
+// bwd_convert_dq_tiled_kernel undoes the permutation into the caller's [total_q, H, d_out].
+#pragma once
+#include <cstdint>
+
+#include "fa_common.cuh"
+
+namespace fa {
+
+struct DqTiles {
+  static constexpr int BM = 64;              // query rows per tile (4 warps x 16)
+  static constexpr int BLOCK = BM * 64;      // floats of one warpgroup's 64-column block
+  static constexpr int F4 = BLOCK / 4 / 128;  // float4 per thread per block (8)
+
+  // Tiles of the whole accumulator: every sequence's tiles plus at most one of padding each.
+  __host__ __device__ static int64_t tiles(int total_q, int B) { return (static_cast<int64_t>(total_q) + static_cast<int64_t>(B) * BM) / BM + 1; }
+  __host__ __device__ static int64_t floats(int total_q, int B, int H, int D) { return tiles(total_q, B) * H * BM * D; }
+  // First float of query tile mb (rows mb * BM ..) of sequence b (first packed row q0), head h.
+  __device__ static int64_t tile_offset(int q0, int b, int mb, int h, int H, int D) {
+    const int64_t g = (static_cast<int64_t>(q0) + static_cast<int64_t>(b) * BM) / BM + mb;
+    return (g * H + h) * BM * D;
+  }
+  // Row and column within the tile of float4 f (0 .. BM * D / 4) of a tile's storage; the float4
+  // holds (r, c), (r, c + 1), (r + 8, c), (r + 8, c + 1).
+  __device__ static void cell(int f, int* r, int* c) {
+    const int w = f / (BLOCK / 4), n = (f / 128) % F4, t = f % 128;
+    const int lane = t % 32;
+    *r = (t / 32) * 16 + lane / 4;
+    *c = w * 64 + n * 8 + 2 * (lane % 4);
+  }
+};
+
+// dQ = scale * unscale * accumulator, tiled layout to the caller's [total_q, H, d_out]. Grid
+// (query tiles of the longest sequence, H, B); each block reads its tile once, coalesced.
+template <typename E, int D>
+__global__ void __launch_bounds__(256) bwd_convert_dq_tiled_kernel(FaArgs a, FaTensors t) {
+  using TO = typename E::TO;
+  const int mb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const SeqInfo s = seq_info(a, b);
+  const int m0 = mb * DqTiles::BM;
+  if (m0 >= s.tq) return;
+  const float mul = a.scale * split_scales<E>(a).dq;
+  const float4* src = reinterpret_cast<const float4*>(a.dq_accum + DqTiles::tile_offset(s.q0, b, mb, h, a.H, D));
+  TO* out = static_cast<TO*>(t.dq);
+  const bool odd = a.d_out & 1;
+  for (int f = threadIdx.x; f < DqTiles::BM * D / 4; f += blockDim.x) {
+    int r, c;
+    DqTiles::cell(f, &r, &c);
+    if (c >= a.d_out) continue;
+    const float4 v = src[f];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int i = m0 + r + 8 * rr;
+      if (i >= s.tq) continue;
+      TO* row = out + (static_cast<int64_t>(s.q0 + i) * a.H + h) * a.d_out;
+      const float x = (rr ? v.z : v.x) * mul, y = (rr ? v.w : v.y) * mul;
+      if (odd) store_cols<true>(row, c, a.d_out, x, y);
+      else store_cols<false>(row, c, a.d_out, x, y);
+    }
+  }
+}
+
+}  // namespace fa
