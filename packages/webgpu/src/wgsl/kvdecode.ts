@@ -23,13 +23,12 @@
  */
 import { CACHE_ROW, KV_WORKGROUP, KVP_WGSL, SCORE, type KVEncoding, elemType, load, unpackFn } from './kvcache.js';
 
+/** Threads per workgroup by default (kvThreads: 64 or 256 instead). */
 export const KVD_THREADS = 128;
 /** Most rows (queries × query heads of one kv head) per workgroup. */
 export const KVD_MAX_ROWS = 8;
 /** Most rows · keys per step: the team sums' registers (and, without subgroups, KB·R·threads floats of scratch). */
 export const KVD_MAX_ROW_KEYS = 32;
-/** The most teams (KVD_THREADS / the fewest lanes, 4) times KVD_MAX_ROWS. */
-const KVD_TEAM_ROWS = (KVD_THREADS / 4) * KVD_MAX_ROWS;
 
 export interface KVDecodeSpec {
   readonly enc: KVEncoding;
@@ -49,8 +48,15 @@ export interface KVDecodeSpec {
   readonly vec: boolean;
   /** Loops instead of unrolled code. */
   readonly generic: boolean;
+  /** Threads per workgroup (64, 128 or 256): NT = threads / L teams. */
+  readonly threads: number;
   /** Issue the next step's loads before computing this one (twice the load registers). */
   readonly prefetch: boolean;
+  /**
+   * Row offsets (the block-table lookups) one step ahead of the loads that use them: the K/V
+   * loads of a step never wait on a table load (with prefetch: offsets two steps ahead, rows one).
+   */
+  readonly rowsAhead: boolean;
   /** q in workgroup memory (written once, read by every team) instead of each lane's registers. */
   readonly qShared: boolean;
   /**
@@ -74,7 +80,7 @@ export function kvdChunkElems(enc: KVEncoding, chunkBytes: 8 | 16 = 16): number 
 }
 
 export function kvDecodeKey(s: KVDecodeSpec): string {
-  return ['kv-decode', s.enc, `r${s.rows}`, `e${s.elems}`, `c${s.chunks}`, `k${s.keys}`, `l${s.lanes}`, s.subgroups ? 'sg' : 'wg', s.vec ? 'vec' : 'el', s.prefetch ? 'pf' : 'nopf', s.qShared ? 'qw' : 'qr', s.lazyRescale ? 'lazy' : 'eager', s.teamSum, s.generic ? 'dyn' : 'spec'].join(':');
+  return ['kv-decode', s.enc, `r${s.rows}`, `e${s.elems}`, `c${s.chunks}`, `k${s.keys}`, `l${s.lanes}`, `t${s.threads}`, s.subgroups ? 'sg' : 'wg', s.vec ? 'vec' : 'el', s.prefetch ? 'pf' : 'nopf', s.rowsAhead ? 'ra' : 'rn', s.qShared ? 'qw' : 'qr', s.lazyRescale ? 'lazy' : 'eager', s.teamSum, s.generic ? 'dyn' : 'spec'].join(':');
 }
 
 /** The WGSL type of one raw chunk: vec4<f32> (f32), vec4<u32> or vec2<u32> (packed 16-bit). */
@@ -144,7 +150,7 @@ export function kvDecodeWGSL(s: KVDecodeSpec): string {
   const E = s.elems;
   const NV = E / 4; // vec4<f32> slots per chunk
   const S = C * NV; // slots per lane per row
-  const T = KVD_THREADS;
+  const T = s.threads;
   if (R * KB > KVD_MAX_ROW_KEYS) throw new Error(`kv decode: rows·keys = ${R * KB} > ${KVD_MAX_ROW_KEYS}`);
   // workgroup scratch in floats: the merge (R rows of 256) and the team sums without subgroups
   const scratch = Math.max(R * 256, s.subgroups ? 0 : KB * R * T);
@@ -167,14 +173,31 @@ export function kvDecodeWGSL(s: KVDecodeSpec): string {
   // slot x of a lane's row: chunk x / NV, elements 4·(x % NV) … of it
   const slotCol = (x: number) => `(ln + ${Math.floor(x / NV)}u * L) * ${E}u + ${4 * (x % NV)}u`;
   // the team's KB keys from j (past c1: the split's last key, masked later), raw chunks → kr, vr
+  const chunkLoads = (kb: string) => Array.from({ length: C }, (_, c) => `kr[${kb} * ${C}u + ${c}u] = ld_k(ro, (ln + ${c}u * L) * ${E}u);\nvr[${kb} * ${C}u + ${c}u] = ld_v(ro, (ln + ${c}u * L) * ${E}u);`).join('\n');
+  // rowsAhead: the keys from j and their row offsets → jo, rof; then the rows at rof → kr, vr (jo → jk)
+  const offsets = (j: string) => rep(KB, (kb) => `let j = ${j} + i32(${kb} * NT + team);\njo[${kb}] = j;\nrof[${kb}] = cache_row(b, u32(min(j, c1 - 1))) * w + kvo;`);
+  const loadAt = () => `jk = jo;\n${rep(KB, (kb) => `let ro = rof[${kb}];\n${chunkLoads(kb)}`)}`;
   const issue = (j: string) =>
     rep(
       KB,
       (kb) => `let j = ${j} + i32(${kb} * NT + team);
 jk[${kb}] = j;
 let ro = cache_row(b, u32(min(j, c1 - 1))) * w + kvo;
-${Array.from({ length: C }, (_, c) => `kr[${kb} * ${C}u + ${c}u] = ld_k(ro, (ln + ${c}u * L) * ${E}u);\nvr[${kb} * ${C}u + ${c}u] = ld_v(ro, (ln + ${c}u * L) * ${E}u);`).join('\n')}`,
+${chunkLoads(kb)}`,
     );
+  // before the key loop: what the first step's loads need (prefetch: the first step's rows too)
+  const prologue = () => {
+    if (s.rowsAhead) return `if (c0 < c1) {\n${offsets('c0')}\n${s.prefetch ? `${loadAt()}\n${offsets('c0 + stepk')}` : ''}\n}`;
+    return s.prefetch ? `if (c0 < c1) {\n${issue('c0')}\n}` : '';
+  };
+  // the top of a step: kcur, vcur, jcur = this step's rows; what later steps need is in flight
+  const stepLoads = () => {
+    const cur = 'let kcur = kr;\n    let vcur = vr;\n    let jcur = jk;';
+    if (s.rowsAhead && s.prefetch) return `${cur}\n    // the next step's rows (offsets found last step; clamped, so no branch), then the offsets two steps on\n${loadAt()}\n${offsets('j0 + 2 * stepk')}`;
+    if (s.rowsAhead) return `${loadAt()}\n    ${cur}\n    // the next step's offsets (table loads), in flight while this step's rows arrive\n${offsets('j0 + stepk')}`;
+    if (s.prefetch) return `${cur}\n    // the next step's loads, in flight while this step computes\n    if (j0 + stepk < c1) {\n${issue('j0 + stepk')}\n    }`;
+    return `${issue('j0')}\n    ${cur}`;
+  };
   // raw chunks → f32 slots
   const unpackAll = (dst: string, src: string) =>
     s.enc === 'f32'
@@ -209,9 +232,9 @@ ${KVP_WGSL}
 var<workgroup> wbuf: array<f32, ${scratch}>;
 ${s.qShared ? `// the rows' q, each lane's slots side by side (written by team 0)
 var<workgroup> wq: array<vec4<f32>, ${R * S * LQ}>;` : ''}
-// each team's row maxima and row sums
-var<workgroup> wm: array<f32, ${KVD_TEAM_ROWS}>;
-var<workgroup> wl: array<f32, ${KVD_TEAM_ROWS}>;
+// each team's row maxima and row sums (at most T / 4 teams)
+var<workgroup> wm: array<f32, ${(T / 4) * R}>;
+var<workgroup> wl: array<f32, ${(T / 4) * R}>;
 ${unpackFn(s.enc)}
 ${CACHE_ROW}
 ${SCORE}
@@ -266,9 +289,10 @@ ${s.qShared ? `if (team == 0u) {\n${slots((x) => `  ${qAt(r, x)} = qv(qo, ${slot
   var kr: array<${RT}, ${KB * C}>;
   var vr: array<${RT}, ${KB * C}>;
   var jk: array<i32, ${KB}>;
-  ${s.prefetch ? `if (c0 < c1) {\n${issue('c0')}\n}` : ''}
+  ${s.rowsAhead ? `var jo: array<i32, ${KB}>;\n  var rof: array<u32, ${KB}>;` : ''}
+  ${prologue()}
   for (var j0 = c0; j0 < c1; j0 = j0 + stepk) {
-    ${s.prefetch ? `let kcur = kr;\n    let vcur = vr;\n    let jcur = jk;\n    // the next step's loads, in flight while this step computes\n    if (j0 + stepk < c1) {\n${issue('j0 + stepk')}\n    }` : `${issue('j0')}\n    let kcur = kr;\n    let vcur = vr;\n    let jcur = jk;`}
+    ${stepLoads()}
     ${unpackAll('kf', 'kcur')}
     ${unpackAll('vf', 'vcur')}
     var pd: array<f32, ${KB * R}>;
