@@ -49,6 +49,11 @@ export interface KVTuning {
   readonly lazyRescale?: boolean;
   /** Decode kernel, specialised with subgroup sums: how a team sums its partial dots (default 'xor'). */
   readonly teamSum?: 'xor' | 'transpose';
+  /**
+   * Decode kernel: 'spread' — each lane of a team does the softmax of one (key, row) pair instead
+   * of all of them (specialised code with subgroup sums and rows·keys ≤ lanes; else 'team', the default).
+   */
+  readonly softmax?: 'team' | 'spread';
   /** Decode kernel: block-table lookups one step ahead of the row loads that use them (default false). */
   readonly rowsAhead?: boolean;
   /** Decode kernel: threads per workgroup, 64, 128 (default) or 256; the split target scales so the GPU gets as many threads. */
@@ -80,6 +85,7 @@ function pow2AtLeast(n: number): number {
 /** The decode kernel's specialisation for a problem. */
 export function decodeSpec(p: KVCacheProblem, caps: KVCaps, t: KVTuning = {}): { spec: KVDecodeSpec; lanes: number } {
   const f32 = p.dtype === 'f32';
+  if (t.softmax !== undefined && t.softmax !== 'team' && t.softmax !== 'spread') throw new FAError('E_ARG', `kvSoftmax must be 'team' or 'spread'; got ${String(t.softmax)}`);
   if (t.threads !== undefined && ![64, 128, 256].includes(t.threads)) throw new FAError('E_ARG', `kvThreads must be 64, 128 or 256; got ${String(t.threads)}`);
   if (t.rows !== undefined && ![1, 2, 4, 8].includes(t.rows)) throw new FAError('E_ARG', `kvRows must be 1, 2, 4 or 8; got ${String(t.rows)}`);
   const maxRows = t.rows ?? KVD_MAX_ROWS;
@@ -103,6 +109,8 @@ export function decodeSpec(p: KVCacheProblem, caps: KVCaps, t: KVTuning = {}): {
     threads: t.threads ?? KVD_THREADS, prefetch: t.prefetch ?? false, rowsAhead: t.rowsAhead ?? false, qShared: t.qShared ?? false, lazyRescale: t.lazyRescale ?? false,
     // the transpose needs the lane count compiled in and subgroup shuffles; elsewhere the sums it replaces
     teamSum: t.teamSum === 'transpose' && subgroups && !caps.generic ? 'transpose' : 'xor',
+    // its sums are a reduce-scatter, each lane left with one (key, row) pair: R·KB ≤ L
+    spread: t.softmax === 'spread' && subgroups && !caps.generic && rows * keys <= lanes,
   };
   return { spec, lanes };
 }

@@ -61,4 +61,10 @@ export interface WebGPUBackendOptions extends AcquireOptions {
   readonly kvThreads?: number;
   /** KV-cache benchmark tuning: the decode kernel's most query rows per workgroup, 1, 2, 4 or 8 (default 8). */
   readonly kvRows?: number;
+  /**
+   * KV-cache benchmark tuning: 'spread' — the specialised decode kernel (with subgroups) gives each
+   * lane of a team the softmax of one (key, row) pair instead of every lane doing all of them
+   * (default 'team'; another summation order). Ignored where rows · keys per step exceed the lanes.
+   */
+  readonly kvSoftmax?: 'team' | 'spread';
 }

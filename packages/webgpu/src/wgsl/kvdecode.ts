@@ -70,6 +70,15 @@ export interface KVDecodeSpec {
    * the sums of half), then one shuffle per value from the lane that holds it (about 2·R·KB).
    */
   readonly teamSum: 'xor' | 'transpose';
+  /**
+   * Specialised with subgroups, R·KB ≤ L: the team's softmax work spread over its lanes. The sums
+   * end reduce-scattered (lane ℓ holds the dot of one (key, row) pair), each lane scores, masks
+   * and exponentiates that one pair (row max and row sum over the KB lanes of its row by xor
+   * shuffles), then every lane fetches the R·KB probabilities and R rescale factors it needs for
+   * its acc columns. Instead of every lane doing all R·KB pairs' softmax work (the bulk of a
+   * step's instructions at R = 4, KB = 4). Rescales acc only where the factor is not 1 (exact).
+   */
+  readonly spread: boolean;
 }
 
 export const KV_DECODE = { params: 0, q: 1, k: 2, v: 3, lens: 4, table: 5, slopes: 6, part: 7 } as const;
@@ -80,7 +89,7 @@ export function kvdChunkElems(enc: KVEncoding, chunkBytes: 8 | 16 = 16): number 
 }
 
 export function kvDecodeKey(s: KVDecodeSpec): string {
-  return ['kv-decode', s.enc, `r${s.rows}`, `e${s.elems}`, `c${s.chunks}`, `k${s.keys}`, `l${s.lanes}`, `t${s.threads}`, s.subgroups ? 'sg' : 'wg', s.vec ? 'vec' : 'el', s.prefetch ? 'pf' : 'nopf', s.rowsAhead ? 'ra' : 'rn', s.qShared ? 'qw' : 'qr', s.lazyRescale ? 'lazy' : 'eager', s.teamSum, s.generic ? 'dyn' : 'spec'].join(':');
+  return ['kv-decode', s.enc, `r${s.rows}`, `e${s.elems}`, `c${s.chunks}`, `k${s.keys}`, `l${s.lanes}`, `t${s.threads}`, s.subgroups ? 'sg' : 'wg', s.vec ? 'vec' : 'el', s.prefetch ? 'pf' : 'nopf', s.rowsAhead ? 'ra' : 'rn', s.qShared ? 'qw' : 'qr', s.lazyRescale ? 'lazy' : 'eager', s.teamSum, s.spread ? 'spread' : 'all', s.generic ? 'dyn' : 'spec'].join(':');
 }
 
 /** The WGSL type of one raw chunk: vec4<f32> (f32), vec4<u32> or vec2<u32> (packed 16-bit). */
@@ -122,7 +131,7 @@ fn ${name}(ro: u32, col: u32) -> ${t} {
  * then each sum fetched from the lane holding it (V shuffles). Lane bits are the subgroup
  * invocation id's low bits, the lanes of a team (as the xor butterfly assumes).
  */
-function transposeSum(V: number, L: number): string {
+function transposeSum(V: number, L: number, broadcast = true): string {
   const stages = Math.min(Math.log2(V), Math.log2(L));
   const lines = [`let sl = sgid & ${L - 1}u;`, `var t: array<f32, ${V}>;`];
   for (let i = 0; i < V; i++) lines.push(`t[${i}] = pd[${i}];`);
@@ -136,9 +145,51 @@ function transposeSum(V: number, L: number): string {
     lines.push('}');
   }
   for (let m = L >> (stages + 1); m >= 1; m >>= 1) for (let i = 0; i < n; i++) lines.push(`t[${i}] = t[${i}] + subgroupShuffleXor(t[${i}], ${m}u);`);
+  if (!broadcast) return lines.join('\n'); // V ≤ L: lane sl holds sum sl / (L / V) in t[0]
   // sum j sits (as t[j % n]) on the lane whose stage bits spell j / n
   const base = `(sgid & ~${L - 1}u)`;
   for (let j = 0; j < V; j++) lines.push(`pd[${j}] = subgroupShuffle(t[${j % n}], ${base} | ${Math.floor(j / n) * (L >> stages)}u);`);
+  return lines.join('\n');
+}
+
+/**
+ * One step's softmax with the work spread over the team (KVDecodeSpec.spread): pd holds the lane's
+ * partial dots; kf/vf, jcur the step's keys. Lane state: sm, sls, smneg (its row's m, l, "no key").
+ */
+function spreadStep(R: number, KB: number, L: number, S: number): string {
+  const V = R * KB;
+  const G = L / V; // lanes per pair
+  const keyBits = Array.from({ length: Math.log2(KB) }, (_, i) => G * R * (1 << i));
+  const from = (j: number) => `(sgid & ~${L - 1}u) | ${j * G}u`;
+  const lines = [
+    `var aa: array<f32, ${R}>;\n{\n${transposeSum(V, L, false)}`,
+    '// this lane\'s pair: key skb, row sr (fixed per lane)',
+    'let jl = jcur[0] + i32(skb * NT);',
+    'var x = NEG;',
+    'if (srok && jl < c1 && visible(siq, jl, tq, tk)) { x = score(t[0], siq, jl, off, sslope); }',
+    'var mt = x;',
+    ...keyBits.map((m) => `mt = nmax(mt, subgroupShuffleXor(mt, ${m}u));`),
+    'let any = mt > NEG || mt != mt;',
+    'let mnew = select(sm, select(nmax(sm, mt), mt, smneg), any);',
+    'let a = select(1.0, select(exp(sm - mnew), 0.0, smneg), any);',
+    'let p = select(0.0, exp(x - mnew), x > NEG || x != x);',
+    'var ps = p;',
+    ...keyBits.map((m) => `ps = ps + subgroupShuffleXor(ps, ${m}u);`),
+    'sls = sls * a + ps;',
+    'sm = mnew;',
+    'smneg = smneg && !any;',
+    '// every pair\'s p and every row\'s factor, from the lanes that hold them',
+    ...Array.from({ length: V }, (_, j) => `pd[${j}] = subgroupShuffle(p, ${from(j)});`),
+    ...Array.from({ length: R }, (_, r) => `aa[${r}] = subgroupShuffle(a, ${from(r)});`),
+    '}',
+  ];
+  for (let r = 0; r < R; r++) {
+    const acc = (x: number) => `acc[${r * S + x}u]`;
+    lines.push(`if (aa[${r}] != 1.0) {\n${Array.from({ length: S }, (_, x) => `  ${acc(x)} = ${acc(x)} * aa[${r}];`).join('\n')}\n}`);
+    for (let kb = 0; kb < KB; kb++) {
+      lines.push(`if (pd[${kb * R + r}] != 0.0) {\n${Array.from({ length: S }, (_, x) => `  ${acc(x)} = ${acc(x)} + pd[${kb * R + r}] * vf[${kb * S + x}u];`).join('\n')}\n}`);
+    }
+  }
   return lines.join('\n');
 }
 
@@ -152,6 +203,7 @@ export function kvDecodeWGSL(s: KVDecodeSpec): string {
   const S = C * NV; // slots per lane per row
   const T = s.threads;
   if (R * KB > KVD_MAX_ROW_KEYS) throw new Error(`kv decode: rows·keys = ${R * KB} > ${KVD_MAX_ROW_KEYS}`);
+  if (s.spread && (s.generic || !s.subgroups || R * KB > s.lanes)) throw new Error(`kv decode: a spread softmax needs specialised code, subgroup sums and rows·keys ≤ lanes (${R * KB} > ${s.lanes})`);
   // workgroup scratch in floats: the merge (R rows of 256) and the team sums without subgroups
   const scratch = Math.max(R * 256, s.subgroups ? 0 : KB * R * T);
   // q in workgroup memory: slot x of row r for lane ℓ at (r·S + x)·LQ + ℓ (LQ: the most lanes)
@@ -198,6 +250,56 @@ ${chunkLoads(kb)}`,
     if (s.prefetch) return `${cur}\n    // the next step's loads, in flight while this step computes\n    if (j0 + stepk < c1) {\n${issue('j0 + stepk')}\n    }`;
     return `${issue('j0')}\n    ${cur}`;
   };
+  // every lane: the online-softmax update of all R rows over the step's KB keys (sums in pd on every lane)
+  const rowSteps = () =>
+    rep(R, (r) => `var sc: array<f32, ${KB}>;
+var mt = NEG;
+${rep(KB, (kb) => `let j = jcur[${kb}];
+var x = NEG;
+if (rok[${r}] && j < c1 && visible(iq[${r}], j, tq, tk)) { x = score(pd[${kb} * ${R}u + ${r}], iq[${r}], j, off, slope[${r}]); }
+sc[${kb}] = x;
+mt = nmax(mt, x);`)}
+let any = mt > NEG || mt != mt;
+let mnew = select(m[${r}], select(nmax(m[${r}], mt), mt, mneg[${r}]), any);
+${
+  s.lazyRescale
+    ? `// the max unchanged (most steps): the factor would be exp(0) = 1
+var a = 1.0;
+if (mnew != m[${r}]) {
+  a = select(exp(m[${r}] - mnew), 0.0, mneg[${r}]);
+${slots((x) => `  acc[${r} * ${S}u + ${x}u] = acc[${r} * ${S}u + ${x}u] * a;`)}
+}`
+    : `let a = select(1.0, select(exp(m[${r}] - mnew), 0.0, mneg[${r}]), any);
+${slots((x) => `acc[${r} * ${S}u + ${x}u] = acc[${r} * ${S}u + ${x}u] * a;`)}`
+}
+var ps = 0.0;
+${rep(KB, (kb) => `let x = sc[${kb}];
+let p = select(0.0, exp(x - mnew), x > NEG || x != x);
+ps = ps + p;
+if (p != 0.0) {
+${slots((x) => `  acc[${r} * ${S}u + ${x}u] = acc[${r} * ${S}u + ${x}u] + p * vf[${kb} * ${S}u + ${x}u];`)}
+}`)}
+l[${r}] = l[${r}] * a + ps;
+m[${r}] = mnew;
+mneg[${r}] = mneg[${r}] && !any;`);
+  // spread: the team's row states (each row's on the lanes of its pairs) → every lane's m, l, mneg
+  const spreadFrom = (j: number) => `(sgid & ~${s.lanes - 1}u) | ${j * (s.lanes / (R * KB))}u`;
+  const spreadEnd = () =>
+    Array.from({ length: R }, (_, r) => `m[${r}] = subgroupShuffle(sm, ${spreadFrom(r)});
+l[${r}] = subgroupShuffle(sls, ${spreadFrom(r)});
+mneg[${r}] = subgroupShuffle(select(0u, 1u, smneg), ${spreadFrom(r)}) != 0u;`).join('\n');
+  // spread: this lane's (key, row) pair, fixed for the kernel, and its row's running state
+  const spreadStart = () => `let sp = (sgid & ${s.lanes - 1}u) >> ${Math.log2(s.lanes / (R * KB))}u;
+  let skb = sp / ${R}u;
+  let sr = sp % ${R}u;
+  let sgr = r0 + min(sr, nrows - 1u);
+  let siq = i32(sgr % P.tq);
+  let srok = sr < nrows;
+  var sslope = 0.0;
+  if (P.alibi_on != 0u) { sslope = slopes[b * P.h + kvh * g + sgr / P.tq]; }
+  var sm = NEG;
+  var sls = 0.0;
+  var smneg = true;`;
   // raw chunks → f32 slots
   const unpackAll = (dst: string, src: string) =>
     s.enc === 'f32'
@@ -251,7 +353,7 @@ ${chunkLoader('ld_k', 'kc', s)}
 ${chunkLoader('ld_v', 'vc', s)}
 
 @compute @workgroup_size(${T})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32${s.subgroups && !s.generic && s.teamSum === 'transpose' ? ', @builtin(subgroup_invocation_id) sgid: u32' : ''}) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32${s.subgroups && !s.generic && (s.teamSum === 'transpose' || s.spread) ? ', @builtin(subgroup_invocation_id) sgid: u32' : ''}) {
   let L = ${s.lanes > 0 ? `${s.lanes}u` : 'P.lanes'};
   let NT = ${T}u / L;
   let ln = lid % L;
@@ -284,6 +386,7 @@ ${s.qShared ? `if (team == 0u) {\n${slots((x) => `  ${qAt(r, x)} = qv(qo, ${slot
   var mneg: array<bool, ${R}>;
   var acc: array<vec4<f32>, ${R * S}>;
   ${rep(R, (r) => `m[${r}] = NEG;\nl[${r}] = 0.0;\nmneg[${r}] = true;\n${slots((x) => `acc[${r} * ${S}u + ${x}u] = vec4<f32>(0.0);`)}`)}
+  ${s.spread ? spreadStart() : ''}
   let kvo = kvh * d;
   let stepk = i32(NT * ${KB}u);
   var kr: array<${RT}, ${KB * C}>;
@@ -297,38 +400,10 @@ ${s.qShared ? `if (team == 0u) {\n${slots((x) => `  ${qAt(r, x)} = qv(qo, ${slot
     ${unpackAll('vf', 'vcur')}
     var pd: array<f32, ${KB * R}>;
     ${rep(KB, (kb) => rep(R, (r) => `pd[${kb} * ${R}u + ${r}] = ${dotExpr(kb, r)};`))}
-    ${teamSum}
-    ${rep(R, (r) => `var sc: array<f32, ${KB}>;
-var mt = NEG;
-${rep(KB, (kb) => `let j = jcur[${kb}];
-var x = NEG;
-if (rok[${r}] && j < c1 && visible(iq[${r}], j, tq, tk)) { x = score(pd[${kb} * ${R}u + ${r}], iq[${r}], j, off, slope[${r}]); }
-sc[${kb}] = x;
-mt = nmax(mt, x);`)}
-let any = mt > NEG || mt != mt;
-let mnew = select(m[${r}], select(nmax(m[${r}], mt), mt, mneg[${r}]), any);
-${
-  s.lazyRescale
-    ? `// the max unchanged (most steps): the factor would be exp(0) = 1
-var a = 1.0;
-if (mnew != m[${r}]) {
-  a = select(exp(m[${r}] - mnew), 0.0, mneg[${r}]);
-${slots((x) => `  acc[${r} * ${S}u + ${x}u] = acc[${r} * ${S}u + ${x}u] * a;`)}
-}`
-    : `let a = select(1.0, select(exp(m[${r}] - mnew), 0.0, mneg[${r}]), any);
-${slots((x) => `acc[${r} * ${S}u + ${x}u] = acc[${r} * ${S}u + ${x}u] * a;`)}`
-}
-var ps = 0.0;
-${rep(KB, (kb) => `let x = sc[${kb}];
-let p = select(0.0, exp(x - mnew), x > NEG || x != x);
-ps = ps + p;
-if (p != 0.0) {
-${slots((x) => `  acc[${r} * ${S}u + ${x}u] = acc[${r} * ${S}u + ${x}u] + p * vf[${kb} * ${S}u + ${x}u];`)}
-}`)}
-l[${r}] = l[${r}] * a + ps;
-m[${r}] = mnew;
-mneg[${r}] = mneg[${r}] && !any;`)}
+    ${s.spread ? spreadStep(R, KB, s.lanes, S) : `${teamSum}
+    ${rowSteps()}`}
   }
+  ${s.spread ? spreadEnd() : ''}
   // merge the teams: the workgroup's row maxima, each team's state rescaled to them, summed
   workgroupBarrier();
   if (ln == 0u) {
