@@ -16,6 +16,7 @@
 # Logs go to $OUT/<stage>.tgz; a summary of each step is printed last.
 # The WebGPU decode kernel's variants (issue 12) are a separate call after --prepare, carry
 # [".fa-device"]: source .fa-device/on-device.sh && node .fa-device/run/h200-kv.mjs --variants
+# (round 4 of those: the same with --variants4 and OUT=$OUT, ~3 minutes)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

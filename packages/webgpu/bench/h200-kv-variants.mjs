@@ -32,22 +32,61 @@ export const VARIANTS = {
   'c8+kb8+tr+lazy': { kvChunkBytes: 8, kvKeysPerStep: 8, kvTeamSum: 'transpose', kvLazyRescale: true },
   'c8+qw+kb8+tr+lazy': { kvChunkBytes: 8, kvQShared: true, kvKeysPerStep: 8, kvTeamSum: 'transpose', kvLazyRescale: true },
 };
+/**
+ * Round 4 (--variants4): more loads in flight per lane (KERNEL_NOTES.md, "KV-4", has each one's
+ * prediction). pf: the next step's K/V rows loaded before this step computes (double-buffered
+ * registers); ra: the block-table lookups a step ahead of their row loads; sp: the softmax of
+ * one (key, row) pair per lane; r2: 2 rows per workgroup; wg64/wg256: threads per workgroup.
+ * kv3: KV-3's best (qw+kb8+tr+lazy), for reference.
+ */
+export const VARIANTS4 = {
+  base: {},
+  kv3: VARIANTS['qw+kb8+tr+lazy'],
+  pf: { kvPrefetch: true },
+  'pf+kb2': { kvPrefetch: true, kvKeysPerStep: 2 },
+  'pf+kb1': { kvPrefetch: true, kvKeysPerStep: 1 },
+  ra: { kvRowsAhead: true },
+  'pf+ra': { kvPrefetch: true, kvRowsAhead: true },
+  'pf+ra+kb2': { kvPrefetch: true, kvRowsAhead: true, kvKeysPerStep: 2 },
+  sp: { kvSoftmax: 'spread' },
+  'sp+ra': { kvSoftmax: 'spread', kvRowsAhead: true },
+  'sp+pf+ra': { kvSoftmax: 'spread', kvPrefetch: true, kvRowsAhead: true },
+  'sp+pf+ra+kb2': { kvSoftmax: 'spread', kvPrefetch: true, kvRowsAhead: true, kvKeysPerStep: 2 },
+  'sp+kb8': { kvSoftmax: 'spread', kvKeysPerStep: 8 },
+  'r2+pf+ra': { kvRows: 2, kvPrefetch: true, kvRowsAhead: true },
+  wg64: { kvThreads: 64 },
+  wg256: { kvThreads: 256 },
+};
+/** Round 4's names that are not new (the kit runs on the two fastest of the others). */
+const REFERENCE = new Set(['base', 'kv3']);
 const TARGETS = [256, 512, 1024, 2048, 4096];
-// FA_VARIANTS=base,lazy,… : only those (base always)
-const CHOSEN = process.env.FA_VARIANTS ? ['base', ...process.env.FA_VARIANTS.split(',')] : Object.keys(VARIANTS);
-for (const n of CHOSEN) if (!(n in VARIANTS)) throw new Error(`FA_VARIANTS: no variant ${n}; known: ${Object.keys(VARIANTS).join(', ')}`);
+const TARGETS4 = [512, 2048];
 
 const median = (a) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)];
 
 export async function runVariants(h) {
+  const TABLE = h.round4 ? VARIANTS4 : VARIANTS;
+  // FA_VARIANTS=base,lazy,… : only those (base always)
+  const CHOSEN = process.env.FA_VARIANTS ? ['base', ...process.env.FA_VARIANTS.split(',')] : Object.keys(TABLE);
+  for (const n of CHOSEN) if (!(n in TABLE)) throw new Error(`FA_VARIANTS: no variant ${n}; known: ${Object.keys(TABLE).join(', ')}`);
   const { dev, pdev, variant, profile, copyPipe, copySeconds, decodeInputs, timeCalls, fmtGpu, log, save, results, SMALL, elapsed } = h;
-  const budget = Number(process.env.FA_BENCH_BUDGET_S ?? 160);
+  const budget = Number(process.env.FA_BENCH_BUDGET_S ?? (h.round4 ? 115 : 160));
   const rounds = SMALL ? 2 : 3;
   const reps = SMALL ? 2 : 20;
   Object.assign(results, { variants: [], targets: [], variantKit: {} });
   const base = { H: 32, Hkv: 8, D: 128, bs: 256 };
   const shapes = SMALL
-    ? [{ B: 2, T: 512, H: 4, Hkv: 2, D: 64, bs: 64, dtype: 'f32' }, { B: 2, T: 512, H: 4, Hkv: 2, D: 64, bs: 64, dtype: 'f16' }]
+    ? h.round4
+      ? // teams of 8 lanes (f32 D32, f16 D64): subgroup sums and the spread softmax on an 8-lane driver
+        [{ B: 2, T: 1024, H: 4, Hkv: 2, D: 32, bs: 64, dtype: 'f32' }, { B: 2, T: 1024, H: 4, Hkv: 2, D: 64, bs: 64, dtype: 'f16' }]
+      : [{ B: 2, T: 512, H: 4, Hkv: 2, D: 64, bs: 64, dtype: 'f32' }, { B: 2, T: 512, H: 4, Hkv: 2, D: 64, bs: 64, dtype: 'f16' }]
+    : h.round4
+    ? [
+        { ...base, B: 8, T: 32768, dtype: 'f32' },
+        { ...base, B: 8, T: 32768, dtype: 'f16' },
+        { ...base, B: 1, T: 131072, dtype: 'f32' },
+        { ...base, B: 1, T: 131072, dtype: 'f16' },
+      ]
     : [
         { ...base, B: 8, T: 32768, dtype: 'f32' },
         { ...base, B: 8, T: 32768, dtype: 'f16' },
@@ -105,7 +144,7 @@ export async function runVariants(h) {
           const e = rec[n];
           if (e.error) continue;
           const c = await copyUs(x.kc.handle.buffer, x.cacheBytes, SMALL ? 2 : 5);
-          const b = await backend(n, VARIANTS[n]);
+          const b = await backend(n, TABLE[n]);
           let m;
           try {
             m = await timeCalls(b, x, reps);
@@ -140,8 +179,8 @@ export async function runVariants(h) {
         const ratio = dBest && copyGbs ? bytes / dBest / 1e3 / copyGbs : undefined;
         const ratioTotal = tBest && copyGbs ? bytes / tBest / 1e3 / copyGbs : undefined;
         const d = e.plan?.decode;
-        const plan = d ? `L${d.lanes} E${d.elems} KB${d.keys} R${d.rows} splits ${e.plan.splits}${d.subgroups ? '' : ' wg-sums'}` : (e.plan?.kernel ?? '?');
-        rows.push({ shape: s, name: n, opts: VARIANTS[n], decodeUs: e.decode, totalUs: e.total, wallUs: e.wall, copyUs: e.copy, copyGbs, ratio, ratioTotal, plan: e.plan, gpu: e.lastGpu });
+        const plan = d ? `L${d.lanes} E${d.elems} KB${d.keys} R${d.rows} T${d.threads ?? 128} splits ${e.plan.splits}${d.subgroups ? '' : ' wg-sums'}${d.spread ? ' spread' : ''}` : (e.plan?.kernel ?? '?');
+        rows.push({ shape: s, name: n, opts: TABLE[n], decodeUs: e.decode, totalUs: e.total, wallUs: e.wall, copyUs: e.copy, copyGbs, ratio, ratioTotal, plan: e.plan, gpu: e.lastGpu });
         log(`| ${n} | ${dBest?.toFixed(1) ?? 'n/a'} (${e.decode.map((v) => v.toFixed(0)).join(', ')}) | ${pct(ratio)} | ${tBest?.toFixed(1) ?? 'n/a'} | ${pct(ratioTotal)} | ${wBest.toFixed(0)} | ${plan} |`);
       }
       results.variants.push(...rows);
@@ -151,11 +190,11 @@ export async function runVariants(h) {
       if (s.B === 8 || SMALL) fastest[s.dtype] ??= best.name;
       const b0 = rows.find((r) => r.name === 'base');
       log(`fastest: ${best.name} (${key(best).toFixed(1)} µs; base ${b0 ? key(b0).toFixed(1) : 'n/a'})`);
-      if (elapsed() < budget) {
+      if (elapsed() < budget && !h.skip?.has('sweep')) {
         const line = [];
-        for (const t of SMALL ? [64, 1024] : TARGETS) {
+        for (const t of SMALL ? [64, 1024] : h.round4 ? TARGETS4 : TARGETS) {
           const c = await copyUs(x.kc.handle.buffer, x.cacheBytes, SMALL ? 2 : 5);
-          const b = await backend(`${best.name}@${t}`, { ...VARIANTS[best.name], kvTargetWorkgroups: t });
+          const b = await backend(`${best.name}@${t}`, { ...TABLE[best.name], kvTargetWorkgroups: t });
           const m = await timeCalls(b, x, reps);
           const du = decodeUs(m.gpu);
           const ratio = du && c ? bytes / du / 1e3 / ((2 * x.cacheBytes) / c / 1e3) : undefined;
@@ -184,15 +223,28 @@ export async function runVariants(h) {
     });
     return g.length ? Math.min(...g) : Infinity;
   };
-  const order = [...new Set([...Object.values(fastest), ...[...CHOSEN].sort((a, b) => gain(a) - gain(b))])];
-  log(`\nKV kit per variant (device caches; host caches too on ${[...new Set(Object.values(fastest))].join(', ') || 'none'})`);
-  for (const n of order) {
-    for (const upload of Object.values(fastest).includes(n) ? [true, false] : [true]) {
+  const gainMean = (n) => {
+    const g = results.variants.filter((r) => r.name === n && (r.shape.B === 8 || SMALL) && r.decodeUs.length).map((r) => {
+      const b = results.variants.find((x) => x.name === 'base' && x.shape === r.shape);
+      return Math.min(...r.decodeUs) / Math.min(...(b?.decodeUs ?? [Infinity]));
+    });
+    return g.length ? g.reduce((a, b) => a + b, 0) / g.length : Infinity;
+  };
+  // round 4: the two fastest new variants (mean over the B = 8 shapes of their time over base's), device caches
+  const order = h.round4
+    ? CHOSEN.filter((n) => !REFERENCE.has(n)).sort((a, b) => gainMean(a) - gainMean(b)).slice(0, 2)
+    : [...new Set([...Object.values(fastest), ...[...CHOSEN].sort((a, b) => gain(a) - gain(b))])];
+  if (h.round4) {
+    for (const n of CHOSEN) log(`  ${n}: B = 8 decode pass ${(100 * gainMean(n)).toFixed(1)} % of base's time (mean over dtypes)`);
+    log(`\nKV kit (device caches) on ${order.join(', ')}`);
+  } else log(`\nKV kit per variant (device caches; host caches too on ${[...new Set(Object.values(fastest))].join(', ') || 'none'})`);
+  for (const n of h.skip?.has('kit') ? [] : order) {
+    for (const upload of !h.round4 && Object.values(fastest).includes(n) ? [true, false] : [true]) {
       if (elapsed() > budget + 50) {
         log(`(budget: kit skipped on ${n}${upload ? '' : ', host caches'})`);
         continue;
       }
-      const b = await variant(VARIANTS[n]);
+      const b = await variant(TABLE[n]);
       try {
         const t0 = performance.now();
         const sum = await runConformance(b, { cases: [], kvCache: true, upload, quick: SMALL });

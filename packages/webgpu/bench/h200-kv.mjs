@@ -28,6 +28,13 @@
 // adapter. Writes $OUT/kv-variants.{json,log}; small by default on CPU adapters only. Timing stops
 // starting shapes after FA_BENCH_BUDGET_S (default 160 here), the kit 50 s later (fastest
 // variants first); FA_VARIANTS=lazy,c8,… times only those (and base).
+// --variants4 (issue 12, round 4): the same for VARIANTS4 in h200-kv-variants.mjs (loads in flight:
+// prefetch, table lookups ahead, the spread softmax, rows and threads per workgroup) beside base
+// and KV-3's best, on B = 8, Tk = 32K and B = 1, Tk = 128K, f32 and f16; then the KV kit (device
+// caches) on the two fastest new variants. Writes $OUT/kv-variants4.{json,log}. ~3 minutes:
+//   source .fa-device/on-device.sh && OUT=$OUT node .fa-device/run/h200-kv.mjs --variants4
+// Locally (lavapipe) it runs small; FA_BENCH_CODEGEN=specialised forces the specialised kernels
+// (the ones real GPUs run; slow to compile here, so with FA_BENCH_SKIP=kit).
 //   on the GPU machine, after scripts/device-verify.sh --prepare:
 //   source .fa-device/on-device.sh && node .fa-device/run/h200-kv.mjs --variants
 // FA_BENCH_SKIP=kit,decode,sweep,tq skips parts. FA_BENCH_BUDGET_S (default 150) stops the
@@ -42,13 +49,14 @@ import { createWebGPUBackend } from '@fa/webgpu';
 import { create } from 'webgpu';
 
 const OUT = process.env.OUT ?? '/tmp';
-const VARIANTS = process.argv.includes('--variants');
+const VARIANTS4 = process.argv.includes('--variants4');
+const VARIANTS = VARIANTS4 || process.argv.includes('--variants');
 let SMALL = process.env.FA_BENCH_SMALL === '1' || (process.env.FA_BENCH_SMALL === undefined && !process.env.OUT);
 const SKIP = new Set((process.env.FA_BENCH_SKIP ?? '').split(',').filter(Boolean));
 const BUDGET_S = Number(process.env.FA_BENCH_BUDGET_S ?? 150);
 const T0 = performance.now();
 const elapsed = () => (performance.now() - T0) / 1000;
-const NAME = VARIANTS ? 'kv-variants' : 'kv';
+const NAME = VARIANTS4 ? 'kv-variants4' : VARIANTS ? 'kv-variants' : 'kv';
 const LOG = `${OUT}/${NAME}.log`;
 writeFileSync(LOG, '');
 const log = (...a) => {
@@ -133,7 +141,7 @@ results.small = SMALL;
 results.device = be.device;
 results.features = features;
 log(`adapter: ${be.device}; features ${features.join(', ')}; generic=${be.generic}; small=${SMALL}`);
-const variant = (o) => createWebGPUBackend({ device: pdev, ...o });
+const variant = (o) => createWebGPUBackend({ device: pdev, ...(process.env.FA_BENCH_CODEGEN ? { codegen: process.env.FA_BENCH_CODEGEN } : {}), ...o });
 
 // ---------------------------------------------------------------- 1. the kit (the gate)
 if (!SKIP.has('kit') && !VARIANTS) {
@@ -262,7 +270,7 @@ const fmtGpu = (g) => (g ? Object.entries(g).map(([k, v]) => `${k.replace('kv ',
 
 if (VARIANTS) {
   const { runVariants } = await import('./h200-kv-variants.mjs');
-  await runVariants({ be, dev, pdev, variant, profile, copyPipe, copySeconds, decodeInputs, timeCalls, fmtGpu, log, save, results, SMALL, elapsed });
+  await runVariants({ round4: VARIANTS4, skip: SKIP, be, dev, pdev, variant, profile, copyPipe, copySeconds, decodeInputs, timeCalls, fmtGpu, log, save, results, SMALL, elapsed });
   log(`total ${elapsed().toFixed(0)} s`);
   save();
   await be.dispose();

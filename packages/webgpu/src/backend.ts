@@ -78,7 +78,8 @@ export class WebGPUBackend implements AttentionBackend {
   ) {
     this.acq = acq;
     this.kvTuning = { kernel: opts.kvKernel, minChunk: opts.kvMinChunk, targetWorkgroups: opts.kvTargetWorkgroups, keysPerStep: opts.kvKeysPerStep, prefetch: opts.kvPrefetch,
-      chunkBytes: opts.kvChunkBytes, qShared: opts.kvQShared, lazyRescale: opts.kvLazyRescale, teamSum: opts.kvTeamSum };
+      chunkBytes: opts.kvChunkBytes, qShared: opts.kvQShared, lazyRescale: opts.kvLazyRescale, teamSum: opts.kvTeamSum,
+      rowsAhead: opts.kvRowsAhead, threads: opts.kvThreads, rows: opts.kvRows, softmax: opts.kvSoftmax };
     this.kvEnv = this.makeKVEnv();
     this.watchLoss();
   }

@@ -9,7 +9,7 @@
  */
 import { FAError, type KVCacheProblem } from '@fa/core';
 import { KV_TILE, kvRowsFor } from './wgsl/kvcache.js';
-import { KVD_MAX_ROW_KEYS, KVD_MAX_ROWS, type KVDecodeSpec, kvdChunkElems } from './wgsl/kvdecode.js';
+import { KVD_MAX_ROW_KEYS, KVD_MAX_ROWS, KVD_THREADS, type KVDecodeSpec, kvdChunkElems } from './wgsl/kvdecode.js';
 
 /** Workgroups the split aims for: enough to fill a large GPU (an H200 has 132 SMs). */
 export const KV_TARGET_WORKGROUPS = 1024;
@@ -35,6 +35,7 @@ export interface KVTuning {
   readonly kernel?: 'auto' | 'decode' | 'tiled';
   /** Keys per split at least (rounded up to KV_TILE). */
   readonly minChunk?: number;
+  /** Workgroups the split aims for, counted in KVD_THREADS-thread workgroups (default KV_TARGET_WORKGROUPS). */
   readonly targetWorkgroups?: number;
   /** Decode kernel: keys in flight per team (1, 2, 4 or 8; rows · keys ≤ 16, or 32 with subgroup sums). */
   readonly keysPerStep?: number;
@@ -48,6 +49,17 @@ export interface KVTuning {
   readonly lazyRescale?: boolean;
   /** Decode kernel, specialised with subgroup sums: how a team sums its partial dots (default 'xor'). */
   readonly teamSum?: 'xor' | 'transpose';
+  /**
+   * Decode kernel: 'spread' — each lane of a team does the softmax of one (key, row) pair instead
+   * of all of them (specialised code with subgroup sums and rows·keys ≤ lanes; else 'team', the default).
+   */
+  readonly softmax?: 'team' | 'spread';
+  /** Decode kernel: block-table lookups one step ahead of the row loads that use them (default false). */
+  readonly rowsAhead?: boolean;
+  /** Decode kernel: threads per workgroup, 64, 128 (default) or 256; the split target scales so the GPU gets as many threads. */
+  readonly threads?: number;
+  /** Decode kernel: the most query rows per workgroup, 1, 2, 4 or 8 (default 8; fewer: fewer registers, K/V re-read per row tile). */
+  readonly rows?: number;
 }
 
 export interface KVPlan {
@@ -73,7 +85,11 @@ function pow2AtLeast(n: number): number {
 /** The decode kernel's specialisation for a problem. */
 export function decodeSpec(p: KVCacheProblem, caps: KVCaps, t: KVTuning = {}): { spec: KVDecodeSpec; lanes: number } {
   const f32 = p.dtype === 'f32';
-  const rows = caps.generic ? KVD_MAX_ROWS : Math.min(KVD_MAX_ROWS, pow2AtLeast((p.h / p.hkv) * p.tq));
+  if (t.softmax !== undefined && t.softmax !== 'team' && t.softmax !== 'spread') throw new FAError('E_ARG', `kvSoftmax must be 'team' or 'spread'; got ${String(t.softmax)}`);
+  if (t.threads !== undefined && ![64, 128, 256].includes(t.threads)) throw new FAError('E_ARG', `kvThreads must be 64, 128 or 256; got ${String(t.threads)}`);
+  if (t.rows !== undefined && ![1, 2, 4, 8].includes(t.rows)) throw new FAError('E_ARG', `kvRows must be 1, 2, 4 or 8; got ${String(t.rows)}`);
+  const maxRows = t.rows ?? KVD_MAX_ROWS;
+  const rows = caps.generic ? maxRows : Math.min(maxRows, pow2AtLeast((p.h / p.hkv) * p.tq));
   if (t.chunkBytes !== undefined && t.chunkBytes !== 8 && t.chunkBytes !== 16) throw new FAError('E_ARG', `kvChunkBytes must be 8 or 16; got ${String(t.chunkBytes)}`);
   if (t.teamSum !== undefined && t.teamSum !== 'xor' && t.teamSum !== 'transpose') throw new FAError('E_ARG', `kvTeamSum must be 'xor' or 'transpose'; got ${String(t.teamSum)}`);
   const e = kvdChunkElems(p.dtype, t.chunkBytes);
@@ -90,9 +106,11 @@ export function decodeSpec(p: KVCacheProblem, caps: KVCaps, t: KVTuning = {}): {
   const vec = !caps.generic && p.d % e === 0;
   const spec: KVDecodeSpec = {
     enc: p.dtype, rows, elems: e, chunks, keys, lanes: caps.generic ? 0 : lanes, subgroups, vec, generic: caps.generic,
-    prefetch: t.prefetch ?? false, qShared: t.qShared ?? false, lazyRescale: t.lazyRescale ?? false,
+    threads: t.threads ?? KVD_THREADS, prefetch: t.prefetch ?? false, rowsAhead: t.rowsAhead ?? false, qShared: t.qShared ?? false, lazyRescale: t.lazyRescale ?? false,
     // the transpose needs the lane count compiled in and subgroup shuffles; elsewhere the sums it replaces
     teamSum: t.teamSum === 'transpose' && subgroups && !caps.generic ? 'transpose' : 'xor',
+    // its sums are a reduce-scatter, each lane left with one (key, row) pair: R·KB ≤ L
+    spread: t.softmax === 'spread' && subgroups && !caps.generic && rows * keys <= lanes,
   };
   return { spec, lanes };
 }
@@ -105,7 +123,9 @@ export function planKV(p: KVCacheProblem, caps: KVCaps, t: KVTuning = {}): KVPla
   const rowTiles = Math.max(1, Math.ceil(n / rows));
   const groups = p.batch * p.hkv * rowTiles;
   // as many splits as fill the target, in chunks of whole key tiles (at least minChunk keys)
-  const want = Math.max(1, Math.ceil((t.targetWorkgroups ?? KV_TARGET_WORKGROUPS) / Math.max(1, groups)));
+  // (the target counts KVD_THREADS-thread workgroups: a decode kernel of 64 threads gets twice as many)
+  const target = (t.targetWorkgroups ?? KV_TARGET_WORKGROUPS) * (d ? KVD_THREADS / d.spec.threads : 1);
+  const want = Math.max(1, Math.ceil(target / Math.max(1, groups)));
   const chunk = Math.max(t.minChunk ?? KV_TILE, Math.ceil(Math.max(1, p.tk) / want / KV_TILE) * KV_TILE);
   const splits = Math.max(1, Math.ceil(p.tk / chunk));
   return { kernel, rows, rowTiles, groups, chunk, splits, ...(d ? { decode: d.spec, lanes: d.lanes } : {}) };

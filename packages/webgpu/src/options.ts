@@ -55,4 +55,16 @@ export interface WebGPUBackendOptions extends AcquireOptions {
    * shuffles; another summation order). Elsewhere the kernel sums through workgroup memory or loops.
    */
   readonly kvTeamSum?: 'xor' | 'transpose';
+  /** KV-cache benchmark tuning: the decode kernel looks up block-table rows a step before it loads them (default false; same results). */
+  readonly kvRowsAhead?: boolean;
+  /** KV-cache benchmark tuning: the decode kernel's threads per workgroup, 64, 128 (default) or 256 (the split scales with it). */
+  readonly kvThreads?: number;
+  /** KV-cache benchmark tuning: the decode kernel's most query rows per workgroup, 1, 2, 4 or 8 (default 8). */
+  readonly kvRows?: number;
+  /**
+   * KV-cache benchmark tuning: 'spread' — the specialised decode kernel (with subgroups) gives each
+   * lane of a team the softmax of one (key, row) pair instead of every lane doing all of them
+   * (default 'team'; another summation order). Ignored where rows · keys per step exceed the lanes.
+   */
+  readonly kvSoftmax?: 'team' | 'spread';
 }

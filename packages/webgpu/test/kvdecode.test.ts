@@ -6,7 +6,8 @@
  * specialisation in seconds, so a few cases here reach every code path: 16-byte and element
  * loads (odd D), subgroup and workgroup-memory team sums, prefetch on and off, row tiles, splits,
  * and the variant switches (8-byte chunks of 16-bit rows, q in workgroup memory, lazy rescale —
- * bit-identical to the eager one —, 8 keys per step).
+ * bit-identical to the eager one —, 8 keys per step; KV-4: table lookups a step ahead of the
+ * loads, 64/256 threads, fewer rows per workgroup, the softmax spread over a team's lanes).
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { FAError, type HostTensor } from '@fa/core';
@@ -57,6 +58,29 @@ describe('webgpu KV plan (no GPU)', () => {
     expect(err).toBeInstanceOf(FAError);
     expect((err as FAError).code).toBe('E_ARG');
   });
+  it('KV-4 switches: rows ahead, threads (split target scaled), most rows, spread softmax where R·KB ≤ L', () => {
+    const b8 = { ...problem({ dtype: 'f32', seqlens: [100], d: 128, h: 4, hkv: 1 }), batch: 8, hkv: 8, h: 32, tk: 32768 };
+    expect(decodeSpec(b8, h200).spec).toMatchObject({ threads: 128, rowsAhead: false, spread: false, rows: 4, keys: 4, lanes: 32 });
+    expect(planKV(b8, h200, { threads: 64 })).toMatchObject({ groups: 64, splits: 32, chunk: 1024 });
+    expect(planKV(b8, h200, { threads: 256 })).toMatchObject({ groups: 64, splits: 8, chunk: 4096 });
+    expect(planKV(b8, h200, { rows: 2 })).toMatchObject({ rows: 2, rowTiles: 2, groups: 128, splits: 8 });
+    expect(decodeSpec(b8, h200, { rowsAhead: true, prefetch: true }).spec).toMatchObject({ rowsAhead: true, prefetch: true });
+    // 4 rows × 4 keys over 32 lanes; f16: 4 × 2 over 16; 4 × 8 = 32 > 16 lanes: the team softmax
+    expect(decodeSpec(b8, h200, { softmax: 'spread' }).spec.spread).toBe(true);
+    expect(decodeSpec({ ...b8, dtype: 'f16' }, h200, { softmax: 'spread' }).spec).toMatchObject({ spread: true, lanes: 16, keys: 2 });
+    expect(decodeSpec({ ...b8, dtype: 'f16' }, h200, { softmax: 'spread', keysPerStep: 8 }).spec.spread).toBe(false);
+    expect(decodeSpec(b8, { ...h200, subgroupMin: 8 }, { softmax: 'spread' }).spec.spread).toBe(false);
+    expect(decodeSpec(b8, { ...h200, generic: true }, { softmax: 'spread' }).spec.spread).toBe(false);
+    for (const bad of [{ threads: 96 }, { rows: 3 }, { softmax: 'lanes' as 'team' }]) {
+      let err: unknown;
+      try {
+        decodeSpec(b8, h200, bad);
+      } catch (e) {
+        err = e;
+      }
+      expect((err as FAError).code, JSON.stringify(bad)).toBe('E_ARG');
+    }
+  });
   it('split: B·Hkv·splits near the target; rows beyond 8 in row tiles', () => {
     const big = problem({ dtype: 'bf16', seqlens: [100], d: 16, h: 4, hkv: 1 });
     const p = { ...big, batch: 8, hkv: 8, h: 32, tk: 32768 };
@@ -89,6 +113,15 @@ const cases: [string, KVCacheCaseSpec, object][] = [
   ['f16 D6 8-byte chunks, 8 keys per step', { dtype: 'f16', seqlens: [50, 9], tnew: 1, d: 6, h: 4, hkv: 1, softcap: 3, window: [20, 0] }, { kvChunkBytes: 8, kvKeysPerStep: 8 }],
   // transpose team sums: 32 values over 4 lanes (reduce-scatter stops at the lanes), and 4 values over 8 lanes (xor steps left)
   ['f16 D32 transpose sums, 8 keys per step', { dtype: 'f16', seqlens: [77, 130], tnew: 2, tq: 2, d: 32, h: 4, hkv: 2, softcap: 4, alibi: 'BH' }, { kvTeamSum: 'transpose', kvKeysPerStep: 8, kvMinChunk: 128 }],
+  // KV-4: rows ahead with and without prefetch, 64 / 256 threads, 2 rows per workgroup (two row tiles), odd D
+  ['f32 D128 rows ahead + prefetch, 2 rows, 256 threads', { dtype: 'f32', seqlens: [300, 0, 45], tnew: 1, blockSize: 16, d: 128, h: 8, hkv: 2 }, { kvRowsAhead: true, kvPrefetch: true, kvRows: 2, kvThreads: 256, kvMinChunk: 128 }],
+  ['bf16 D5 Tq3 rows ahead, 64 threads', { dtype: 'bf16', seqlens: [40, 3], tnew: 3, tq: 3, causal: true, window: [9, 0], d: 5, h: 6, hkv: 1, blockSize: 4 }, { kvRowsAhead: true, kvThreads: 64 }],
+  // spread softmax: 4 rows × 2 keys over 8 lanes (f32 D32), softcap, ALiBi, window, splits, prefetch + rows ahead
+  ['f32 D32 spread softmax 4×2 over 8 lanes, prefetch, rows ahead', { dtype: 'f32', seqlens: [200, 0, 61], tnew: 1, blockSize: 16, d: 32, h: 8, hkv: 2, softcap: 4, alibi: 'BH', window: [90, 0] }, { kvSoftmax: 'spread', kvKeysPerStep: 2, kvPrefetch: true, kvRowsAhead: true, kvMinChunk: 128 }],
+  // 2 rows × 2 keys over 8 lanes (two lanes per pair: xor steps after the reduce-scatter), Tq 2 causal
+  ['f32 D32 spread softmax 2×2 over 8 lanes, Tq 2 causal', { dtype: 'f32', seqlens: [77, 130], tnew: 2, tq: 2, causal: true, d: 32, h: 2, hkv: 2, magnitude: 4 }, { kvSoftmax: 'spread', kvKeysPerStep: 2 }],
+  // f16 over 4 lanes: 2 rows × 2 keys, 64 threads, q in workgroup memory
+  ['f16 D32 spread softmax 2×2 over 4 lanes, q shared, 64 threads', { dtype: 'f16', seqlens: [90, 20], tnew: 1, d: 32, h: 4, hkv: 2, blockSize: 8 }, { kvSoftmax: 'spread', kvKeysPerStep: 2, kvQShared: true, kvThreads: 64 }],
   ['bf16 D32 8-byte chunks, transpose sums, one row', { dtype: 'bf16', seqlens: [90, 20], tnew: 1, d: 32, h: 2, hkv: 2, blockSize: 8 }, { kvChunkBytes: 8, kvTeamSum: 'transpose', kvLazyRescale: true }],
 ];
 
@@ -110,6 +143,9 @@ describe('webgpu specialised KV decode kernel', () => {
         expect(plan.decode!.generic).toBe(false);
         // drivers whose subgroups are narrower than the team sum through workgroup memory instead
         if ('kvTeamSum' in opts) expect(plan.decode!.teamSum).toBe(plan.decode!.subgroups ? 'transpose' : 'xor');
+        // the spread softmax needs subgroups of at least the team's lanes (lavapipe: 8)
+        if ('kvSoftmax' in opts) expect(plan.decode!.spread).toBe(plan.decode!.subgroups);
+        if ('kvThreads' in opts) expect(plan.decode!.threads).toBe((opts as { kvThreads: number }).kvThreads);
       } finally {
         if (b !== b0) await b.dispose();
       }

@@ -23,13 +23,12 @@
  */
 import { CACHE_ROW, KV_WORKGROUP, KVP_WGSL, SCORE, type KVEncoding, elemType, load, unpackFn } from './kvcache.js';
 
+/** Threads per workgroup by default (kvThreads: 64 or 256 instead). */
 export const KVD_THREADS = 128;
 /** Most rows (queries × query heads of one kv head) per workgroup. */
 export const KVD_MAX_ROWS = 8;
 /** Most rows · keys per step: the team sums' registers (and, without subgroups, KB·R·threads floats of scratch). */
 export const KVD_MAX_ROW_KEYS = 32;
-/** The most teams (KVD_THREADS / the fewest lanes, 4) times KVD_MAX_ROWS. */
-const KVD_TEAM_ROWS = (KVD_THREADS / 4) * KVD_MAX_ROWS;
 
 export interface KVDecodeSpec {
   readonly enc: KVEncoding;
@@ -49,8 +48,15 @@ export interface KVDecodeSpec {
   readonly vec: boolean;
   /** Loops instead of unrolled code. */
   readonly generic: boolean;
+  /** Threads per workgroup (64, 128 or 256): NT = threads / L teams. */
+  readonly threads: number;
   /** Issue the next step's loads before computing this one (twice the load registers). */
   readonly prefetch: boolean;
+  /**
+   * Row offsets (the block-table lookups) one step ahead of the loads that use them: the K/V
+   * loads of a step never wait on a table load (with prefetch: offsets two steps ahead, rows one).
+   */
+  readonly rowsAhead: boolean;
   /** q in workgroup memory (written once, read by every team) instead of each lane's registers. */
   readonly qShared: boolean;
   /**
@@ -64,6 +70,15 @@ export interface KVDecodeSpec {
    * the sums of half), then one shuffle per value from the lane that holds it (about 2·R·KB).
    */
   readonly teamSum: 'xor' | 'transpose';
+  /**
+   * Specialised with subgroups, R·KB ≤ L: the team's softmax work spread over its lanes. The sums
+   * end reduce-scattered (lane ℓ holds the dot of one (key, row) pair), each lane scores, masks
+   * and exponentiates that one pair (row max and row sum over the KB lanes of its row by xor
+   * shuffles), then every lane fetches the R·KB probabilities and R rescale factors it needs for
+   * its acc columns. Instead of every lane doing all R·KB pairs' softmax work (the bulk of a
+   * step's instructions at R = 4, KB = 4). Rescales acc only where the factor is not 1 (exact).
+   */
+  readonly spread: boolean;
 }
 
 export const KV_DECODE = { params: 0, q: 1, k: 2, v: 3, lens: 4, table: 5, slopes: 6, part: 7 } as const;
@@ -74,7 +89,7 @@ export function kvdChunkElems(enc: KVEncoding, chunkBytes: 8 | 16 = 16): number 
 }
 
 export function kvDecodeKey(s: KVDecodeSpec): string {
-  return ['kv-decode', s.enc, `r${s.rows}`, `e${s.elems}`, `c${s.chunks}`, `k${s.keys}`, `l${s.lanes}`, s.subgroups ? 'sg' : 'wg', s.vec ? 'vec' : 'el', s.prefetch ? 'pf' : 'nopf', s.qShared ? 'qw' : 'qr', s.lazyRescale ? 'lazy' : 'eager', s.teamSum, s.generic ? 'dyn' : 'spec'].join(':');
+  return ['kv-decode', s.enc, `r${s.rows}`, `e${s.elems}`, `c${s.chunks}`, `k${s.keys}`, `l${s.lanes}`, `t${s.threads}`, s.subgroups ? 'sg' : 'wg', s.vec ? 'vec' : 'el', s.prefetch ? 'pf' : 'nopf', s.rowsAhead ? 'ra' : 'rn', s.qShared ? 'qw' : 'qr', s.lazyRescale ? 'lazy' : 'eager', s.teamSum, s.spread ? 'spread' : 'all', s.generic ? 'dyn' : 'spec'].join(':');
 }
 
 /** The WGSL type of one raw chunk: vec4<f32> (f32), vec4<u32> or vec2<u32> (packed 16-bit). */
@@ -116,7 +131,7 @@ fn ${name}(ro: u32, col: u32) -> ${t} {
  * then each sum fetched from the lane holding it (V shuffles). Lane bits are the subgroup
  * invocation id's low bits, the lanes of a team (as the xor butterfly assumes).
  */
-function transposeSum(V: number, L: number): string {
+function transposeSum(V: number, L: number, broadcast = true): string {
   const stages = Math.min(Math.log2(V), Math.log2(L));
   const lines = [`let sl = sgid & ${L - 1}u;`, `var t: array<f32, ${V}>;`];
   for (let i = 0; i < V; i++) lines.push(`t[${i}] = pd[${i}];`);
@@ -130,9 +145,51 @@ function transposeSum(V: number, L: number): string {
     lines.push('}');
   }
   for (let m = L >> (stages + 1); m >= 1; m >>= 1) for (let i = 0; i < n; i++) lines.push(`t[${i}] = t[${i}] + subgroupShuffleXor(t[${i}], ${m}u);`);
+  if (!broadcast) return lines.join('\n'); // V ≤ L: lane sl holds sum sl / (L / V) in t[0]
   // sum j sits (as t[j % n]) on the lane whose stage bits spell j / n
   const base = `(sgid & ~${L - 1}u)`;
   for (let j = 0; j < V; j++) lines.push(`pd[${j}] = subgroupShuffle(t[${j % n}], ${base} | ${Math.floor(j / n) * (L >> stages)}u);`);
+  return lines.join('\n');
+}
+
+/**
+ * One step's softmax with the work spread over the team (KVDecodeSpec.spread): pd holds the lane's
+ * partial dots; kf/vf, jcur the step's keys. Lane state: sm, sls, smneg (its row's m, l, "no key").
+ */
+function spreadStep(R: number, KB: number, L: number, S: number): string {
+  const V = R * KB;
+  const G = L / V; // lanes per pair
+  const keyBits = Array.from({ length: Math.log2(KB) }, (_, i) => G * R * (1 << i));
+  const from = (j: number) => `(sgid & ~${L - 1}u) | ${j * G}u`;
+  const lines = [
+    `var aa: array<f32, ${R}>;\n{\n${transposeSum(V, L, false)}`,
+    '// this lane\'s pair: key skb, row sr (fixed per lane)',
+    'let jl = jcur[0] + i32(skb * NT);',
+    'var x = NEG;',
+    'if (srok && jl < c1 && visible(siq, jl, tq, tk)) { x = score(t[0], siq, jl, off, sslope); }',
+    'var mt = x;',
+    ...keyBits.map((m) => `mt = nmax(mt, subgroupShuffleXor(mt, ${m}u));`),
+    'let any = mt > NEG || mt != mt;',
+    'let mnew = select(sm, select(nmax(sm, mt), mt, smneg), any);',
+    'let a = select(1.0, select(exp(sm - mnew), 0.0, smneg), any);',
+    'let p = select(0.0, exp(x - mnew), x > NEG || x != x);',
+    'var ps = p;',
+    ...keyBits.map((m) => `ps = ps + subgroupShuffleXor(ps, ${m}u);`),
+    'sls = sls * a + ps;',
+    'sm = mnew;',
+    'smneg = smneg && !any;',
+    '// every pair\'s p and every row\'s factor, from the lanes that hold them',
+    ...Array.from({ length: V }, (_, j) => `pd[${j}] = subgroupShuffle(p, ${from(j)});`),
+    ...Array.from({ length: R }, (_, r) => `aa[${r}] = subgroupShuffle(a, ${from(r)});`),
+    '}',
+  ];
+  for (let r = 0; r < R; r++) {
+    const acc = (x: number) => `acc[${r * S + x}u]`;
+    lines.push(`if (aa[${r}] != 1.0) {\n${Array.from({ length: S }, (_, x) => `  ${acc(x)} = ${acc(x)} * aa[${r}];`).join('\n')}\n}`);
+    for (let kb = 0; kb < KB; kb++) {
+      lines.push(`if (pd[${kb * R + r}] != 0.0) {\n${Array.from({ length: S }, (_, x) => `  ${acc(x)} = ${acc(x)} + pd[${kb * R + r}] * vf[${kb * S + x}u];`).join('\n')}\n}`);
+    }
+  }
   return lines.join('\n');
 }
 
@@ -144,8 +201,9 @@ export function kvDecodeWGSL(s: KVDecodeSpec): string {
   const E = s.elems;
   const NV = E / 4; // vec4<f32> slots per chunk
   const S = C * NV; // slots per lane per row
-  const T = KVD_THREADS;
+  const T = s.threads;
   if (R * KB > KVD_MAX_ROW_KEYS) throw new Error(`kv decode: rows·keys = ${R * KB} > ${KVD_MAX_ROW_KEYS}`);
+  if (s.spread && (s.generic || !s.subgroups || R * KB > s.lanes)) throw new Error(`kv decode: a spread softmax needs specialised code, subgroup sums and rows·keys ≤ lanes (${R * KB} > ${s.lanes})`);
   // workgroup scratch in floats: the merge (R rows of 256) and the team sums without subgroups
   const scratch = Math.max(R * 256, s.subgroups ? 0 : KB * R * T);
   // q in workgroup memory: slot x of row r for lane ℓ at (r·S + x)·LQ + ℓ (LQ: the most lanes)
@@ -167,14 +225,81 @@ export function kvDecodeWGSL(s: KVDecodeSpec): string {
   // slot x of a lane's row: chunk x / NV, elements 4·(x % NV) … of it
   const slotCol = (x: number) => `(ln + ${Math.floor(x / NV)}u * L) * ${E}u + ${4 * (x % NV)}u`;
   // the team's KB keys from j (past c1: the split's last key, masked later), raw chunks → kr, vr
+  const chunkLoads = (kb: string) => Array.from({ length: C }, (_, c) => `kr[${kb} * ${C}u + ${c}u] = ld_k(ro, (ln + ${c}u * L) * ${E}u);\nvr[${kb} * ${C}u + ${c}u] = ld_v(ro, (ln + ${c}u * L) * ${E}u);`).join('\n');
+  // rowsAhead: the keys from j and their row offsets → jo, rof; then the rows at rof → kr, vr (jo → jk)
+  const offsets = (j: string) => rep(KB, (kb) => `let j = ${j} + i32(${kb} * NT + team);\njo[${kb}] = j;\nrof[${kb}] = cache_row(b, u32(min(j, c1 - 1))) * w + kvo;`);
+  const loadAt = () => `jk = jo;\n${rep(KB, (kb) => `let ro = rof[${kb}];\n${chunkLoads(kb)}`)}`;
   const issue = (j: string) =>
     rep(
       KB,
       (kb) => `let j = ${j} + i32(${kb} * NT + team);
 jk[${kb}] = j;
 let ro = cache_row(b, u32(min(j, c1 - 1))) * w + kvo;
-${Array.from({ length: C }, (_, c) => `kr[${kb} * ${C}u + ${c}u] = ld_k(ro, (ln + ${c}u * L) * ${E}u);\nvr[${kb} * ${C}u + ${c}u] = ld_v(ro, (ln + ${c}u * L) * ${E}u);`).join('\n')}`,
+${chunkLoads(kb)}`,
     );
+  // before the key loop: what the first step's loads need (prefetch: the first step's rows too)
+  const prologue = () => {
+    if (s.rowsAhead) return `if (c0 < c1) {\n${offsets('c0')}\n${s.prefetch ? `${loadAt()}\n${offsets('c0 + stepk')}` : ''}\n}`;
+    return s.prefetch ? `if (c0 < c1) {\n${issue('c0')}\n}` : '';
+  };
+  // the top of a step: kcur, vcur, jcur = this step's rows; what later steps need is in flight
+  const stepLoads = () => {
+    const cur = 'let kcur = kr;\n    let vcur = vr;\n    let jcur = jk;';
+    if (s.rowsAhead && s.prefetch) return `${cur}\n    // the next step's rows (offsets found last step; clamped, so no branch), then the offsets two steps on\n${loadAt()}\n${offsets('j0 + 2 * stepk')}`;
+    if (s.rowsAhead) return `${loadAt()}\n    ${cur}\n    // the next step's offsets (table loads), in flight while this step's rows arrive\n${offsets('j0 + stepk')}`;
+    if (s.prefetch) return `${cur}\n    // the next step's loads, in flight while this step computes\n    if (j0 + stepk < c1) {\n${issue('j0 + stepk')}\n    }`;
+    return `${issue('j0')}\n    ${cur}`;
+  };
+  // every lane: the online-softmax update of all R rows over the step's KB keys (sums in pd on every lane)
+  const rowSteps = () =>
+    rep(R, (r) => `var sc: array<f32, ${KB}>;
+var mt = NEG;
+${rep(KB, (kb) => `let j = jcur[${kb}];
+var x = NEG;
+if (rok[${r}] && j < c1 && visible(iq[${r}], j, tq, tk)) { x = score(pd[${kb} * ${R}u + ${r}], iq[${r}], j, off, slope[${r}]); }
+sc[${kb}] = x;
+mt = nmax(mt, x);`)}
+let any = mt > NEG || mt != mt;
+let mnew = select(m[${r}], select(nmax(m[${r}], mt), mt, mneg[${r}]), any);
+${
+  s.lazyRescale
+    ? `// the max unchanged (most steps): the factor would be exp(0) = 1
+var a = 1.0;
+if (mnew != m[${r}]) {
+  a = select(exp(m[${r}] - mnew), 0.0, mneg[${r}]);
+${slots((x) => `  acc[${r} * ${S}u + ${x}u] = acc[${r} * ${S}u + ${x}u] * a;`)}
+}`
+    : `let a = select(1.0, select(exp(m[${r}] - mnew), 0.0, mneg[${r}]), any);
+${slots((x) => `acc[${r} * ${S}u + ${x}u] = acc[${r} * ${S}u + ${x}u] * a;`)}`
+}
+var ps = 0.0;
+${rep(KB, (kb) => `let x = sc[${kb}];
+let p = select(0.0, exp(x - mnew), x > NEG || x != x);
+ps = ps + p;
+if (p != 0.0) {
+${slots((x) => `  acc[${r} * ${S}u + ${x}u] = acc[${r} * ${S}u + ${x}u] + p * vf[${kb} * ${S}u + ${x}u];`)}
+}`)}
+l[${r}] = l[${r}] * a + ps;
+m[${r}] = mnew;
+mneg[${r}] = mneg[${r}] && !any;`);
+  // spread: the team's row states (each row's on the lanes of its pairs) → every lane's m, l, mneg
+  const spreadFrom = (j: number) => `(sgid & ~${s.lanes - 1}u) | ${j * (s.lanes / (R * KB))}u`;
+  const spreadEnd = () =>
+    Array.from({ length: R }, (_, r) => `m[${r}] = subgroupShuffle(sm, ${spreadFrom(r)});
+l[${r}] = subgroupShuffle(sls, ${spreadFrom(r)});
+mneg[${r}] = subgroupShuffle(select(0u, 1u, smneg), ${spreadFrom(r)}) != 0u;`).join('\n');
+  // spread: this lane's (key, row) pair, fixed for the kernel, and its row's running state
+  const spreadStart = () => `let sp = (sgid & ${s.lanes - 1}u) >> ${Math.log2(s.lanes / (R * KB))}u;
+  let skb = sp / ${R}u;
+  let sr = sp % ${R}u;
+  let sgr = r0 + min(sr, nrows - 1u);
+  let siq = i32(sgr % P.tq);
+  let srok = sr < nrows;
+  var sslope = 0.0;
+  if (P.alibi_on != 0u) { sslope = slopes[b * P.h + kvh * g + sgr / P.tq]; }
+  var sm = NEG;
+  var sls = 0.0;
+  var smneg = true;`;
   // raw chunks → f32 slots
   const unpackAll = (dst: string, src: string) =>
     s.enc === 'f32'
@@ -209,9 +334,9 @@ ${KVP_WGSL}
 var<workgroup> wbuf: array<f32, ${scratch}>;
 ${s.qShared ? `// the rows' q, each lane's slots side by side (written by team 0)
 var<workgroup> wq: array<vec4<f32>, ${R * S * LQ}>;` : ''}
-// each team's row maxima and row sums
-var<workgroup> wm: array<f32, ${KVD_TEAM_ROWS}>;
-var<workgroup> wl: array<f32, ${KVD_TEAM_ROWS}>;
+// each team's row maxima and row sums (at most T / 4 teams)
+var<workgroup> wm: array<f32, ${(T / 4) * R}>;
+var<workgroup> wl: array<f32, ${(T / 4) * R}>;
 ${unpackFn(s.enc)}
 ${CACHE_ROW}
 ${SCORE}
@@ -228,7 +353,7 @@ ${chunkLoader('ld_k', 'kc', s)}
 ${chunkLoader('ld_v', 'vc', s)}
 
 @compute @workgroup_size(${T})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32${s.subgroups && !s.generic && s.teamSum === 'transpose' ? ', @builtin(subgroup_invocation_id) sgid: u32' : ''}) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32${s.subgroups && !s.generic && (s.teamSum === 'transpose' || s.spread) ? ', @builtin(subgroup_invocation_id) sgid: u32' : ''}) {
   let L = ${s.lanes > 0 ? `${s.lanes}u` : 'P.lanes'};
   let NT = ${T}u / L;
   let ln = lid % L;
@@ -261,50 +386,24 @@ ${s.qShared ? `if (team == 0u) {\n${slots((x) => `  ${qAt(r, x)} = qv(qo, ${slot
   var mneg: array<bool, ${R}>;
   var acc: array<vec4<f32>, ${R * S}>;
   ${rep(R, (r) => `m[${r}] = NEG;\nl[${r}] = 0.0;\nmneg[${r}] = true;\n${slots((x) => `acc[${r} * ${S}u + ${x}u] = vec4<f32>(0.0);`)}`)}
+  ${s.spread ? spreadStart() : ''}
   let kvo = kvh * d;
   let stepk = i32(NT * ${KB}u);
   var kr: array<${RT}, ${KB * C}>;
   var vr: array<${RT}, ${KB * C}>;
   var jk: array<i32, ${KB}>;
-  ${s.prefetch ? `if (c0 < c1) {\n${issue('c0')}\n}` : ''}
+  ${s.rowsAhead ? `var jo: array<i32, ${KB}>;\n  var rof: array<u32, ${KB}>;` : ''}
+  ${prologue()}
   for (var j0 = c0; j0 < c1; j0 = j0 + stepk) {
-    ${s.prefetch ? `let kcur = kr;\n    let vcur = vr;\n    let jcur = jk;\n    // the next step's loads, in flight while this step computes\n    if (j0 + stepk < c1) {\n${issue('j0 + stepk')}\n    }` : `${issue('j0')}\n    let kcur = kr;\n    let vcur = vr;\n    let jcur = jk;`}
+    ${stepLoads()}
     ${unpackAll('kf', 'kcur')}
     ${unpackAll('vf', 'vcur')}
     var pd: array<f32, ${KB * R}>;
     ${rep(KB, (kb) => rep(R, (r) => `pd[${kb} * ${R}u + ${r}] = ${dotExpr(kb, r)};`))}
-    ${teamSum}
-    ${rep(R, (r) => `var sc: array<f32, ${KB}>;
-var mt = NEG;
-${rep(KB, (kb) => `let j = jcur[${kb}];
-var x = NEG;
-if (rok[${r}] && j < c1 && visible(iq[${r}], j, tq, tk)) { x = score(pd[${kb} * ${R}u + ${r}], iq[${r}], j, off, slope[${r}]); }
-sc[${kb}] = x;
-mt = nmax(mt, x);`)}
-let any = mt > NEG || mt != mt;
-let mnew = select(m[${r}], select(nmax(m[${r}], mt), mt, mneg[${r}]), any);
-${
-  s.lazyRescale
-    ? `// the max unchanged (most steps): the factor would be exp(0) = 1
-var a = 1.0;
-if (mnew != m[${r}]) {
-  a = select(exp(m[${r}] - mnew), 0.0, mneg[${r}]);
-${slots((x) => `  acc[${r} * ${S}u + ${x}u] = acc[${r} * ${S}u + ${x}u] * a;`)}
-}`
-    : `let a = select(1.0, select(exp(m[${r}] - mnew), 0.0, mneg[${r}]), any);
-${slots((x) => `acc[${r} * ${S}u + ${x}u] = acc[${r} * ${S}u + ${x}u] * a;`)}`
-}
-var ps = 0.0;
-${rep(KB, (kb) => `let x = sc[${kb}];
-let p = select(0.0, exp(x - mnew), x > NEG || x != x);
-ps = ps + p;
-if (p != 0.0) {
-${slots((x) => `  acc[${r} * ${S}u + ${x}u] = acc[${r} * ${S}u + ${x}u] + p * vf[${kb} * ${S}u + ${x}u];`)}
-}`)}
-l[${r}] = l[${r}] * a + ps;
-m[${r}] = mnew;
-mneg[${r}] = mneg[${r}] && !any;`)}
+    ${s.spread ? spreadStep(R, KB, s.lanes, S) : `${teamSum}
+    ${rowSteps()}`}
   }
+  ${s.spread ? spreadEnd() : ''}
   // merge the teams: the workgroup's row maxima, each team's state rescaled to them, summed
   workgroupBarrier();
   if (ln == 0u) {
