@@ -184,12 +184,15 @@ size_t bwd_workspace_bytes(const FaArgs* a) {
   const Plan p = plan_of(*a, true);
   const size_t rows = static_cast<size_t>(a->total_q) * a->H;
   size_t n = prep_size(*a, p, true) + 2 * align256(rows * sizeof(float));
-  if (!a->deterministic && !p.ffma) {
+  const int D = head_dim_bucket(p.kd);
+  const bool tma = !p.ffma && runs_tma_bwd(a->arch, p.split, D, a->no_wgmma_bwd);
+  if (!p.ffma && (!a->deterministic || tma)) {
     size_t acc = rows * p.kd;
-    const int D = head_dim_bucket(p.kd);  // the TMA backward's tiles: whole 64-row tiles per sequence, bucket columns
-    if (runs_tma_bwd(a->arch, p.split, D, a->no_wgmma_bwd)) acc = std::max<size_t>(acc, DqTiles::floats(a->total_q, a->B, a->H, D));
+    // the TMA backward's tiles: whole 64-row tiles per sequence, bucket columns
+    if (tma) acc = std::max<size_t>(acc, DqTiles::floats(a->total_q, a->B, a->H, D));
     n += align256(acc * sizeof(float));
   }
+  if (a->deterministic && tma) n += align256(DqTiles::tiles(a->total_q, a->B) * a->H * sizeof(int));
   return n;
 }
 
@@ -201,7 +204,14 @@ void bwd_setup(FaArgs* a, void* ws) {
   w += align256(rows * sizeof(float));
   a->dsum = reinterpret_cast<float*>(w);
   w += align256(rows * sizeof(float));
-  a->dq_accum = a->deterministic || p.ffma ? nullptr : reinterpret_cast<float*>(w);
+  const int D = head_dim_bucket(p.kd);
+  const bool tma = !p.ffma && runs_tma_bwd(a->arch, p.split, D, a->no_wgmma_bwd);
+  a->dq_accum = p.ffma || (a->deterministic && !tma) ? nullptr : reinterpret_cast<float*>(w);
+  a->dq_sem = nullptr;
+  if (a->deterministic && tma) {
+    const size_t acc = std::max<size_t>(rows * p.kd, DqTiles::floats(a->total_q, a->B, a->H, D));
+    a->dq_sem = reinterpret_cast<int*>(w + align256(acc * sizeof(float)));
+  }
   a->dq_tiled = 0;  // (the TMA backward's launcher sets it)
 }
 

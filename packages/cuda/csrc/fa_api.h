@@ -62,6 +62,7 @@ struct FaArgs {
   // backward scratch (filled by the launcher)
   float* dq_accum;    // [total_q, H, kd], or tiles (dq_tiled = 1, fa_dq_tiles.cuh)
   int dq_tiled;       // set by the backward's launcher: dq_accum holds the TMA backward's tiles
+  int* dq_sem;        // deterministic TMA backward: per (tile, head), the key blocks that added it
   float* lse2;        // [H, total_q]  lse * log2(e), +inf for empty rows
   float* dsum;        // [H, total_q]  rowsum(dO * O)
   // Set by fwd()/bwd() for the kernels (the caller leaves them 0; a direct launcher call sets

@@ -19,7 +19,11 @@
 //                                             [wait all -> release the Q stage]
 // dS^T is double-buffered, so a warpgroup may write step i+1's dS^T while the other still reads
 // step i's in its dQ product; the barrier of step i+1 keeps step i+2 from overwriting step i's.
-// Deterministic calls skip dS^T and dQ (bwd_post's dQ kernel computes it).
+// Deterministic calls: with DQ_BULK the writer adds a tile only after every key block before its
+// own that covers the tile has (a counter per tile and head, FaArgs::dq_sem: acquire, add, wait
+// for completion, release), so each dQ element is summed in one fixed order; CTAs are dispatched
+// in blockIdx order, so the blocks waited for are running or done. Without DQ_BULK they skip dS^T
+// and dQ (the dQ kernel of fa_bwd_dq_tma.cuh computes it).
 //
 // Rows past the sequence inside the tensor (the next sequence of a packed batch) would meet
 // masked P^T and dS^T entries that are 0, but 0 times a NaN or infinity of another sequence is NaN
@@ -102,13 +106,29 @@ __global__ void __launch_bounds__(384, 1)
     if (tid >= 32) {
       // ---- warp 1: dQ blocks -> the tiled accumulator --------------------------------------------
       if constexpr (kBulk && kDq && kAddDq) {
-        if (a.deterministic) return;
-        const bool lead = tid == 32;
+        if (a.deterministic && !a.dq_tiled) return;  // (no counters: the dQ kernel adds dQ)
+        const bool lead = tid == 32, ordered = a.deterministic;
 #pragma unroll
         for (int w = 0; w < NH; ++w) tma::named_arrive(kDqEmpty + w, kDqBar);  // the blocks start empty
         for (int it = 0; it < total_it; ++it) {
           const int h = hk * G + it / nm, mb = mb_lo + it % nm;
           float* dst = a.dq_accum + DqTiles::tile_offset(s.q0, b, mb, h, a.H, D);  // block w at + w * BLOCK
+          int* sem = nullptr;
+          if (ordered) {
+            // the key blocks before ours that cover tile mb (all of them without a mask)
+            int before = 0;
+            for (int nb = tid - 32; nb < n_block; nb += 32) {
+              int lo, hi;
+              query_block_range(a, s, nb * BN, BN, BM, &lo, &hi);
+              before += lo <= mb && mb < hi;
+            }
+            before = __reduce_add_sync(0xffffffffu, before);
+            sem = a.dq_sem + DqTiles::tile_index(s.q0, b, mb, h, a.H);
+            if (lead)
+              while (tma::ld_acquire(sem) != before) __nanosleep(64);
+            __syncwarp();
+            tma::fence_proxy_async_global();  // the earlier blocks' sums, before our bulk reads them
+          }
 #pragma unroll
           for (int w = 0; w < NH; ++w) {
             tma::named_sync(kDqFull + w, kDqBar);
@@ -125,6 +145,11 @@ __global__ void __launch_bounds__(384, 1)
           if (lead) tma::bulk_wait_read<0>();
           __syncwarp();
           tma::named_arrive(kDqEmpty + NH - 1, kDqBar);
+          if (ordered && lead) {
+            tma::bulk_wait_all<0>();  // our sums are in global memory
+            tma::fence_proxy_async_global();
+            tma::add_release(sem, 1);
+          }
         }
         if (lead) tma::bulk_wait_all<0>();
       }
@@ -178,7 +203,8 @@ __global__ void __launch_bounds__(384, 1)
     for (int i = 0; i < NG; ++i) dk[i] = dv[i] = 0.f;
     const uint32_t k_addr = smem_u32(sK) + cw * 64 * 128, v_addr = smem_u32(sV) + cw * 64 * 128;  // this warpgroup's 64 key rows
     const bool det = a.deterministic;
-    const bool has_dq = kDq && !det && cw * 64 < D;  // (D = 64: only the first consumer has dQ columns)
+    const bool dq_here = kDq && (!det || (kBulk && a.dq_tiled));  // dQ in this kernel (deterministic: ordered bulk adds)
+    const bool has_dq = dq_here && cw * 64 < D;   // (D = 64: only the first consumer has dQ columns)
     auto release = [&](uint64_t* bar) { if (lane == 0) tma::arrive(bar); };
     // Keeps a fragment's registers from being reused while a wgmma that reads them may run.
     auto fence_frag = [](typename Keys::Frag& f) {
@@ -209,14 +235,14 @@ __global__ void __launch_bounds__(384, 1)
       if constexpr (kMath) keys.template p_ds<true>(sc, dp, m0, sLse + st * BM, sDs + st * BM);
       typename Keys::Frag pf, sf;
       keys.pack(sc, dp, pf, sf);
-      if (kDq && !det) keys.store_ds(sf, ds_buf);
+      if (dq_here) keys.store_ds(sf, ds_buf);
 
       // ---- dV += P^T dO; dQ = dS K; dK += dS^T Q -----------------------------------------------
       wg::fence_operands<NG>(dv);
       wg::fence_operands<NG>(dk);
       if constexpr (kDkDv) keys.issue_acc(dv, pf, do_addr);
       wg::commit();
-      if (kDq && !det) {
+      if (dq_here) {
         wg::fence_proxy_async();  // our dS^T stores, for the other warpgroup's tensor cores too
         tma::named_sync(kDsReady, 256);
       }

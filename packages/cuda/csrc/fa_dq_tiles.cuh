@@ -34,6 +34,10 @@ struct DqTiles {
     const int64_t g = (static_cast<int64_t>(q0) + static_cast<int64_t>(b) * BM) / BM + mb;
     return (g * H + h) * BM * D;
   }
+  // Index of the counter of a tile (deterministic calls: key blocks add a tile in ascending order).
+  __device__ static int64_t tile_index(int q0, int b, int mb, int h, int H) {
+    return ((static_cast<int64_t>(q0) + static_cast<int64_t>(b) * BM) / BM + mb) * H + h;
+  }
   // Row and column within the tile of float4 f (0 .. BM * D / 4) of a tile's storage; the float4
   // holds (r, c), (r, c + 1), (r + 8, c), (r + 8, c + 1).
   __device__ static void cell(int f, int* r, int* c) {

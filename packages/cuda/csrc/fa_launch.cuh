@@ -115,7 +115,13 @@ cudaError_t bwd_pre(FaArgs* a, const FaTensors& t, cudaStream_t st) {
 template <typename E, int D>
 cudaError_t bwd_post(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   const int64_t items = static_cast<int64_t>(a->total_q) * a->H;
-  if (a->deterministic) {
+  if (a->dq_tiled) {
+    dim3 grid((a->max_tq + DqTiles::BM - 1) / DqTiles::BM, a->H, a->B);
+    if (a->max_tq > 0) {
+      bwd_convert_dq_tiled_kernel<E, D><<<grid, 256, 0, st>>>(*a, t);
+      FA_CHECK_LAUNCH();
+    }
+  } else if (a->deterministic) {
     using Tq = DqTraits<D, E::SPLIT>;
     const size_t smem = dq_smem_bytes<D, E::SPLIT>();
     cudaError_t e = set_smem(bwd_dq_kernel<E, D>, smem);
@@ -123,12 +129,6 @@ cudaError_t bwd_post(FaArgs* a, const FaTensors& t, cudaStream_t st) {
     dim3 grid((a->max_tq + Tq::BM - 1) / Tq::BM, a->H, a->B);
     if (a->max_tq > 0) {
       bwd_dq_kernel<E, D><<<grid, Tq::NW * 32, smem, st>>>(*a, t);
-      FA_CHECK_LAUNCH();
-    }
-  } else if (a->dq_tiled) {
-    dim3 grid((a->max_tq + DqTiles::BM - 1) / DqTiles::BM, a->H, a->B);
-    if (a->max_tq > 0) {
-      bwd_convert_dq_tiled_kernel<E, D><<<grid, 256, 0, st>>>(*a, t);
       FA_CHECK_LAUNCH();
     }
   } else if (items > 0) {
@@ -204,9 +204,11 @@ cudaError_t launch_bwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool*
       !tma::encode_operand(&mv, t.v, bf16, a->d, a->Hkv, a->total_k, Tr::BN))
     return cudaSuccess;
   *ran = true;
-  a->dq_tiled = Tr::DQ_BULK && !a->deterministic;
+  // DQ_BULK: dQ into the tiled accumulator, also when deterministic (ordered by dq_sem)
+  a->dq_tiled = Tr::DQ_BULK && a->dq_accum && (!a->deterministic || a->dq_sem);
   if (a->dq_tiled) {
     cudaError_t e = cudaMemsetAsync(a->dq_accum, 0, DqTiles::floats(a->total_q, a->B, a->H, Tr::D) * sizeof(float), st);
+    if (e == cudaSuccess && a->deterministic) e = cudaMemsetAsync(a->dq_sem, 0, DqTiles::tiles(a->total_q, a->B) * a->H * sizeof(int), st);
     if (e != cudaSuccess) return e;
   }
   cudaError_t e = bwd_pre<E>(a, t, st);
@@ -217,7 +219,7 @@ cudaError_t launch_bwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool*
   dim3 grid((a->max_tk + Tr::BN - 1) / Tr::BN, a->Hkv, a->B);
   bwd_tma_kernel<E, Tr><<<grid, 384, smem, st>>>(mq, mk, mv, mdo, *a, t);
   FA_CHECK_LAUNCH();
-  if (a->deterministic) {
+  if (a->deterministic && !a->dq_tiled) {
     bool dq_ran;
     e = launch_dq_tma<E, Tq>(a, t, st, &dq_ran);
     if (dq_ran) return e;

@@ -96,6 +96,15 @@ template <int N>  // at most N of this thread's bulk groups still reading shared
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory"); }
 template <int N>  // at most N of this thread's bulk groups not complete
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory"); }
+// Orders this thread's generic-proxy accesses of global memory with its bulk (async-proxy) ones.
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+// A counter handed between CTAs: read with acquire, bumped with release (GPU scope).
+__device__ __forceinline__ int ld_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void add_release(int* p, int v) { asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory"); }
 
 // ---- warpgroup roles ---------------------------------------------------------------------------
 template <int N>

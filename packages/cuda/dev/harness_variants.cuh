@@ -58,6 +58,7 @@ static void variants() {
       {"U4 tma bwd d128 BM64 3st", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 3>>},
       // dQ by vector atomics into [total_q, H, d] (the default until session 5) against the bulk reduce
       {"R1 U1 regs 40/232", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaRegs<BwdTmaCfg<128, 64, 2>, 40, 232>>},
+      {"A3 U1 det via the dQ kernel", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, false>>, true},
       {"A1 U1 with dQ atomics", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, false>>},
       {"A2 U2 with dQ atomics", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, false>>},
       {"BW wgmma bwd d128", kBF16, 128, nullptr, launch_bwd_wg<BF, BwdWgTraits<128, false>>},
