@@ -19,10 +19,11 @@
 //                                             [wait all -> release the Q stage]
 // dS^T is double-buffered, so a warpgroup may write step i+1's dS^T while the other still reads
 // step i's in its dQ product; the barrier of step i+1 keeps step i+2 from overwriting step i's.
-// Deterministic calls: with DQ_BULK the writer adds a tile only after every key block before its
-// own that covers the tile has (a counter per tile and head, FaArgs::dq_sem: acquire, add, wait
-// for completion, release), so each dQ element is summed in one fixed order; CTAs are dispatched
-// in blockIdx order, so the blocks waited for are running or done. Without DQ_BULK they skip dS^T
+// Deterministic calls: with DQ_BULK the writer adds a tile only after the key blocks that precede
+// its own in a fixed order have (a counter per tile and head, FaArgs::dq_sem: acquire, add, wait
+// for completion, release), so each dQ element is summed in one order run to run. The order is
+// ascending key blocks, or descending when the first query tile of a key block grows with it
+// (causal, windows), so that the blocks waited for are those that reach the tile first. Without DQ_BULK they skip dS^T
 // and dQ (the dQ kernel of fa_bwd_dq_tma.cuh computes it).
 //
 // Rows past the sequence inside the tensor (the next sequence of a packed batch) would meet
@@ -77,7 +78,11 @@ __global__ void __launch_bounds__(384, 1)
   uint64_t* do_empty = q_empty + ST;
 
   const int tid = threadIdx.x, wgi = tid / 128;
-  const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  // A deterministic call that orders its dQ adds by descending key block (causal, windows: see the
+  // writer) launches its key blocks in that order too, so a block only ever waits for blocks
+  // dispatched before it (running or done): no deadlock when they do not all fit on the GPU.
+  const bool reversed = kBulk && a.deterministic && a.dq_tiled && a.win_right >= 0;
+  const int n_block = reversed ? gridDim.x - 1 - blockIdx.x : blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const SeqInfo s = seq_info(a, b);
   const int n0 = n_block * BN;
   if (n0 >= s.tk) return;  // the whole CTA, before any barrier
@@ -115,12 +120,17 @@ __global__ void __launch_bounds__(384, 1)
           float* dst = a.dq_accum + DqTiles::tile_offset(s.q0, b, mb, h, a.H, D);  // block w at + w * BLOCK
           int* sem = nullptr;
           if (ordered) {
-            // the key blocks before ours that cover tile mb (all of them without a mask)
+            // the key blocks that add tile mb before ours: those below ours, or, when a block's
+            // first query tile grows with its keys (causal, windows), those above: they reach the
+            // tile first (block n meets tile m at step m - first(n)); waiting for the blocks below
+            // would make block n wait about 2n steps for block 0 (2 query tiles per key block)
+            const bool above = reversed;
+            const int nblocks = (s.tk + BN - 1) / BN;
             int before = 0;
-            for (int nb = tid - 32; nb < n_block; nb += 32) {
+            for (int nb = tid - 32; nb < nblocks; nb += 32) {
               int lo, hi;
               query_block_range(a, s, nb * BN, BN, BM, &lo, &hi);
-              before += lo <= mb && mb < hi;
+              before += (above ? nb > n_block : nb < n_block) && lo <= mb && mb < hi;
             }
             before = __reduce_add_sync(0xffffffffu, before);
             sem = a.dq_sem + DqTiles::tile_index(s.q0, b, mb, h, a.H);
