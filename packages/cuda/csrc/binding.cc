@@ -235,6 +235,64 @@ std::vector<E> CopyTyped(Napi::Env env, Napi::Value v, napi_typedarray_type type
 }
 
 // ---------------------------------------------------------------------------------------------
+// an operation's device scratch
+// ---------------------------------------------------------------------------------------------
+// One stream-ordered allocation (cudaMallocAsync) that an operation owns: freed on its stream
+// (cudaFreeAsync) when the owner goes out of scope, so every exit path frees it. Moves, no copies.
+class DeviceScratch {
+ public:
+  DeviceScratch() = default;
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+  DeviceScratch(DeviceScratch&& o) noexcept : ptr_(o.ptr_), stream_(o.stream_) { o.ptr_ = nullptr; }
+  DeviceScratch& operator=(DeviceScratch&& o) noexcept {
+    if (this != &o) {
+      Free();
+      ptr_ = o.ptr_;
+      stream_ = o.stream_;
+      o.ptr_ = nullptr;
+    }
+    return *this;
+  }
+  ~DeviceScratch() { Free(); }
+  // n bytes on `stream` (n == 0: none, get() stays null); on failure get() is null.
+  cudaError_t Alloc(size_t n, cudaStream_t stream) {
+    Free();
+    stream_ = stream;
+    if (n == 0) return cudaSuccess;
+    cudaError_t e = cudaMallocAsync(&ptr_, n, stream);
+    if (e != cudaSuccess) ptr_ = nullptr;
+    return e;
+  }
+  void* get() const { return ptr_; }
+
+ private:
+  void Free() {
+    if (ptr_) cudaFreeAsync(ptr_, stream_);
+    ptr_ = nullptr;
+  }
+  void* ptr_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+// Waits for a stream when it goes out of scope, unless cancelled. Declared before an operation's
+// DeviceScratch objects, it runs after their frees: an operation that fails settles only once the
+// GPU has finished what it queued.
+class SyncOnExit {
+ public:
+  explicit SyncOnExit(cudaStream_t stream) : stream_(stream) {}
+  SyncOnExit(const SyncOnExit&) = delete;
+  SyncOnExit& operator=(const SyncOnExit&) = delete;
+  ~SyncOnExit() {
+    if (stream_) cudaStreamSynchronize(stream_);
+  }
+  void Cancel() { stream_ = nullptr; }
+
+ private:
+  cudaStream_t stream_;
+};
+
+// ---------------------------------------------------------------------------------------------
 // asynchronous operations
 // ---------------------------------------------------------------------------------------------
 class Op : public Napi::AsyncWorker {
@@ -374,29 +432,18 @@ class AttnOp : public Op {
 
  protected:
   bool Run() override {
-    std::vector<void*> allocs;
-    auto cleanup = [&]() {
-      for (void* p : allocs) cudaFreeAsync(p, ctx_->stream);
-      cudaStreamSynchronize(ctx_->stream);
-    };
-    auto alloc = [&](void** p, size_t n) -> cudaError_t {
-      *p = nullptr;
-      if (n == 0) return cudaSuccess;
-      cudaError_t e = cudaMallocAsync(p, n, ctx_->stream);
-      if (e == cudaSuccess) allocs.push_back(*p);
-      return e;
-    };
+    SyncOnExit sync(ctx_->stream);  // on every path, after the scratch below is freed
+    DeviceScratch dsmall, ws;
     const size_t small = (cuq.size() + cuk.size()) * sizeof(int) + alibi.size() * sizeof(float);
-    void* dsmall = nullptr;
-    cudaError_t e = alloc(&dsmall, small);
-    if (e != cudaSuccess) { cleanup(); return Fail(e, "allocating sequence offsets"); }
+    cudaError_t e = dsmall.Alloc(small, ctx_->stream);
+    if (e != cudaSuccess) return Fail(e, "allocating sequence offsets");
     std::vector<uint8_t> host(small);
     std::memcpy(host.data(), cuq.data(), cuq.size() * sizeof(int));
     std::memcpy(host.data() + cuq.size() * sizeof(int), cuk.data(), cuk.size() * sizeof(int));
     if (!alibi.empty()) std::memcpy(host.data() + (cuq.size() + cuk.size()) * sizeof(int), alibi.data(), alibi.size() * sizeof(float));
-    e = cudaMemcpyAsync(dsmall, host.data(), small, cudaMemcpyHostToDevice, ctx_->stream);
-    if (e != cudaSuccess) { cleanup(); return Fail(e, "copying sequence offsets"); }
-    args.cu_q = static_cast<const int*>(dsmall);
+    e = cudaMemcpyAsync(dsmall.get(), host.data(), small, cudaMemcpyHostToDevice, ctx_->stream);
+    if (e != cudaSuccess) return Fail(e, "copying sequence offsets");
+    args.cu_q = static_cast<const int*>(dsmall.get());
     args.cu_k = args.cu_q + cuq.size();
     args.alibi = alibi.empty() ? nullptr : reinterpret_cast<const float*>(args.cu_k + cuk.size());
     args.num_sms = ctx_->sms;
@@ -409,23 +456,20 @@ class AttnOp : public Op {
       const fa::SmemNeeds need = fa::smem_needs(args);
       const size_t n = !backward_ ? need.fwd : args.deterministic ? need.bwd_deterministic : need.bwd;
       if (n > ctx_->smem_optin) {
-        cleanup();
         code_ = "E_UNSUPPORTED";
         msg_ = std::string("head dim ") + std::to_string(args.d) + ": the " + (backward_ ? "backward" : "forward") + " kernel needs " +
                std::to_string(n) + " bytes of shared memory per block; this GPU allows " + std::to_string(ctx_->smem_optin);
         return false;
       }
     }
-    void* ws = nullptr;
     const size_t wsb = backward_ ? fa::bwd_workspace_bytes(&args) : fa::fwd_workspace_bytes(&args);
-    e = alloc(&ws, wsb);
-    if (e != cudaSuccess) { cleanup(); return Fail(e, "allocating the workspace (" + std::to_string(wsb) + " bytes)"); }
+    e = ws.Alloc(wsb, ctx_->stream);
+    if (e != cudaSuccess) return Fail(e, "allocating the workspace (" + std::to_string(wsb) + " bytes)");
     splits_ = args.num_splits;
-    e = backward_ ? fa::bwd(&args, tens, ws, ctx_->stream) : fa::fwd(&args, tens, ws, ctx_->stream);
-    if (e != cudaSuccess) { cleanup(); return Fail(e, backward_ ? "attention backward" : "attention forward"); }
+    e = backward_ ? fa::bwd(&args, tens, ws.get(), ctx_->stream) : fa::fwd(&args, tens, ws.get(), ctx_->stream);
+    if (e != cudaSuccess) return Fail(e, backward_ ? "attention backward" : "attention forward");
     e = cudaStreamSynchronize(ctx_->stream);
     if (e == cudaSuccess) e = cudaGetLastError();
-    cleanup();
     if (e != cudaSuccess) return Fail(e, backward_ ? "attention backward" : "attention forward");
     return true;
   }
@@ -454,18 +498,6 @@ class KvOp : public Op {
 
  protected:
   bool Run() override {
-    std::vector<void*> allocs;
-    auto cleanup = [&]() {
-      for (void* p : allocs) cudaFreeAsync(p, ctx_->stream);
-      cudaStreamSynchronize(ctx_->stream);
-    };
-    auto alloc = [&](void** p, size_t n) -> cudaError_t {
-      *p = nullptr;
-      if (n == 0) return cudaSuccess;
-      cudaError_t e = cudaMallocAsync(p, n, ctx_->stream);
-      if (e == cudaSuccess) allocs.push_back(*p);
-      return e;
-    };
     args.smem_optin = ctx_->smem_optin;
     const size_t kv_smem = fa::kv_smem_bytes(args.dtype, args.d, ctx_->smem_optin);
     if (kv_smem > ctx_->smem_optin) {
@@ -474,21 +506,22 @@ class KvOp : public Op {
              " bytes of shared memory per block; this GPU allows " + std::to_string(ctx_->smem_optin);
       return false;
     }
+    SyncOnExit sync(ctx_->stream);  // on the CUDA error paths, after the scratch below is freed
+    DeviceScratch dsmall, ws;
     const size_t nl = upload_lens ? lens.size() : 0, nt = upload_table ? table.size() : 0;
     const size_t small = (nl + nt) * sizeof(int) + alibi.size() * sizeof(float);
     std::vector<uint8_t> host(small);
-    void* dsmall = nullptr;
-    cudaError_t e = alloc(&dsmall, small);
-    if (e != cudaSuccess) { cleanup(); return Fail(e, "allocating the KV-cache index copies"); }
+    cudaError_t e = dsmall.Alloc(small, ctx_->stream);
+    if (e != cudaSuccess) return Fail(e, "allocating the KV-cache index copies");
     if (small) {
       uint8_t* h = host.data();
       if (nl) std::memcpy(h, lens.data(), nl * sizeof(int));
       if (nt) std::memcpy(h + nl * sizeof(int), table.data(), nt * sizeof(int));
       if (!alibi.empty()) std::memcpy(h + (nl + nt) * sizeof(int), alibi.data(), alibi.size() * sizeof(float));
-      e = cudaMemcpyAsync(dsmall, host.data(), small, cudaMemcpyHostToDevice, ctx_->stream);
-      if (e != cudaSuccess) { cleanup(); return Fail(e, "copying the KV-cache index copies"); }
+      e = cudaMemcpyAsync(dsmall.get(), host.data(), small, cudaMemcpyHostToDevice, ctx_->stream);
+      if (e != cudaSuccess) return Fail(e, "copying the KV-cache index copies");
     }
-    int* di = static_cast<int*>(dsmall);
+    int* di = static_cast<int*>(dsmall.get());
     if (upload_lens) args.seqlens = di;
     if (upload_table) args.block_table = di + nl;
     args.alibi = alibi.empty() ? nullptr : reinterpret_cast<const float*>(di + nl + nt);
@@ -506,21 +539,20 @@ class KvOp : public Op {
           cudaFreeHost(h);
         }
       }
-      if (e != cudaSuccess) { cleanup(); return Fail(e, "allocating the KV-cache index flag"); }
+      if (e != cudaSuccess) return Fail(e, "allocating the KV-cache index flag");
     }
     *reinterpret_cast<volatile int*>(ctx_->kv_flag_host) = 0;
     args.bad_index = ctx_->kv_flag_dev;
-    void* ws = nullptr;
     const size_t wsb = fa::kv_workspace_bytes(&args);
-    e = alloc(&ws, wsb);
-    if (e != cudaSuccess) { cleanup(); return Fail(e, "allocating the split-KV workspace (" + std::to_string(wsb) + " bytes)"); }
+    e = ws.Alloc(wsb, ctx_->stream);
+    if (e != cudaSuccess) return Fail(e, "allocating the split-KV workspace (" + std::to_string(wsb) + " bytes)");
     splits_ = args.num_splits;
-    e = fa::kv_forward(&args, tens, ws, ctx_->stream);
-    if (e != cudaSuccess) { cleanup(); return Fail(e, "KV-cache attention"); }
+    e = fa::kv_forward(&args, tens, ws.get(), ctx_->stream);
+    if (e != cudaSuccess) return Fail(e, "KV-cache attention");
     e = cudaStreamSynchronize(ctx_->stream);
     if (e == cudaSuccess) e = cudaGetLastError();
-    if (e != cudaSuccess) { cleanup(); return Fail(e, "KV-cache attention"); }
-    for (void* p : allocs) cudaFreeAsync(p, ctx_->stream);  // stream-ordered: no second synchronize
+    if (e != cudaSuccess) return Fail(e, "KV-cache attention");
+    sync.Cancel();  // the scratch's frees are stream-ordered: no second synchronize
     if (*reinterpret_cast<volatile int*>(ctx_->kv_flag_host) != 0) {
       code_ = "E_ARG";
       msg_ = "a device index tensor (cacheSeqlens or blockTable) holds a value out of range that its host copy does not; the kernels skipped those entries (nothing out of bounds was read or written)";

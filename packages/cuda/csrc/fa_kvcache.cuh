@@ -111,41 +111,17 @@ __global__ void __launch_bounds__(Tr::NW * 32, Tr::MIN_BLOCKS) kv_attn_kernel(Kv
   const int kin_lo = kv_key_lo(a, i_hi, off, tk), kin_hi = kv_key_hi(a, i_lo, off, tk);  // keys every row sees
 
   // ---- this split's warp tiles, and this warp's share (tiles s_lo + warp, + NW, ...) ----------
-  int n_tiles = 0, t_base = 0;
-  if (khi >= klo) {
-    t_base = (klo / BNW) * BNW;
-    n_tiles = (khi - t_base) / BNW + 1;
-  }
-  const int per = (n_tiles + a.num_splits - 1) / a.num_splits;
-  const int s_lo = min(n_tiles, split * per), s_hi = min(n_tiles, s_lo + per);
-  const int cnt = s_hi > s_lo + warp ? (s_hi - s_lo - warp + NW - 1) / NW : 0;
-  auto key0 = [&](int n) { return t_base + (s_lo + warp + n * NW) * BNW; };
+  const KvWarpKeys<NW, BNW> keys(a, split, b, g, warp, lane, klo, khi);
 
   const T* Kc = static_cast<const T*>(t.k_cache);
   const T* Vc = static_cast<const T*>(t.v_cache);
-  const int* tbl = a.block_table ? a.block_table + static_cast<int64_t>(b) * a.max_blocks : nullptr;
   T* sWarp = reinterpret_cast<T*>(smem_raw) + warp * ST * 2 * BNW * D;  // [ST][K, V][BNW][D]
 
-  // The raw block of lane's key in warp tile n (lanes < BNW), loaded ahead of its use.
-  auto fetch = [&](int n) -> int {
-    const int tt = key0(n) + lane;
-    if (n >= cnt || lane >= BNW || tt < klo || tt > khi) return -1;
-    return tbl ? __ldg(tbl + tt / a.block_size) : b;
-  };
   // Copies warp tile n (K and V rows of kv head g) into stage n % ST; keys outside [klo, khi] are
   // zero-filled and never read from the cache. One commit group per call, also when empty.
   auto issue = [&](int n, int blk) {
-    if (n < cnt) {
-      const int tt = key0(n) + lane;
-      long long ro = -1;  // element offset of lane's key row, or -1: zero-fill
-      if (lane < BNW && tt >= klo && tt <= khi) {
-        if (blk < 0 || blk >= a.num_blocks) {
-          kv_report_bad(a);
-        } else {
-          const int row = tbl ? tt % a.block_size : tt;
-          ro = ((static_cast<long long>(blk) * a.block_size + row) * a.Hkv + g) * a.d;
-        }
-      }
+    if (n < keys.cnt) {
+      const long long ro = keys.row_offset(n, blk, a.d);  // lane's key row, or -1: zero-fill
       T* sK = sWarp + (n % ST) * 2 * BNW * D;
       T* sV = sK + BNW * D;
       const int c = (lane % CPR) * 8;
@@ -163,8 +139,8 @@ __global__ void __launch_bounds__(Tr::NW * 32, Tr::MIN_BLOCKS) kv_attn_kernel(Kv
 
   // ---- prologue: the first ST - 1 tiles in flight, then Q's fragments straight from global ----
 #pragma unroll
-  for (int s = 0; s < ST - 1; ++s) issue(s, fetch(s));
-  int pending = fetch(ST - 1);
+  for (int s = 0; s < ST - 1; ++s) issue(s, keys.fetch(s));
+  int pending = keys.fetch(ST - 1);
 
   uint32_t qf[KSD][4];  // A fragments of the 16 x D query tile (the mma.sync A layout)
   {
@@ -193,9 +169,9 @@ __global__ void __launch_bounds__(Tr::NW * 32, Tr::MIN_BLOCKS) kv_attn_kernel(Kv
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
 
   // ---- main loop: one warp tile per iteration, ST - 1 more in flight -------------------------
-  for (int n = 0; n < cnt; ++n) {
+  for (int n = 0; n < keys.cnt; ++n) {
     issue(n + ST - 1, pending);
-    pending = fetch(n + ST);
+    pending = keys.fetch(n + ST);
     cp_async_wait<ST - 1>();  // this lane's copies of tile n have landed
     __syncwarp();             // ... and every lane's are visible
     const T* sKb = sWarp + (n % ST) * 2 * BNW * D;
@@ -217,7 +193,7 @@ __global__ void __launch_bounds__(Tr::NW * 32, Tr::MIN_BLOCKS) kv_attn_kernel(Kv
     }
 
     // scores in log2 units, masked where some row does not see the whole tile
-    const int j0 = key0(n);
+    const int j0 = keys.key0(n);
     if (plain) {
 #pragma unroll
       for (int i = 0; i < NTN; ++i)

@@ -1,6 +1,6 @@
 // What both KV-cache attention kernels share (the tensor-core one in fa_kvcache.cuh, the FFMA one
 // in fa_kvcache_ffma.cuh): the device-index range checks, the in-place append, the keys a query
-// row may see, and the split-KV heuristic.
+// row may see, a warp's key tiles and their rows in the cache, and the split-KV heuristic.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -94,6 +94,57 @@ __device__ __forceinline__ int kv_key_hi(const KvArgs& a, int i, int off, int tk
   if (a.win_right >= 0) v = min(v, static_cast<long long>(i) + off + a.win_right);
   return static_cast<int>(v < -1 ? -1 : v);
 }
+
+// One warp's keys in a KV-cache kernel, and where their rows lie in the cache (both kernels read
+// the cache this way). The CTA's key range [klo, khi] is cut into BNW-key warp tiles from t_base;
+// split `split` of num_splits takes a run of them, warp w of NW takes tiles s_lo + w, + NW, ...
+// (cnt of them); lane k resolves key k of a tile (lanes >= BNW none).
+template <int NW, int BNW>
+struct KvWarpKeys {
+  const KvArgs& a;
+  int b, g, warp, lane, klo, khi;
+  int t_base = 0, s_lo = 0, cnt = 0;
+  const int* tbl;  // the sequence's block-table row; nullptr: contiguous cache, block b
+
+  __device__ __forceinline__ KvWarpKeys(const KvArgs& a_, int split, int b_, int g_, int warp_, int lane_, int klo_, int khi_)
+      : a(a_), b(b_), g(g_), warp(warp_), lane(lane_), klo(klo_), khi(khi_) {
+    int n_tiles = 0;
+    if (khi >= klo) {
+      t_base = (klo / BNW) * BNW;
+      n_tiles = (khi - t_base) / BNW + 1;
+    }
+    const int per = (n_tiles + a.num_splits - 1) / a.num_splits;
+    s_lo = min(n_tiles, split * per);
+    const int s_hi = min(n_tiles, s_lo + per);
+    cnt = s_hi > s_lo + warp ? (s_hi - s_lo - warp + NW - 1) / NW : 0;
+    tbl = a.block_table ? a.block_table + static_cast<int64_t>(b) * a.max_blocks : nullptr;
+  }
+  // The first key of this warp's tile n.
+  __device__ __forceinline__ int key0(int n) const { return t_base + (s_lo + warp + n * NW) * BNW; }
+  // The raw block of lane's key in tile n (-1: none), loaded a tile or two ahead of its use.
+  __device__ __forceinline__ int fetch(int n) const {
+    const int tt = key0(n) + lane;
+    if (n >= cnt || lane >= BNW || tt < klo || tt > khi) return -1;
+    return tbl ? __ldg(tbl + tt / a.block_size) : b;
+  }
+  // The element offset of lane's key row (kv head g) in tile n < cnt, from fetch(n); -1: the row
+  // is zero-filled (a key outside [klo, khi], or a block out of range, which is reported). d is
+  // a.d or the kernel's copy of it, taken by reference so that it is read only where it is used
+  // (each kernel's machine code is the same as with this code written inline).
+  __device__ __forceinline__ long long row_offset(int n, int blk, const int& d) const {
+    const int tt = key0(n) + lane;
+    long long ro = -1;
+    if (lane < BNW && tt >= klo && tt <= khi) {
+      if (blk < 0 || blk >= a.num_blocks) {
+        kv_report_bad(a);
+      } else {
+        const int row = tbl ? tt % a.block_size : tt;
+        ro = ((static_cast<long long>(blk) * a.block_size + row) * a.Hkv + g) * d;
+      }
+    }
+    return ro;
+  }
+};
 
 // ---- host side: the split heuristic (shared by kv_workspace_bytes and the harness variants) ----
 

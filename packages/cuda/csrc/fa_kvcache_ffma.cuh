@@ -163,19 +163,10 @@ __global__ void __launch_bounds__(Tr::NW * 32, Tr::MIN_BLOCKS) kv_ffma_kernel(Kv
   __syncthreads();
 
   // ---- this split's warp tiles, and this warp's share (tiles s_lo + warp, + NW, ...) ----------
-  int n_tiles = 0, t_base = 0;
-  if (khi >= klo) {
-    t_base = (klo / BNW) * BNW;
-    n_tiles = (khi - t_base) / BNW + 1;
-  }
-  const int per = (n_tiles + a.num_splits - 1) / a.num_splits;
-  const int s_lo = min(n_tiles, split * per), s_hi = min(n_tiles, s_lo + per);
-  const int cnt = s_hi > s_lo + warp ? (s_hi - s_lo - warp + NW - 1) / NW : 0;
-  auto key0 = [&](int n) { return t_base + (s_lo + warp + n * NW) * BNW; };
+  const KvWarpKeys<NW, BNW> keys(a, split, b, g, warp, lane, klo, khi);
 
   const T* Kc = static_cast<const T*>(t.k_cache);
   const T* Vc = static_cast<const T*>(t.v_cache);
-  const int* tbl = a.block_table ? a.block_table + static_cast<int64_t>(b) * a.max_blocks : nullptr;
   float* sWarp = ring + warp * ST * Tr::STAGE;
   // row copies: ch chunks of vec elements per row; a load step covers rpi rows of chp lanes each
   const int vb = kv_vec_bytes(d, static_cast<int>(sizeof(T)));
@@ -184,26 +175,11 @@ __global__ void __launch_bounds__(Tr::NW * 32, Tr::MIN_BLOCKS) kv_ffma_kernel(Kv
   while ((1 << lg) < ch && lg < 5) ++lg;
   const int chp = 1 << lg, rpi = 32 >> lg;
 
-  // The raw block of lane's key in warp tile n (lanes < BNW), loaded ahead of its use.
-  auto fetch = [&](int n) -> int {
-    const int tt = key0(n) + lane;
-    if (n >= cnt || lane >= BNW || tt < klo || tt > khi) return -1;
-    return tbl ? __ldg(tbl + tt / a.block_size) : b;
-  };
   // Copies warp tile n (K and V rows of kv head g) into stage n % ST; keys outside [klo, khi] are
   // zero-filled and never read from the cache. One commit group per call, also when empty.
   auto issue = [&](int n, int blk) {
-    if (n < cnt) {
-      const int tt = key0(n) + lane;
-      long long ro = -1;  // element offset of lane's key row, or -1: zero-fill
-      if (lane < BNW && tt >= klo && tt <= khi) {
-        if (blk < 0 || blk >= a.num_blocks) {
-          kv_report_bad(a);
-        } else {
-          const int row = tbl ? tt % a.block_size : tt;
-          ro = ((static_cast<long long>(blk) * a.block_size + row) * a.Hkv + g) * d;
-        }
-      }
+    if (n < keys.cnt) {
+      const long long ro = keys.row_offset(n, blk, d);  // lane's key row, or -1: zero-fill
       float* sK = sWarp + (n % ST) * Tr::STAGE;
       float* sV = sK + BNW * LDK;
       // lane's chunks: row r0 + (lane >> lg) for r0 = 0, rpi, ..., chunk (lane & (chp - 1)) + k·chp
@@ -255,8 +231,8 @@ __global__ void __launch_bounds__(Tr::NW * 32, Tr::MIN_BLOCKS) kv_ffma_kernel(Kv
   };
 
 #pragma unroll
-  for (int s = 0; s < ST - 1; ++s) issue(s, fetch(s));
-  int pending = fetch(ST - 1);
+  for (int s = 0; s < ST - 1; ++s) issue(s, keys.fetch(s));
+  int pending = keys.fetch(ST - 1);
 
   const bool plain = a.softcap <= 0.f && a.alibi == nullptr;
   const float scale_log2 = a.scale * kLog2e;
@@ -275,9 +251,9 @@ __global__ void __launch_bounds__(Tr::NW * 32, Tr::MIN_BLOCKS) kv_ffma_kernel(Kv
   }
 
   // ---- main loop: one warp tile per iteration, ST - 1 more in flight -------------------------
-  for (int n = 0; n < cnt; ++n) {
+  for (int n = 0; n < keys.cnt; ++n) {
     issue(n + ST - 1, pending);
-    pending = fetch(n + ST);
+    pending = keys.fetch(n + ST);
     cp_async_wait<ST - 1>();  // this lane's copies of tile n have landed
     __syncwarp();             // ... and every lane's are visible
     const float* sK = sWarp + (n % ST) * Tr::STAGE;
@@ -306,7 +282,7 @@ __global__ void __launch_bounds__(Tr::NW * 32, Tr::MIN_BLOCKS) kv_ffma_kernel(Kv
     }
 
     // scores in log2 units, masked where some row does not see the whole tile; online softmax
-    const int j0 = key0(n), j = j0 + kj;
+    const int j0 = keys.key0(n), j = j0 + kj;
     const bool inner = j0 >= kin_lo && j0 + BNW - 1 <= kin_hi;
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {

@@ -56,22 +56,32 @@ cudaError_t launch_fwd_wg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   FA_CHECK_LAUNCH();
   return launch_combine<E>(a, t, st);
 }
-// The warp-specialised TMA forward; false in *ran when the operands cannot be described to the
-// copy engine (no encoder in the driver, a misaligned base), and the caller runs another kernel.
+// The tensor maps of a TMA kernel's operands: q (and dO when `dout`) in Tr::BM-row boxes, k and v
+// in Tr::BN-row boxes. False when there are no rows or an operand cannot be described to the copy
+// engine (no encoder in the driver, a misaligned base): the caller runs another kernel then.
+struct TmaMaps {
+  CUtensorMap q, k, v, dout;
+};
+template <typename E, typename Tr>
+bool encode_tma_maps(const FaArgs& a, const FaTensors& t, bool dout, TmaMaps* m) {
+  const bool bf16 = std::is_same<typename E::T, __nv_bfloat16>::value;
+  return a.total_q > 0 && a.total_k > 0 && tma::encode_operand(&m->q, t.q, bf16, a.d, a.H, a.total_q, Tr::BM) &&
+         (!dout || tma::encode_operand(&m->dout, t.dout, bf16, a.d, a.H, a.total_q, Tr::BM)) &&
+         tma::encode_operand(&m->k, t.k, bf16, a.d, a.Hkv, a.total_k, Tr::BN) && tma::encode_operand(&m->v, t.v, bf16, a.d, a.Hkv, a.total_k, Tr::BN);
+}
+
+// The warp-specialised TMA forward; false in *ran when encode_tma_maps fails, and the caller runs
+// another kernel.
 template <typename E, typename Tr>
 cudaError_t launch_fwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool* ran) {
-  *ran = false;
-  const bool bf16 = std::is_same<typename E::T, __nv_bfloat16>::value;
-  CUtensorMap mq, mk, mv;
-  if (a->total_q <= 0 || a->total_k <= 0 || !tma::encode_operand(&mq, t.q, bf16, a->d, a->H, a->total_q, Tr::BM) ||
-      !tma::encode_operand(&mk, t.k, bf16, a->d, a->Hkv, a->total_k, Tr::BN) || !tma::encode_operand(&mv, t.v, bf16, a->d, a->Hkv, a->total_k, Tr::BN))
-    return cudaSuccess;
-  *ran = true;
+  TmaMaps m;
+  *ran = encode_tma_maps<E, Tr>(*a, t, false, &m);
+  if (!*ran) return cudaSuccess;
   const size_t smem = fwd_tma_smem_bytes<Tr>();
   cudaError_t e = set_smem(fwd_tma_kernel<E, Tr>, smem);
   if (e != cudaSuccess) return e;
   dim3 grid(a->H, (a->max_tq + Tr::BM - 1) / Tr::BM, a->B * a->num_splits);
-  fwd_tma_kernel<E, Tr><<<grid, Tr::NT, smem, st>>>(mq, mk, mv, *a, t);
+  fwd_tma_kernel<E, Tr><<<grid, Tr::NT, smem, st>>>(m.q, m.k, m.v, *a, t);
   FA_CHECK_LAUNCH();
   return launch_combine<E>(a, t, st);
 }
@@ -171,39 +181,28 @@ cudaError_t launch_bwd_wg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
 }
 
 // The deterministic dQ on Hopper (fa_bwd_dq_tma.cuh), after the main backward kernel; false in
-// *ran when the operands cannot be described to the copy engine (bwd_post's dQ kernel runs then).
+// *ran when encode_tma_maps fails (bwd_post's dQ kernel runs then).
 template <typename E, typename Tr>
 cudaError_t launch_dq_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool* ran) {
-  *ran = false;
-  const bool bf16 = std::is_same<typename E::T, __nv_bfloat16>::value;
-  CUtensorMap mq, mdo, mk, mv;
-  if (a->total_q <= 0 || a->total_k <= 0 || !tma::encode_operand(&mq, t.q, bf16, a->d, a->H, a->total_q, Tr::BM) ||
-      !tma::encode_operand(&mdo, t.dout, bf16, a->d, a->H, a->total_q, Tr::BM) || !tma::encode_operand(&mk, t.k, bf16, a->d, a->Hkv, a->total_k, Tr::BN) ||
-      !tma::encode_operand(&mv, t.v, bf16, a->d, a->Hkv, a->total_k, Tr::BN))
-    return cudaSuccess;
-  *ran = true;
+  TmaMaps m;
+  *ran = encode_tma_maps<E, Tr>(*a, t, true, &m);
+  if (!*ran) return cudaSuccess;
   const size_t smem = dq_tma_smem_bytes<Tr>();
   cudaError_t e = set_smem(bwd_dq_tma_kernel<E, Tr>, smem);
   if (e != cudaSuccess) return e;
   dim3 grid(a->H, (a->max_tq + Tr::BM - 1) / Tr::BM, a->B);
-  bwd_dq_tma_kernel<E, Tr><<<grid, 384, smem, st>>>(mq, mdo, mk, mv, *a, t);
+  bwd_dq_tma_kernel<E, Tr><<<grid, 384, smem, st>>>(m.q, m.dout, m.k, m.v, *a, t);
   FA_CHECK_LAUNCH();
   return cudaSuccess;
 }
 
-// The warp-specialised TMA backward; false in *ran when the operands cannot be described to the
-// copy engine (no encoder in the driver, a misaligned base, no rows), and the caller runs another
-// kernel.
+// The warp-specialised TMA backward; false in *ran when encode_tma_maps fails, and the caller runs
+// another kernel.
 template <typename E, typename Tr, typename Tq = DqTmaTraits<Tr::D>>
 cudaError_t launch_bwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool* ran) {
-  *ran = false;
-  const bool bf16 = std::is_same<typename E::T, __nv_bfloat16>::value;
-  CUtensorMap mq, mk, mv, mdo;
-  if (a->total_q <= 0 || a->total_k <= 0 || !tma::encode_operand(&mq, t.q, bf16, a->d, a->H, a->total_q, Tr::BM) ||
-      !tma::encode_operand(&mdo, t.dout, bf16, a->d, a->H, a->total_q, Tr::BM) || !tma::encode_operand(&mk, t.k, bf16, a->d, a->Hkv, a->total_k, Tr::BN) ||
-      !tma::encode_operand(&mv, t.v, bf16, a->d, a->Hkv, a->total_k, Tr::BN))
-    return cudaSuccess;
-  *ran = true;
+  TmaMaps m;
+  *ran = encode_tma_maps<E, Tr>(*a, t, true, &m);
+  if (!*ran) return cudaSuccess;
   // DQ_BULK: dQ into the tiled accumulator, also when deterministic (ordered by dq_sem)
   a->dq_tiled = Tr::DQ_BULK && a->dq_accum && (!a->deterministic || a->dq_sem);
   if (a->dq_tiled) {
@@ -217,7 +216,7 @@ cudaError_t launch_bwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool*
   e = set_smem(bwd_tma_kernel<E, Tr>, smem);
   if (e != cudaSuccess) return e;
   dim3 grid((a->max_tk + Tr::BN - 1) / Tr::BN, a->Hkv, a->B);
-  bwd_tma_kernel<E, Tr><<<grid, 384, smem, st>>>(mq, mk, mv, mdo, *a, t);
+  bwd_tma_kernel<E, Tr><<<grid, 384, smem, st>>>(m.q, m.k, m.v, m.dout, *a, t);
   FA_CHECK_LAUNCH();
   if (a->deterministic && !a->dq_tiled) {
     bool dq_ran;
