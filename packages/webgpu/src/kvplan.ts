@@ -39,7 +39,7 @@ export interface KVTuning {
   readonly targetWorkgroups?: number;
   /** Decode kernel: keys in flight per team (1, 2, 4 or 8; rows · keys ≤ 16, or 32 with subgroup sums). */
   readonly keysPerStep?: number;
-  /** Decode kernel: load the next step's keys while computing this one (default false: slower on the H200, run 1). */
+  /** Decode kernel: load the next step's keys while computing this one (default: with the spread softmax; alone it was slower on the H200, runs 1 and KV-4). */
   readonly prefetch?: boolean;
   /** Decode kernel, 16-bit caches: bytes per lane per row load, 16 (8 elements, default) or 8 (4 elements, twice the lanes). */
   readonly chunkBytes?: 8 | 16;
@@ -50,11 +50,12 @@ export interface KVTuning {
   /** Decode kernel, specialised with subgroup sums: how a team sums its partial dots (default 'xor'). */
   readonly teamSum?: 'xor' | 'transpose';
   /**
-   * Decode kernel: 'spread' — each lane of a team does the softmax of one (key, row) pair instead
-   * of all of them (specialised code with subgroup sums and rows·keys ≤ lanes; else 'team', the default).
+   * Decode kernel: 'spread' (default) — each lane of a team does the softmax of one (key, row) pair
+   * instead of all of them (specialised code with subgroup sums and rows·keys ≤ lanes; elsewhere, or
+   * when 'team' is asked for, every lane does every pair's softmax).
    */
   readonly softmax?: 'team' | 'spread';
-  /** Decode kernel: block-table lookups one step ahead of the row loads that use them (default false). */
+  /** Decode kernel: block-table lookups one step ahead of the row loads that use them (default: with the spread softmax). */
   readonly rowsAhead?: boolean;
   /** Decode kernel: threads per workgroup, 64, 128 (default) or 256; the split target scales so the GPU gets as many threads. */
   readonly threads?: number;
@@ -104,13 +105,17 @@ export function decodeSpec(p: KVCacheProblem, caps: KVCaps, t: KVTuning = {}): {
   const keys = Math.max(1, Math.min(want, Math.floor((subgroups ? KVD_MAX_ROW_KEYS : 16) / rows)));
   // rows start at multiples of D elements: chunk loads need D a multiple of the chunk
   const vec = !caps.generic && p.d % e === 0;
+  // the spread softmax (default where it can run: specialised code with subgroup sums, R·KB ≤ L);
+  // with it, loads one step ahead and block-table lookups one step before them (run KV-4 on the
+  // H200: 48.6 → 93.5 % of the copy kernel in f32, 38.6 → 64.8 % in f16; without it both cost)
+  const spread = (t.softmax ?? 'spread') === 'spread' && subgroups && !caps.generic && rows * keys <= lanes;
   const spec: KVDecodeSpec = {
     enc: p.dtype, rows, elems: e, chunks, keys, lanes: caps.generic ? 0 : lanes, subgroups, vec, generic: caps.generic,
-    threads: t.threads ?? KVD_THREADS, prefetch: t.prefetch ?? false, rowsAhead: t.rowsAhead ?? false, qShared: t.qShared ?? false, lazyRescale: t.lazyRescale ?? false,
+    threads: t.threads ?? KVD_THREADS, prefetch: t.prefetch ?? spread, rowsAhead: t.rowsAhead ?? spread, qShared: t.qShared ?? false, lazyRescale: t.lazyRescale ?? false,
     // the transpose needs the lane count compiled in and subgroup shuffles; elsewhere the sums it replaces
     teamSum: t.teamSum === 'transpose' && subgroups && !caps.generic ? 'transpose' : 'xor',
     // its sums are a reduce-scatter, each lane left with one (key, row) pair: R·KB ≤ L
-    spread: t.softmax === 'spread' && subgroups && !caps.generic && rows * keys <= lanes,
+    spread,
   };
   return { spec, lanes };
 }

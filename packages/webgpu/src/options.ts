@@ -41,7 +41,7 @@ export interface WebGPUBackendOptions extends AcquireOptions {
   readonly kvTargetWorkgroups?: number;
   /** KV-cache benchmark tuning: the decode kernel's keys in flight per team (default by rows: 4 or 2). */
   readonly kvKeysPerStep?: number;
-  /** KV-cache benchmark tuning: the decode kernel loads the next keys while computing (default false). */
+  /** KV-cache benchmark tuning: the decode kernel loads the next keys while computing (default: on with the spread softmax, else off). */
   readonly kvPrefetch?: boolean;
   /** KV-cache benchmark tuning: the decode kernel's row loads for 16-bit caches, 16 or 8 bytes per lane (default 16). */
   readonly kvChunkBytes?: 8 | 16;
@@ -55,7 +55,7 @@ export interface WebGPUBackendOptions extends AcquireOptions {
    * shuffles; another summation order). Elsewhere the kernel sums through workgroup memory or loops.
    */
   readonly kvTeamSum?: 'xor' | 'transpose';
-  /** KV-cache benchmark tuning: the decode kernel looks up block-table rows a step before it loads them (default false; same results). */
+  /** KV-cache benchmark tuning: the decode kernel looks up block-table rows a step before it loads them (default: on with the spread softmax, else off; same results). */
   readonly kvRowsAhead?: boolean;
   /** KV-cache benchmark tuning: the decode kernel's threads per workgroup, 64, 128 (default) or 256 (the split scales with it). */
   readonly kvThreads?: number;
@@ -64,7 +64,8 @@ export interface WebGPUBackendOptions extends AcquireOptions {
   /**
    * KV-cache benchmark tuning: 'spread' — the specialised decode kernel (with subgroups) gives each
    * lane of a team the softmax of one (key, row) pair instead of every lane doing all of them
-   * (default 'team'; another summation order). Ignored where rows · keys per step exceed the lanes.
+   * (default 'spread' where it can run; 'team' elsewhere or when asked for: another summation
+   * order). 'spread' is ignored without subgroups or where rows · keys per step exceed the lanes.
    */
   readonly kvSoftmax?: 'team' | 'spread';
 }

@@ -60,7 +60,11 @@ describe('webgpu KV plan (no GPU)', () => {
   });
   it('KV-4 switches: rows ahead, threads (split target scaled), most rows, spread softmax where R·KB ≤ L', () => {
     const b8 = { ...problem({ dtype: 'f32', seqlens: [100], d: 128, h: 4, hkv: 1 }), batch: 8, hkv: 8, h: 32, tk: 32768 };
-    expect(decodeSpec(b8, h200).spec).toMatchObject({ threads: 128, rowsAhead: false, spread: false, rows: 4, keys: 4, lanes: 32 });
+    // the defaults where the spread softmax can run: it, with loads one step ahead and lookups before them (run KV-4)
+    expect(decodeSpec(b8, h200).spec).toMatchObject({ threads: 128, rowsAhead: true, prefetch: true, spread: true, rows: 4, keys: 4, lanes: 32 });
+    // where it cannot (no subgroups wide enough, generic code), or when the team softmax is asked for: none of the three
+    for (const [caps, t] of [[{ ...h200, subgroupMin: 8 }, {}], [{ ...h200, generic: true }, {}], [h200, { softmax: 'team' as const }]] as const)
+      expect(decodeSpec(b8, caps, t).spec).toMatchObject({ rowsAhead: false, prefetch: false, spread: false });
     expect(planKV(b8, h200, { threads: 64 })).toMatchObject({ groups: 64, splits: 32, chunk: 1024 });
     expect(planKV(b8, h200, { threads: 256 })).toMatchObject({ groups: 64, splits: 8, chunk: 4096 });
     expect(planKV(b8, h200, { rows: 2 })).toMatchObject({ rows: 2, rowTiles: 2, groups: 128, splits: 8 });
