@@ -34,7 +34,7 @@ SmemNeeds tc_needs(int arch, int no_wgmma_bwd) {
   if constexpr (has_tma_bwd(D)) {
     if (runs_tma_bwd(arch, SPLIT, D, no_wgmma_bwd)) {
       n.bwd = bwd_tma_smem_bytes<BwdTmaTraits<D>>();
-      n.bwd_deterministic = std::max({n.bwd, dq_smem_bytes<D, SPLIT>(), dq_tma_smem_bytes<DqTmaTraits<D>>()});
+      n.bwd_deterministic = std::max(n.bwd, dq_smem_bytes<D, SPLIT>());  // (the dQ kernel, where dq_sem is missing)
     }
   }
   return n;

@@ -23,8 +23,8 @@
 // its own in a fixed order have (a counter per tile and head, FaArgs::dq_sem: acquire, add, wait
 // for completion, release), so each dQ element is summed in one order run to run. The order is
 // ascending key blocks, or descending when the first query tile of a key block grows with it
-// (causal, windows), so that the blocks waited for are those that reach the tile first. Without DQ_BULK they skip dS^T
-// and dQ (the dQ kernel of fa_bwd_dq_tma.cuh computes it).
+// (causal, windows), so that the blocks waited for are those that reach the tile first. Without
+// DQ_BULK (or without counters) they skip dS^T and dQ, and bwd_post's dQ kernel computes it.
 //
 // Rows past the sequence inside the tensor (the next sequence of a packed batch) would meet
 // masked P^T and dS^T entries that are 0, but 0 times a NaN or infinity of another sequence is NaN

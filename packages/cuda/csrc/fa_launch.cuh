@@ -8,7 +8,6 @@
 
 #include "fa_bwd.cuh"
 #include "fa_bwd_tma.cuh"
-#include "fa_bwd_dq_tma.cuh"
 #include "fa_bwd_wgmma.cuh"
 #include "fa_fwd.cuh"
 #include "fa_fwd_tma.cuh"
@@ -180,25 +179,9 @@ cudaError_t launch_bwd_wg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   return bwd_post<E, Tr::D>(a, t, st);
 }
 
-// The deterministic dQ on Hopper (fa_bwd_dq_tma.cuh), after the main backward kernel; false in
-// *ran when encode_tma_maps fails (bwd_post's dQ kernel runs then).
-template <typename E, typename Tr>
-cudaError_t launch_dq_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool* ran) {
-  TmaMaps m;
-  *ran = encode_tma_maps<E, Tr>(*a, t, true, &m);
-  if (!*ran) return cudaSuccess;
-  const size_t smem = dq_tma_smem_bytes<Tr>();
-  cudaError_t e = set_smem(bwd_dq_tma_kernel<E, Tr>, smem);
-  if (e != cudaSuccess) return e;
-  dim3 grid(a->H, (a->max_tq + Tr::BM - 1) / Tr::BM, a->B);
-  bwd_dq_tma_kernel<E, Tr><<<grid, 384, smem, st>>>(m.q, m.dout, m.k, m.v, *a, t);
-  FA_CHECK_LAUNCH();
-  return cudaSuccess;
-}
-
 // The warp-specialised TMA backward; false in *ran when encode_tma_maps fails, and the caller runs
 // another kernel.
-template <typename E, typename Tr, typename Tq = DqTmaTraits<Tr::D>>
+template <typename E, typename Tr>
 cudaError_t launch_bwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool* ran) {
   TmaMaps m;
   *ran = encode_tma_maps<E, Tr>(*a, t, true, &m);
@@ -218,23 +201,12 @@ cudaError_t launch_bwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool*
   dim3 grid((a->max_tk + Tr::BN - 1) / Tr::BN, a->Hkv, a->B);
   bwd_tma_kernel<E, Tr><<<grid, 384, smem, st>>>(m.q, m.k, m.v, m.dout, *a, t);
   FA_CHECK_LAUNCH();
-  if (a->deterministic && !a->dq_tiled) {
-    bool dq_ran;
-    e = launch_dq_tma<E, Tq>(a, t, st, &dq_ran);
-    if (dq_ran) return e;
-  }
-  return bwd_post<E, Tr::D>(a, t, st);
+  return bwd_post<E, Tr::D>(a, t, st);  // (deterministic without tiles: bwd_post's dQ kernel)
 }
 template <typename E, typename Tr>
 cudaError_t launch_bwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st) {  // the harness's variant form
   bool ran;
   cudaError_t e = launch_bwd_tma<E, Tr>(a, t, st, &ran);
-  return ran ? e : cudaErrorNotSupported;
-}
-template <typename E, typename Tr, typename Tq>
-cudaError_t launch_bwd_tma_dq(FaArgs* a, const FaTensors& t, cudaStream_t st) {  // with a deterministic dQ variant
-  bool ran;
-  cudaError_t e = launch_bwd_tma<E, Tr, Tq>(a, t, st, &ran);
   return ran ? e : cudaErrorNotSupported;
 }
 

@@ -34,9 +34,6 @@ constexpr size_t bwd_tma_smem_bytes() {
   return static_cast<size_t>(2 * Tr::BN * Tr::D + 2 * Tr::STAGES * Tr::BM * Tr::D + 2 * Tr::BN * Tr::BM) * 2 +
          (Tr::DQ_BULK ? Tr::D / 64 * Tr::BM * 64 * sizeof(float) : 0) + 2 * Tr::STAGES * Tr::BM * sizeof(float) + (1 + 4 * Tr::STAGES) * 8;
 }
-// the TMA deterministic dQ: Q and dO [BM][D], K and V rings, and its mbarriers (1 + 4 per stage)
-template <typename Tr>
-constexpr size_t dq_tma_smem_bytes() { return static_cast<size_t>(2 * Tr::BM * Tr::D + 2 * Tr::STAGES * Tr::BN * Tr::D) * 2 + (1 + 4 * Tr::STAGES) * 8; }
 template <int D, bool SPLIT>
 constexpr size_t dq_smem_bytes() {
   using Tr = DqTraits<D, SPLIT>;

@@ -192,20 +192,6 @@ constexpr bool runs_tma_bwd(int arch, bool split, int D, int no_wgmma_bwd) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The deterministic dQ on Hopper (fa_bwd_dq_tma.cuh), 16-bit operands, D 64 / 128: the TMA
-// forward's roles (a producer warpgroup, two consumer warpgroups of 64 query rows), BN keys per
-// tile. Per thread S and dP (BN / 2 floats each), dQ (D / 2) and dS packed (BN / 4).
-// ---------------------------------------------------------------------------------------------
-template <int D_, int BN_, int STAGES_, bool PING_ = false>
-struct DqTmaCfg {
-  static constexpr int D = D_, BN = BN_, BM = 128, STAGES = STAGES_;
-  static constexpr bool PING = PING_;  // the consumers take turns issuing their products
-  static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
-};
-template <int D>
-struct DqTmaTraits : DqTmaCfg<D, 64, 2, D == 128> {};  // D = 128: 96 KiB; ping-pong +3-4 % there (run 24), nothing at D = 64
-
-// ---------------------------------------------------------------------------------------------
 // The deterministic dQ kernel (fa_bwd.cuh): a CTA owns BM query rows (16 per warp) and walks the
 // key tiles, BN keys at a time.
 // ---------------------------------------------------------------------------------------------
