@@ -34,7 +34,7 @@ SmemNeeds tc_needs(int arch, int no_wgmma_bwd) {
   if constexpr (has_tma_bwd(D)) {
     if (runs_tma_bwd(arch, SPLIT, D, no_wgmma_bwd)) {
       n.bwd = bwd_tma_smem_bytes<BwdTmaTraits<D>>();
-      n.bwd_deterministic = std::max(n.bwd, dq_smem_bytes<D, SPLIT>());  // (the dQ kernel, where dq_sem is missing)
+      n.bwd_deterministic = std::max(n.bwd, dq_smem_bytes<D, SPLIT>());  // (the dQ kernel after another backward, when the TMA one cannot run)
     }
   }
   return n;
@@ -180,19 +180,26 @@ cudaError_t fwd(FaArgs* a, const FaTensors& t, void* ws, cudaStream_t st) {
   }
 }
 
+// The backward's dQ goes to the TMA kernel's tiled accumulator (bwd_setup sets FaArgs::dq_tiled;
+// the launchers run the TMA backward only then).
+static bool dq_tiles_planned(const FaArgs& a, const Plan& p) {
+  const int D = head_dim_bucket(p.kd);
+  return !p.ffma && runs_tma_bwd(a.arch, p.split, D, a.no_wgmma_bwd) && DqTiles::fits(a.total_q, a.B, a.H, p.kd, D);
+}
+
 size_t bwd_workspace_bytes(const FaArgs* a) {
   const Plan p = plan_of(*a, true);
   const size_t rows = static_cast<size_t>(a->total_q) * a->H;
   size_t n = prep_size(*a, p, true) + 2 * align256(rows * sizeof(float));
   const int D = head_dim_bucket(p.kd);
-  const bool tma = !p.ffma && runs_tma_bwd(a->arch, p.split, D, a->no_wgmma_bwd);
-  if (!p.ffma && (!a->deterministic || tma)) {
+  const bool tiles = dq_tiles_planned(*a, p);
+  if (!p.ffma && (!a->deterministic || tiles)) {
     size_t acc = rows * p.kd;
     // the TMA backward's tiles: whole 64-row tiles per sequence, bucket columns
-    if (tma) acc = std::max<size_t>(acc, DqTiles::floats(a->total_q, a->B, a->H, D));
+    if (tiles) acc = std::max<size_t>(acc, DqTiles::floats(a->total_q, a->B, a->H, D));
     n += align256(acc * sizeof(float));
   }
-  if (a->deterministic && tma) n += align256(DqTiles::tiles(a->total_q, a->B) * a->H * sizeof(int));
+  if (a->deterministic && tiles) n += align256(DqTiles::tiles(a->total_q, a->B) * a->H * sizeof(int));
   return n;
 }
 
@@ -205,14 +212,14 @@ void bwd_setup(FaArgs* a, void* ws) {
   a->dsum = reinterpret_cast<float*>(w);
   w += align256(rows * sizeof(float));
   const int D = head_dim_bucket(p.kd);
-  const bool tma = !p.ffma && runs_tma_bwd(a->arch, p.split, D, a->no_wgmma_bwd);
-  a->dq_accum = p.ffma || (a->deterministic && !tma) ? nullptr : reinterpret_cast<float*>(w);
+  const bool tiles = dq_tiles_planned(*a, p);
+  a->dq_accum = p.ffma || (a->deterministic && !tiles) ? nullptr : reinterpret_cast<float*>(w);
   a->dq_sem = nullptr;
-  if (a->deterministic && tma) {
+  if (a->deterministic && tiles) {
     const size_t acc = std::max<size_t>(rows * p.kd, DqTiles::floats(a->total_q, a->B, a->H, D));
     a->dq_sem = reinterpret_cast<int*>(w + align256(acc * sizeof(float)));
   }
-  a->dq_tiled = 0;  // (the TMA backward's launcher sets it)
+  a->dq_tiled = tiles;  // (the launchers clear it when they run another backward)
 }
 
 SmemNeeds smem_needs(const FaArgs& a) {

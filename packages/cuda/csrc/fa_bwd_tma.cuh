@@ -23,7 +23,8 @@
 // its own in a fixed order have (a counter per tile and head, FaArgs::dq_sem: acquire, add, wait
 // for completion, release), so each dQ element is summed in one order run to run. The order is
 // ascending key blocks, or descending when the first query tile of a key block grows with it
-// (causal, windows), so that the blocks waited for are those that reach the tile first. Without
+// (win_right >= 0: causal, windows bounded on the right), so that the blocks waited for are those
+// that reach the tile first. Without
 // DQ_BULK (or without counters) they skip dS^T and dQ, and bwd_post's dQ kernel computes it.
 //
 // Rows past the sequence inside the tensor (the next sequence of a packed batch) would meet
@@ -125,7 +126,7 @@ __global__ void __launch_bounds__(384, 1)
             // tile first (block n meets tile m at step m - first(n)); waiting for the blocks below
             // would make block n wait about 2n steps for block 0 (2 query tiles per key block)
             const bool above = reversed;
-            const int nblocks = (s.tk + BN - 1) / BN;
+            const int nblocks = min((s.tk + BN - 1) / BN, static_cast<int>(gridDim.x));  // (a max_tk too small must not hang)
             int before = 0;
             for (int nb = tid - 32; nb < nblocks; nb += 32) {
               int lo, hi;

@@ -29,6 +29,12 @@ struct DqTiles {
   // Tiles of the whole accumulator: every sequence's tiles plus at most one of padding each.
   __host__ __device__ static int64_t tiles(int total_q, int B) { return (static_cast<int64_t>(total_q) + static_cast<int64_t>(B) * BM) / BM + 1; }
   __host__ __device__ static int64_t floats(int total_q, int B, int H, int D) { return tiles(total_q, B) * H * BM * D; }
+  // Whether the tiles are worth their padding: at most twice the rows' own accumulator plus two
+  // tiles a head. Many sequences much shorter than a tile (a batch of 1024 one-token sequences
+  // would need 64 times the memory, and a memset of it every call) take the other backward.
+  __host__ __device__ static bool fits(int total_q, int B, int H, int kd, int D) {
+    return floats(total_q, B, H, D) <= 2 * static_cast<int64_t>(total_q) * H * kd + 2 * static_cast<int64_t>(H) * BM * D;
+  }
   // First float of query tile mb (rows mb * BM ..) of sequence b (first packed row q0), head h.
   __device__ static int64_t tile_offset(int q0, int b, int mb, int h, int H, int D) {
     const int64_t g = (static_cast<int64_t>(q0) + static_cast<int64_t>(b) * BM) / BM + mb;

@@ -151,6 +151,7 @@ cudaError_t bwd_post(FaArgs* a, const FaTensors& t, cudaStream_t st) {
 
 template <typename E, typename Tr>
 cudaError_t launch_bwd_cfg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
+  a->dq_tiled = 0;  // its dQ accumulator is [total_q, H, d] (cleared by bwd_pre)
   cudaError_t e = bwd_pre<E>(a, t, st);
   if (e != cudaSuccess) return e;
   const size_t smem = bwd_smem_bytes<Tr, E::NP>();
@@ -166,6 +167,7 @@ cudaError_t launch_bwd_cfg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
 
 template <typename E, typename Tr>
 cudaError_t launch_bwd_wg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
+  a->dq_tiled = 0;  // its dQ accumulator is [total_q, H, d] (cleared by bwd_pre)
   cudaError_t e = bwd_pre<E>(a, t, st);
   if (e != cudaSuccess) return e;
   const size_t smem = bwd_wg_smem_bytes<Tr, E::NP>();
@@ -183,11 +185,14 @@ cudaError_t launch_bwd_wg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
 // another kernel.
 template <typename E, typename Tr>
 cudaError_t launch_bwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool* ran) {
+  // DQ_BULK: dQ into the tiled accumulator (also when deterministic, ordered by dq_sem), which
+  // bwd_setup planned (dq_tiled) or not: then another backward runs
+  const bool planned = a->dq_tiled;
+  a->dq_tiled = 0;
   TmaMaps m;
-  *ran = encode_tma_maps<E, Tr>(*a, t, true, &m);
+  *ran = (!Tr::DQ_BULK || planned) && encode_tma_maps<E, Tr>(*a, t, true, &m);
   if (!*ran) return cudaSuccess;
-  // DQ_BULK: dQ into the tiled accumulator, also when deterministic (ordered by dq_sem)
-  a->dq_tiled = Tr::DQ_BULK && a->dq_accum && (!a->deterministic || a->dq_sem);
+  a->dq_tiled = Tr::DQ_BULK;
   if (a->dq_tiled) {
     cudaError_t e = cudaMemsetAsync(a->dq_accum, 0, DqTiles::floats(a->total_q, a->B, a->H, Tr::D) * sizeof(float), st);
     if (e == cudaSuccess && a->deterministic) e = cudaMemsetAsync(a->dq_sem, 0, DqTiles::tiles(a->total_q, a->B) * a->H * sizeof(int), st);

@@ -52,8 +52,9 @@ static void variants() {
       {"P64x1 U2 no dQ atomics", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, false, 1>>},
       {"P64x6 U2 no dQ no math", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, false, 6>>},
       {"U4 tma bwd d128 BM64 3st", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 3>>},
-      // dQ by vector atomics into [total_q, H, d] (the default until session 5) against the bulk reduce
+      // the producer and consumer register budgets
       {"R1 U1 regs 40/232", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaRegs<BwdTmaCfg<128, 64, 2>, 40, 232>>},
+      // dQ by vector atomics into [total_q, H, d] (the default until session 5) against the bulk reduce
       {"A3 U1 det via mma.sync dQ kernel", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, false>>, true},
       {"A1 U1 with dQ atomics", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, false>>},
       {"A2 U2 with dQ atomics", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, false>>},

@@ -89,6 +89,8 @@ export function decodeSpec(p: KVCacheProblem, caps: KVCaps, t: KVTuning = {}): {
   if (t.softmax !== undefined && t.softmax !== 'team' && t.softmax !== 'spread') throw new FAError('E_ARG', `kvSoftmax must be 'team' or 'spread'; got ${String(t.softmax)}`);
   if (t.threads !== undefined && ![64, 128, 256].includes(t.threads)) throw new FAError('E_ARG', `kvThreads must be 64, 128 or 256; got ${String(t.threads)}`);
   if (t.rows !== undefined && ![1, 2, 4, 8].includes(t.rows)) throw new FAError('E_ARG', `kvRows must be 1, 2, 4 or 8; got ${String(t.rows)}`);
+  // (the spread softmax and the transposed sums need rows · keys a power of two)
+  if (t.keysPerStep !== undefined && ![1, 2, 4, 8].includes(t.keysPerStep)) throw new FAError('E_ARG', `kvKeysPerStep must be 1, 2, 4 or 8; got ${String(t.keysPerStep)}`);
   const maxRows = t.rows ?? KVD_MAX_ROWS;
   const rows = caps.generic ? maxRows : Math.min(maxRows, pow2AtLeast((p.h / p.hkv) * p.tq));
   if (t.chunkBytes !== undefined && t.chunkBytes !== 8 && t.chunkBytes !== 16) throw new FAError('E_ARG', `kvChunkBytes must be 8 or 16; got ${String(t.chunkBytes)}`);

@@ -75,7 +75,7 @@ describe('webgpu KV plan (no GPU)', () => {
     expect(decodeSpec({ ...b8, dtype: 'f16' }, h200, { softmax: 'spread', keysPerStep: 8 }).spec.spread).toBe(false);
     expect(decodeSpec(b8, { ...h200, subgroupMin: 8 }, { softmax: 'spread' }).spec.spread).toBe(false);
     expect(decodeSpec(b8, { ...h200, generic: true }, { softmax: 'spread' }).spec.spread).toBe(false);
-    for (const bad of [{ threads: 96 }, { rows: 3 }, { softmax: 'lanes' as 'team' }]) {
+    for (const bad of [{ threads: 96 }, { rows: 3 }, { softmax: 'lanes' as 'team' }, { keysPerStep: 3 }]) {
       let err: unknown;
       try {
         decodeSpec(b8, h200, bad);
