@@ -152,6 +152,8 @@ class KVScratch {
   off = new Int32Array(KV_TILE);
   /** Element offsets of the tile's token rows (kv head 0), for every head of the unit. */
   tok = new Int32Array(KV_TILE);
+  /** Where walkRows' loads go, so that they are not optimized away. */
+  sink = 0;
   k32 = new Float32Array(0);
   v32 = new Float32Array(0);
   /** Room for `heads` padded tiles (one a kv head of the unit). */
@@ -172,6 +174,21 @@ function tokenOffsets(p: KVCacheProblem, b: number, j0: number, nc: number, nc4:
   const w = p.hkv * p.d;
   for (let r = 0; r < nc; r++) tok[r] = kvCacheRow(p, b, j0 + r) * w;
   for (let r = nc; r < nc4; r++) tok[r] = tok[nc - 1];
+}
+
+/**
+ * One load a 64-byte line of the unit's part of each token row of a tile (`len` elements from
+ * tok[r] + col), token after token: a sequential walk the hardware prefetchers follow, so the
+ * products, which read one head's slice of every row at a time, find the rows in cache.
+ */
+function walkRows(src: Float32Array | Uint16Array, tok: Int32Array, nc: number, col: number, len: number): number {
+  const step = 64 / src.BYTES_PER_ELEMENT;
+  let sum = 0;
+  for (let r = 0; r < nc; r++) {
+    const o = tok[r] + col;
+    for (let i = 0; i < len; i += step) sum += src[o + i];
+  }
+  return sum;
 }
 
 function headOffsets(tok: Int32Array, col: number, nc4: number, off: Int32Array): void {
@@ -245,6 +262,10 @@ export function kvCacheUnit(job: KVCacheJob, ws: Workspace, b: number, kvh0: num
     const nc = Math.min(KV_TILE, c1 - j0);
     const nc4 = (nc + 3) & ~3;
     tokenOffsets(p, b, j0, nc, nc4, tok);
+    if (heads > 1) {
+      scratch.sink += walkRows(job.kCache as Float32Array | Uint16Array, tok, nc, kvh0 * d, heads * d);
+      scratch.sink += walkRows(job.vCache as Float32Array | Uint16Array, tok, nc, kvh0 * d, heads * d);
+    }
     for (let e = 0; e < heads; e++) {
       const r0 = e * R;
       headOffsets(tok, (kvh0 + e) * d, nc4, off);
