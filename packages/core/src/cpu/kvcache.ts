@@ -3,24 +3,28 @@
  * block table (kvcache.ts's kvCacheRow), split over the key range for decode (flash-decoding),
  * with partial states combined by the online-softmax merge.
  *
- * A unit is (batch b, kv head, query tile, key chunk). Its rows are every query of the tile for
- * every query head that reads this kv head (R = heads per kv head × queries), so each cached K
- * and V row is read once for the whole GQA group:
+ * The plan's unit is (batch b, kv head, query tile, key chunk). Its rows are every query of the
+ * tile for every query head that reads this kv head (R = heads per kv head × queries), so each
+ * cached K and V row is read once for the whole GQA group. A work unit takes the plan's units of
+ * several kv heads of one (batch, query tile, chunk) together (kvHeadsPerUnit: all of them for
+ * decode), so that a key tile's token rows are read in the order they lie in memory:
  *
- *   Q rows (R × d4, decoded once)
+ *   Q rows (heads × R × d4, decoded once)
  *   for each key tile of KV_TILE keys in the chunk ∩ the rows' visible keys:
- *     row offsets through the block table                  cacheOffsets (rows read in place;
+ *     token row offsets through the block table            tokenOffsets (rows read in place;
  *                                                          16-bit through a widening table)
- *     S   = Q·Kᵀ                                           scoresRows4 / scoresRow1 (…T: 16-bit)
+ *     one load a line of the unit's K, then V rows          walkRows (several heads only)
+ *     for each kv head: S = Q·Kᵀ                           scoresRows4 / scoresRow1 (…T: 16-bit)
  *     S   = logit(S), −∞ where masked                      scoreTile (mask.ts)
  *     S   = e^(S − m'), rescale l and acc                  softmaxTileUpdate (online-softmax.ts)
- *     acc += S·V                                           pvRows4 / pvRow1 (…T: 16-bit)
+ *     for each kv head: acc += S·V                         pvRows4 / pvRow1 (…T: 16-bit)
  *   one chunk: out = acc / l, lse = m + log l               finalizeTile
  *   several:   (m, l, acc) → partial slot; combineKVCache merges the chunks in order
  *              (mergeTileStates), then finalizes
  *
- * The plan depends on the problem only (never on the thread count), so results are the same
- * bit for bit inline, on any number of workers, and run to run.
+ * The plan and the heads a work unit takes depend on the problem only (never on the thread
+ * count), and every kv head is computed exactly as in a unit of its own, so results are the
+ * same bit for bit inline, on any number of workers, and run to run.
  */
 import { keyRange, slopeOf, tileKeyRange } from '../mask.js';
 import { finalizeTile, mergeTileStates, resetTileState, softmaxTileUpdate } from '../online-softmax.js';
