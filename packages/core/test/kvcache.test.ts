@@ -267,6 +267,48 @@ describe('cpu engine: split-KV decode', () => {
   });
 });
 
+describe('cpu engine: work units of several kv heads', () => {
+  it('computes each kv head of a multi-head unit bit for bit as a unit of its own (every product path, split or not, ALiBi)', async () => {
+    const { planKVCache, kvHeadsPerUnit, runKVCache, combineKVCache } = await import('../dist/cpu/kvcache.js');
+    const { Workspace, KV_UNIT } = await import('../dist/cpu/job.js');
+    const { allocHost } = await import('../dist/index.js');
+    const specs: { dtype: 'f32' | 'f16' | 'bf16'; d: number; h: number; hkv: number; tq: number; alibi?: boolean }[] = [
+      { dtype: 'f32', d: 33, h: 8, hkv: 2, tq: 1 }, // padded f32 tiles, 4-row blocks
+      { dtype: 'f32', d: 32, h: 6, hkv: 3, tq: 3, alibi: true }, // 2 rows a head: single-row products
+      { dtype: 'bf16', d: 32, h: 16, hkv: 4, tq: 1 },
+      { dtype: 'f16', d: 5, h: 4, hkv: 4, tq: 2 },
+    ];
+    for (const sp of specs) {
+      const c = makeKVCacheCase({ dtype: sp.dtype, seqlens: [300, 77, 0, 150], blockSize: 16, d: sp.d, h: sp.h, hkv: sp.hkv, tq: sp.tq, causal: true, seed: sp.d + sp.h, ...(sp.alibi ? { alibi: 'H' as const } : {}) });
+      const x = kvCacheCaseInputs(c);
+      const p = describeKVCacheProblem(x.q, x.kCache, x.vCache, { ...x.options, cacheSeqlens: x.cacheSeqlens, blockTable: x.blockTable });
+      for (const kvChunk of [64, 1 << 20]) {
+        const plan = planKVCache(p, kvChunk);
+        const d4 = (p.d + 3) & ~3;
+        const run = (heads: number) => {
+          const job = {
+            kind: 'kvcache' as const, p, qt: plan.qt, rows: plan.rows, chunk: plan.chunk, units: plan.units, heads,
+            q: (x.q as HostTensor).data, kCache: (x.kCache as HostTensor).data, vCache: (x.vCache as HostTensor).data,
+            out: allocHost(p.dtype, p.batch * p.tq * p.h * p.d), lse: new Float32Array(p.batch * p.h * p.tq),
+            pm: new Float64Array(plan.slots * plan.rows), pl: new Float64Array(plan.slots * plan.rows), pacc: new Float64Array(plan.slots * plan.rows * d4),
+            counter: new Int32Array(1),
+          };
+          const ws = new Workspace();
+          runKVCache(job, ws);
+          if (plan.slots > 0) combineKVCache(job, ws);
+          return [...job.out, ...job.lse];
+        };
+        const heads = kvHeadsPerUnit(p, plan);
+        expect(p.hkv % heads).toBe(0);
+        expect(plan.units.length / KV_UNIT / heads).toBeGreaterThanOrEqual(1);
+        const one = run(1);
+        expect(one.some((v) => v !== 0)).toBe(true);
+        expect(run(p.hkv), `${sp.dtype} D${sp.d} H${sp.h}/${sp.hkv} chunk ${kvChunk}`).toEqual(one);
+      }
+    }
+  });
+});
+
 describe('cpu engine: 16-bit caches read in place', () => {
   it('widens through tables equal to core\'s decode on all 65,536 patterns of f16 and bf16', async () => {
     const { bf16ToF32, f16ToF32 } = await import('../dist/cpu/tileio.js');

@@ -24,7 +24,7 @@ import { describeBackward, describeProblem, problemFlops, type AttentionOptions,
 import { allocFloat32, allocHost, isHostTensor, tensor, type HostData, type HostTensor, type Tensor } from '../tensor.js';
 import { describeKVCacheProblem, hostIndexTensor, isDeviceIndexTensor, writeHostIndex, type DeviceIndexTensor, type HostIndexTensor, type IndexData, type KVCacheOptions, type KVCacheProblem } from '../kvcache.js';
 import { appendKVCacheHost } from '../kvcache-host.js';
-import { combineKVCache, planKVCache } from './kvcache.js';
+import { combineKVCache, kvHeadsPerUnit, planKVCache } from './kvcache.js';
 import { planBackward, reducePrivate } from './backward.js';
 import { planForward } from './forward.js';
 import { BWD_UNIT, FWD_UNIT, KV_UNIT, Workspace, type BackwardJob, type DvecJob, type ForwardJob, type Job, type KVCacheJob } from './job.js';
@@ -264,7 +264,8 @@ export class CpuBackend implements AttentionBackend {
     const kn = opts.kNew === undefined ? undefined : host(opts.kNew, 'kNew');
     const vn = opts.vNew === undefined ? undefined : host(opts.vNew, 'vNew');
     const plan = planKVCache(p, this.opts.kvChunk);
-    const nUnits = plan.units.length / KV_UNIT;
+    const heads = kvHeadsPerUnit(p, plan);
+    const nUnits = plan.units.length / KV_UNIT / heads;
     const flops = 4 * p.h * p.tq * p.totalK * p.d;
     // The cache is read in place: a cache outside shared memory (not from zeros()/allocHost)
     // runs on this thread rather than being copied for the workers on every call.
@@ -274,7 +275,7 @@ export class CpuBackend implements AttentionBackend {
     const f64 = (n: number) => (pooled ? new Float64Array(new SharedArrayBuffer(n * 8)) : new Float64Array(n));
     const d4 = paddedD(p.d);
     const job: KVCacheJob = {
-      kind: 'kvcache', p, qt: plan.qt, rows: plan.rows, chunk: plan.chunk, units: plan.units,
+      kind: 'kvcache', p, qt: plan.qt, rows: plan.rows, chunk: plan.chunk, units: plan.units, heads,
       q: pooled ? alloc(() => shared(qh.data), 'a shared copy of q') : qh.data,
       kCache: kc.data,
       vCache: vc.data,

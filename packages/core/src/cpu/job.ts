@@ -100,6 +100,8 @@ export interface KVCacheJob {
    * whole key range and writes out/lse itself, else where its partial state goes.
    */
   readonly units: Int32Array;
+  /** Kv heads per work unit: each takes this many consecutive units (kvHeadsPerUnit). */
+  readonly heads: number;
   /** Partial states, `rows` rows per slot: running max, sum, and acc (rows of d4). */
   readonly pm: Float64Array;
   readonly pl: Float64Array;

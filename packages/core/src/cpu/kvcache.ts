@@ -3,24 +3,28 @@
  * block table (kvcache.ts's kvCacheRow), split over the key range for decode (flash-decoding),
  * with partial states combined by the online-softmax merge.
  *
- * A unit is (batch b, kv head, query tile, key chunk). Its rows are every query of the tile for
- * every query head that reads this kv head (R = heads per kv head × queries), so each cached K
- * and V row is read once for the whole GQA group:
+ * The plan's unit is (batch b, kv head, query tile, key chunk). Its rows are every query of the
+ * tile for every query head that reads this kv head (R = heads per kv head × queries), so each
+ * cached K and V row is read once for the whole GQA group. A work unit takes the plan's units of
+ * several kv heads of one (batch, query tile, chunk) together (kvHeadsPerUnit: all of them for
+ * decode), so that a key tile's token rows are read in the order they lie in memory:
  *
- *   Q rows (R × d4, decoded once)
+ *   Q rows (heads × R × d4, decoded once)
  *   for each key tile of KV_TILE keys in the chunk ∩ the rows' visible keys:
- *     row offsets through the block table                  cacheOffsets (rows read in place;
+ *     token row offsets through the block table            tokenOffsets (rows read in place;
  *                                                          16-bit through a widening table)
- *     S   = Q·Kᵀ                                           scoresRows4 / scoresRow1 (…T: 16-bit)
+ *     one load a line of the unit's K, then V rows          walkRows (several heads only)
+ *     for each kv head: S = Q·Kᵀ                           scoresRows4 / scoresRow1 (…T: 16-bit)
  *     S   = logit(S), −∞ where masked                      scoreTile (mask.ts)
  *     S   = e^(S − m'), rescale l and acc                  softmaxTileUpdate (online-softmax.ts)
- *     acc += S·V                                           pvRows4 / pvRow1 (…T: 16-bit)
+ *     for each kv head: acc += S·V                         pvRows4 / pvRow1 (…T: 16-bit)
  *   one chunk: out = acc / l, lse = m + log l               finalizeTile
  *   several:   (m, l, acc) → partial slot; combineKVCache merges the chunks in order
  *              (mergeTileStates), then finalizes
  *
- * The plan depends on the problem only (never on the thread count), so results are the same
- * bit for bit inline, on any number of workers, and run to run.
+ * The plan and the heads a work unit takes depend on the problem only (never on the thread
+ * count), and every kv head is computed exactly as in a unit of its own, so results are the
+ * same bit for bit inline, on any number of workers, and run to run.
  */
 import { keyRange, slopeOf, tileKeyRange } from '../mask.js';
 import { finalizeTile, mergeTileStates, resetTileState, softmaxTileUpdate } from '../online-softmax.js';
@@ -39,6 +43,10 @@ export const KV_ROWS = 32;
 export const KV_CHUNK = 1024;
 /** Split the key range only while there are fewer (batch, kv head, query tile) groups than this. */
 export const KV_SPLIT_BELOW_GROUPS = 256;
+/** Most query rows (heads × rows of a kv head) a work unit of several kv heads may have (kvHeadsPerUnit). */
+export const KV_UNIT_ROWS = 64;
+/** Fewest work units kvHeadsPerUnit leaves (it takes fewer heads a unit below this). */
+export const KV_MIN_UNITS = 8;
 /** Most partial-state memory the split may use; longer chunks beyond it. */
 export const KV_PARTIAL_BYTES = 32 * 1024 * 1024;
 
@@ -127,9 +135,12 @@ export function splitGroups(p: KVCacheProblem, plan: Pick<KVCachePlan, 'units'>)
   return [...groups.values()];
 }
 
-/** Rows of a query tile: row r = hh·nq + ii is query i0 + ii of head kvh·g + hh. Fills ws.rowLo/rowHi. */
-function tileRows(p: KVCacheProblem, ws: Workspace, i0: number, nq: number, tk: number): void {
-  const g = p.h / p.hkv;
+/**
+ * Rows of a query tile over `heads` kv heads from kvh0: row r = hh·nq + ii is query i0 + ii of
+ * query head kvh0·g + hh (so kv head kvh0 + e owns rows [e·g·nq, (e + 1)·g·nq)). Fills ws.rowLo/rowHi.
+ */
+function tileRows(p: KVCacheProblem, ws: Workspace, i0: number, nq: number, tk: number, heads: number): void {
+  const g = (p.h / p.hkv) * heads;
   ws.ranges(g * nq);
   for (let ii = 0; ii < nq; ii++) {
     const [lo, hi] = keyRange(p, i0 + ii, p.tq, tk);
@@ -143,57 +154,103 @@ function tileRows(p: KVCacheProblem, ws: Workspace, i0: number, nq: number, tk: 
 /** Per-thread scratch of the KV-cache kernel: row offsets, and float32 tiles for f32 rows of a D that is not a multiple of 4. */
 class KVScratch {
   off = new Int32Array(KV_TILE);
+  /** Element offsets of the tile's token rows (kv head 0), for every head of the unit. */
+  tok = new Int32Array(KV_TILE);
+  /** Where walkRows' loads go, so that they are not optimized away. */
+  sink = 0;
   k32 = new Float32Array(0);
   v32 = new Float32Array(0);
-  ensure(d4: number): void {
-    if (this.k32.length >= KV_TILE * d4) return;
-    this.k32 = new Float32Array(KV_TILE * d4);
-    this.v32 = new Float32Array(KV_TILE * d4);
+  /** Room for `heads` padded tiles (one a kv head of the unit). */
+  ensure(d4: number, heads: number): void {
+    if (this.k32.length >= heads * KV_TILE * d4) return;
+    this.k32 = new Float32Array(heads * KV_TILE * d4);
+    this.v32 = new Float32Array(heads * KV_TILE * d4);
   }
 }
 const scratch = new KVScratch();
 
 /**
- * Element offsets of keys [j0, j0 + nc) of sequence b (kv head kvh) in the cache, through the
- * block table (kvCacheRow), into off[0..nc); the padding up to nc4 repeats the last key (its
- * scores are never read).
+ * Element offsets of the token rows of keys [j0, j0 + nc) of sequence b in the cache, through
+ * the block table (kvCacheRow), into tok[0..nc); the padding up to nc4 repeats the last key (its
+ * scores are never read). Kv head kvh's row of key j is at tok[j] + kvh·D (headOffsets).
  */
-function cacheOffsets(p: KVCacheProblem, b: number, kvh: number, j0: number, nc: number, nc4: number, off: Int32Array): void {
+function tokenOffsets(p: KVCacheProblem, b: number, j0: number, nc: number, nc4: number, tok: Int32Array): void {
   const w = p.hkv * p.d;
-  const col = kvh * p.d;
-  for (let r = 0; r < nc; r++) off[r] = kvCacheRow(p, b, j0 + r) * w + col;
-  for (let r = nc; r < nc4; r++) off[r] = off[nc - 1];
+  for (let r = 0; r < nc; r++) tok[r] = kvCacheRow(p, b, j0 + r) * w;
+  for (let r = nc; r < nc4; r++) tok[r] = tok[nc - 1];
 }
 
 /**
- * Copies the f32 rows at off[0..nc) into a tile with rows of d4 (zero padded): for a D that is
+ * One load a 64-byte line of the unit's part of each token row of a tile (`len` elements from
+ * tok[r] + col), token after token: a sequential walk the hardware prefetchers follow, so the
+ * products, which read one head's slice of every row at a time, find the rows in cache.
+ */
+function walkRows(src: Float32Array | Uint16Array, tok: Int32Array, nc: number, col: number, len: number): number {
+  const step = 64 / src.BYTES_PER_ELEMENT;
+  let sum = 0;
+  for (let r = 0; r < nc; r++) {
+    const o = tok[r] + col;
+    for (let i = 0; i < len; i += step) sum += src[o + i];
+  }
+  return sum;
+}
+
+function headOffsets(tok: Int32Array, col: number, nc4: number, off: Int32Array): void {
+  for (let r = 0; r < nc4; r++) off[r] = tok[r] + col;
+}
+
+/**
+ * Copies the f32 rows at off[0..nc) into a tile at f32[at…) with rows of d4 (zero padded): for a D that is
  * not a multiple of 4, whose padded width (pvRows4 reads d4 columns) would read past a row.
  */
-function padTile(src: Float32Array, off: Int32Array, nc: number, d: number, d4: number, f32: Float32Array): void {
+function padTile(src: Float32Array, off: Int32Array, nc: number, d: number, d4: number, f32: Float32Array, at: number): void {
   for (let r = 0; r < nc; r++) {
     const s = off[r];
-    const o = r * d4;
+    const o = at + r * d4;
     for (let c = 0; c < d; c++) f32[o + c] = src[s + c];
     for (let c = d; c < d4; c++) f32[o + c] = 0;
   }
 }
 
-/** One unit: see the module comment. */
-export function kvCacheUnit(job: KVCacheJob, ws: Workspace, b: number, kvh: number, t: number, c: number, slot: number): void {
+/**
+ * Kv heads per work unit: a run of the plan's units that differ only in their kv head (the plan
+ * lists an item's heads one after another, with consecutive partial-state slots) is taken as
+ * one, so that each key tile is read as it lies in memory, every head of a token row in turn,
+ * as a copy loop reads it, rather than one head's slice of every row of the range and then the
+ * next head's. All of a token's heads while a unit keeps at most KV_UNIT_ROWS rows and there
+ * are at least KV_MIN_UNITS units; halved otherwise. Every head is computed exactly as alone,
+ * and the count depends on the problem only.
+ */
+export function kvHeadsPerUnit(p: KVCacheProblem, plan: Pick<KVCachePlan, 'units' | 'qt'>): number {
+  const items = plan.units.length / KV_UNIT / p.hkv;
+  const rowsPerHead = (p.h / p.hkv) * Math.min(plan.qt, p.tq);
+  let heads = p.hkv;
+  while (heads > 1 && (heads * rowsPerHead > KV_UNIT_ROWS || items * (p.hkv / heads) < KV_MIN_UNITS)) heads = heads % 2 === 0 ? heads / 2 : 1;
+  return heads;
+}
+
+/**
+ * One unit: kv heads [kvh0, kvh0 + heads) of a (sequence, query tile, key chunk); see the
+ * module comment. Rows of kv head kvh0 + e are [e·R, (e + 1)·R) of the tiles; the score rules
+ * and the online softmax run over all of them at once (they are per row), the products head by
+ * head over each key tile.
+ */
+export function kvCacheUnit(job: KVCacheJob, ws: Workspace, b: number, kvh0: number, heads: number, t: number, c: number, slot: number): void {
   const p = job.p;
   const g = p.h / p.hkv;
   const d = p.d;
-  ws.ensure(job.rows, KV_TILE, d);
+  ws.ensure(Math.max(job.rows, heads * g * Math.min(job.qt, p.tq)), KV_TILE, d);
   const { d4 } = ws;
   const tk = kvKeys(p, b);
   const i0 = t * job.qt;
   const nq = Math.min(job.qt, p.tq - i0);
   const R = g * nq;
   const R4 = R & ~3;
-  tileRows(p, ws, i0, nq, tk);
+  const HR = heads * R;
+  tileRows(p, ws, i0, nq, tk, heads);
   const { qRow, s, m, l, acc, lse, rowLo, rowHi } = ws;
-  for (let hh = 0; hh < g; hh++) loadRows(job.q, p.dtype, b * p.tq + i0, nq, p.h * d, (kvh * g + hh) * d, d, d4, nq, qRow, hh * nq);
-  resetTileState(m, l, acc, R, d4);
+  for (let hh = 0; hh < heads * g; hh++) loadRows(job.q, p.dtype, b * p.tq + i0, nq, p.h * d, (kvh0 * g + hh) * d, d, d4, nq, qRow, hh * nq);
+  resetTileState(m, l, acc, HR, d4);
   const [lo, hi] = tileKeyRange(p, i0, i0 + nq, p.tq, tk);
   const c0 = lo + c * job.chunk;
   const c1 = Math.min(hi + 1, c0 + job.chunk);
@@ -203,74 +260,99 @@ export function kvCacheUnit(job: KVCacheJob, ws: Workspace, b: number, kvh: numb
   // multiple of 4), 16-bit through the table of all 65,536 patterns (kvcache-kernels.ts).
   const wide = p.dtype === 'f32' ? undefined : p.dtype === 'bf16' ? bf16ToF32() : f16ToF32();
   const padded = p.dtype === 'f32' && d % 4 !== 0;
-  scratch.ensure(d4);
-  const { off, k32, v32 } = scratch;
+  scratch.ensure(d4, heads);
+  const { off, tok, k32, v32 } = scratch;
   for (let j0 = c0; j0 < c1; j0 += KV_TILE) {
     const nc = Math.min(KV_TILE, c1 - j0);
     const nc4 = (nc + 3) & ~3;
-    cacheOffsets(p, b, kvh, j0, nc, nc4, off);
-    if (wide) {
-      const kSrc = job.kCache as Uint16Array;
-      for (let r = 0; r < R4; r += 4) scoresRows4T(qRow, d4, r, kSrc, wide, off, nc4, d, s, ld);
-      for (let r = R4; r < R; r++) scoresRow1T(qRow, d4, r, kSrc, wide, off, nc4, d, s, ld);
-    } else {
-      let kSrc = job.kCache as Float32Array;
-      if (padded) {
-        padTile(job.kCache as Float32Array, off, nc, d, d4, k32);
-        padTile(job.vCache as Float32Array, off, nc, d, d4, v32);
-        for (let r = 0; r < nc4; r++) off[r] = Math.min(r, nc - 1) * d4;
-        kSrc = k32;
+    tokenOffsets(p, b, j0, nc, nc4, tok);
+    if (heads > 1) {
+      scratch.sink += walkRows(job.kCache as Float32Array | Uint16Array, tok, nc, kvh0 * d, heads * d);
+      scratch.sink += walkRows(job.vCache as Float32Array | Uint16Array, tok, nc, kvh0 * d, heads * d);
+    }
+    for (let e = 0; e < heads; e++) {
+      const r0 = e * R;
+      headOffsets(tok, (kvh0 + e) * d, nc4, off);
+      if (wide) {
+        const kSrc = job.kCache as Uint16Array;
+        for (let r = 0; r < R4; r += 4) scoresRows4T(qRow, d4, r0 + r, kSrc, wide, off, nc4, d, s, ld);
+        for (let r = R4; r < R; r++) scoresRow1T(qRow, d4, r0 + r, kSrc, wide, off, nc4, d, s, ld);
+      } else {
+        let kSrc = job.kCache as Float32Array;
+        if (padded) {
+          // head e's rows go to its own part of the padded tiles, read again by P·V below
+          padTile(job.kCache as Float32Array, off, nc, d, d4, k32, e * KV_TILE * d4);
+          padTile(job.vCache as Float32Array, off, nc, d, d4, v32, e * KV_TILE * d4);
+          paddedOffsets(e, nc, nc4, d4, off);
+          kSrc = k32;
+        }
+        for (let r = 0; r < R4; r += 4) scoresRows4(qRow, d4, r0 + r, kSrc, off, nc4, d, s, ld);
+        for (let r = R4; r < R; r++) scoresRow1(qRow, d4, r0 + r, kSrc, off, nc4, d, s, ld);
       }
-      for (let r = 0; r < R4; r += 4) scoresRows4(qRow, d4, r, kSrc, off, nc4, d, s, ld);
-      for (let r = R4; r < R; r++) scoresRow1(qRow, d4, r, kSrc, off, nc4, d, s, ld);
     }
     if (!alibi) {
       // Without ALiBi the logit does not depend on the query position or head: one call.
-      scoreTile(p, s, ld, R, nc, i0, j0, p.tq, tk, 0, rowLo, rowHi, 0, undefined);
+      scoreTile(p, s, ld, HR, nc, i0, j0, p.tq, tk, 0, rowLo, rowHi, 0, undefined);
     } else {
-      for (let hh = 0; hh < g; hh++) scoreTile(p, s.subarray(hh * nq * ld), ld, nq, nc, i0, j0, p.tq, tk, slopeOf(p, b, kvh * g + hh), rowLo, rowHi, hh * nq, undefined);
+      for (let hh = 0; hh < heads * g; hh++) scoreTile(p, s.subarray(hh * nq * ld), ld, nq, nc, i0, j0, p.tq, tk, slopeOf(p, b, kvh0 * g + hh), rowLo, rowHi, hh * nq, undefined);
     }
-    softmaxTileUpdate(s, ld, R, nc, m, l, acc, d4);
-    if (wide) {
-      const vSrc = job.vCache as Uint16Array;
-      for (let r = 0; r < R4; r += 4) pvRows4T(s, ld, r, vSrc, wide, off, nc, d, d4, acc);
-      for (let r = R4; r < R; r++) pvRow1T(s, ld, r, vSrc, wide, off, nc, d, d4, acc);
-    } else {
-      const vSrc = padded ? v32 : (job.vCache as Float32Array);
-      for (let r = 0; r < R4; r += 4) pvRows4(s, ld, r, vSrc, off, nc, d4, acc);
-      for (let r = R4; r < R; r++) pvRow1(s, ld, r, vSrc, off, nc, d4, acc);
+    softmaxTileUpdate(s, ld, HR, nc, m, l, acc, d4);
+    for (let e = 0; e < heads; e++) {
+      const r0 = e * R;
+      if (wide) {
+        headOffsets(tok, (kvh0 + e) * d, nc4, off);
+        const vSrc = job.vCache as Uint16Array;
+        for (let r = 0; r < R4; r += 4) pvRows4T(s, ld, r0 + r, vSrc, wide, off, nc, d, d4, acc);
+        for (let r = R4; r < R; r++) pvRow1T(s, ld, r0 + r, vSrc, wide, off, nc, d, d4, acc);
+      } else {
+        if (padded) paddedOffsets(e, nc, nc4, d4, off);
+        else headOffsets(tok, (kvh0 + e) * d, nc4, off);
+        const vSrc = padded ? v32 : (job.vCache as Float32Array);
+        for (let r = 0; r < R4; r += 4) pvRows4(s, ld, r0 + r, vSrc, off, nc, d4, acc);
+        for (let r = R4; r < R; r++) pvRow1(s, ld, r0 + r, vSrc, off, nc, d4, acc);
+      }
     }
   }
   if (slot >= 0) {
-    const base = slot * job.rows;
-    job.pm.set(m.subarray(0, R), base);
-    job.pl.set(l.subarray(0, R), base);
-    job.pacc.set(acc.subarray(0, R * d4), base * d4);
+    // kv head kvh0 + e's partial state goes to slot + e (the plan's slots of an item's heads)
+    for (let e = 0; e < heads; e++) {
+      const base = (slot + e) * job.rows;
+      const r0 = e * R;
+      job.pm.set(m.subarray(r0, r0 + R), base);
+      job.pl.set(l.subarray(r0, r0 + R), base);
+      job.pacc.set(acc.subarray(r0 * d4, (r0 + R) * d4), base * d4);
+    }
     return;
   }
-  finalizeTile(m, l, acc, R, d4, lse);
-  storeKVRows(job, ws, b, kvh, i0, nq);
+  finalizeTile(m, l, acc, HR, d4, lse);
+  storeKVRows(job, ws, b, kvh0 * g, heads * g, i0, nq);
 }
 
-/** Writes the finalized rows in ws.acc / ws.lse to out and the [B, H, Tq] LSE. */
-function storeKVRows(job: KVCacheJob, ws: Workspace, b: number, kvh: number, i0: number, nq: number): void {
+/** Offsets of head e's rows in the padded tiles (padTile at e·KV_TILE·d4); padding keys repeat the last. */
+function paddedOffsets(e: number, nc: number, nc4: number, d4: number, off: Int32Array): void {
+  for (let r = 0; r < nc4; r++) off[r] = (e * KV_TILE + Math.min(r, nc - 1)) * d4;
+}
+
+/** Writes the finalized rows in ws.acc / ws.lse (query heads [h0, h0 + nh), nq queries each) to out and the [B, H, Tq] LSE. */
+function storeKVRows(job: KVCacheJob, ws: Workspace, b: number, h0: number, nh: number, i0: number, nq: number): void {
   const p = job.p;
-  const g = p.h / p.hkv;
-  for (let hh = 0; hh < g; hh++) {
-    const h = kvh * g + hh;
+  for (let hh = 0; hh < nh; hh++) {
+    const h = h0 + hh;
     storeRows(job.out, p.dtype, b * p.tq + i0, nq, p.h * p.d, h * p.d, p.d, ws.d4, ws.acc.subarray(hh * nq * ws.d4));
     for (let ii = 0; ii < nq; ii++) job.lse[kvLseIndex(p, b, h, i0 + ii)] = ws.lse[hh * nq + ii];
   }
 }
 
-/** Runs KV-cache units from the shared counter until none is left. */
+/** Runs KV-cache work units (job.heads consecutive plan units each) from the shared counter until none is left. */
 export function runKVCache(job: KVCacheJob, ws: Workspace): void {
-  const n = job.units.length / KV_UNIT;
+  const heads = job.heads;
+  const n = job.units.length / KV_UNIT / heads;
+  const U = job.units;
   for (;;) {
     const u = Atomics.add(job.counter, 0, 1);
     if (u >= n) return;
-    const o = u * KV_UNIT;
-    kvCacheUnit(job, ws, job.units[o], job.units[o + 1], job.units[o + 2], job.units[o + 3], job.units[o + 4]);
+    const o = u * heads * KV_UNIT;
+    kvCacheUnit(job, ws, U[o], U[o + 1], heads, U[o + 2], U[o + 3], U[o + 4]);
   }
 }
 
@@ -298,6 +380,6 @@ export function combineKVCache(job: KVCacheJob, ws: Workspace): void {
       mergeTileStates(m, l, acc, job.pm.subarray(a, a + R), job.pl.subarray(a, a + R), job.pacc.subarray(a * d4, (a + R) * d4), R, d4);
     }
     finalizeTile(m, l, acc, R, d4, lse);
-    storeKVRows(job, ws, e.b, e.kvh, i0, nq);
+    storeKVRows(job, ws, e.b, e.kvh * g, g, i0, nq);
   }
 }
