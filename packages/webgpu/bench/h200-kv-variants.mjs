@@ -69,7 +69,7 @@ export async function runVariants(h) {
   // FA_VARIANTS=base,lazy,… : only those (base always)
   const CHOSEN = process.env.FA_VARIANTS ? ['base', ...process.env.FA_VARIANTS.split(',')] : Object.keys(TABLE);
   for (const n of CHOSEN) if (!(n in TABLE)) throw new Error(`FA_VARIANTS: no variant ${n}; known: ${Object.keys(TABLE).join(', ')}`);
-  const { dev, pdev, variant, profile, copyPipe, copySeconds, decodeInputs, timeCalls, fmtGpu, log, save, results, SMALL, elapsed } = h;
+  const { dev, pdev, variant, profile, copyPass, copySeconds, decodeInputs, timeCalls, fmtGpu, log, save, results, SMALL, elapsed } = h;
   const budget = Number(process.env.FA_BENCH_BUDGET_S ?? (h.round4 ? 115 : 160));
   const rounds = SMALL ? 2 : 3;
   const reps = SMALL ? 2 : 20;
@@ -102,24 +102,14 @@ export async function runVariants(h) {
   };
   // the copy kernel's GPU µs (median of `n` timed passes), through the profiler like the decode
   const copyUs = async (src, bytes, n) => {
-    const words = Math.floor(bytes / 16);
-    const dst = dev.createBuffer({ size: words * 16, usage: 0x80 });
-    const groups = Math.min(65535, Math.ceil(words / 256));
-    const ub = dev.createBuffer({ size: 16, usage: 0x40 | 0x08 });
-    dev.queue.writeBuffer(ub, 0, new Uint32Array([words, groups * 256, 0, 0]));
-    const bg = dev.createBindGroup({ layout: copyPipe.getBindGroupLayout(0), entries: [{ binding: 0, resource: { buffer: ub } }, { binding: 1, resource: { buffer: src, size: words * 16 } }, { binding: 2, resource: { buffer: dst } }] });
+    const copy = copyPass(src, bytes);
     const g = await profile(n, async () => {
       const enc = pdev.createCommandEncoder();
-      const pass = enc.beginComputePass({ label: 'copy' });
-      pass.setPipeline(copyPipe);
-      pass.setBindGroup(0, bg);
-      pass.dispatchWorkgroups(groups);
-      pass.end();
+      copy.encode(enc, 'copy');
       dev.queue.submit([enc.finish()]);
       await dev.queue.onSubmittedWorkDone();
     });
-    dst.destroy();
-    ub.destroy();
+    copy.destroy();
     return g?.copy;
   };
   const decodeUs = (g) => (g ? (g['kv decode'] ?? g['kv attend']) : undefined);

@@ -170,23 +170,38 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 }`;
 const copyPipe = dev.createComputePipeline({ layout: 'auto', compute: { module: dev.createShaderModule({ code: COPY_WGSL }), entryPoint: 'main' } });
 
-/** Seconds per copy of `src` (a GPU buffer of `bytes`) into a fresh buffer, best of a few timed batches. */
-async function copySeconds(src, bytes) {
+/**
+ * The copy peer: `src` (a GPU buffer of `bytes`) into a fresh buffer, 16 bytes a thread in a
+ * grid-stride loop. `encode(enc, label)` adds one pass to a command encoder; `destroy()` frees it.
+ */
+function copyPass(src, bytes) {
   const n = Math.floor(bytes / 16);
   const dst = dev.createBuffer({ size: n * 16, usage: 0x80 });
   const groups = Math.min(65535, Math.ceil(n / 256));
   const ub = dev.createBuffer({ size: 16, usage: 0x40 | 0x08 });
   dev.queue.writeBuffer(ub, 0, new Uint32Array([n, groups * 256, 0, 0]));
   const bg = dev.createBindGroup({ layout: copyPipe.getBindGroupLayout(0), entries: [{ binding: 0, resource: { buffer: ub } }, { binding: 1, resource: { buffer: src, size: n * 16 } }, { binding: 2, resource: { buffer: dst } }] });
-  const run = (k) => {
-    const enc = dev.createCommandEncoder();
-    for (let i = 0; i < k; i++) {
-      const pass = enc.beginComputePass();
+  return {
+    encode(enc, label) {
+      const pass = enc.beginComputePass(label ? { label } : {});
       pass.setPipeline(copyPipe);
       pass.setBindGroup(0, bg);
       pass.dispatchWorkgroups(groups);
       pass.end();
-    }
+    },
+    destroy() {
+      dst.destroy();
+      ub.destroy();
+    },
+  };
+}
+
+/** Seconds per copy of `src` (a GPU buffer of `bytes`) into a fresh buffer, best of a few timed batches. */
+async function copySeconds(src, bytes) {
+  const copy = copyPass(src, bytes);
+  const run = (k) => {
+    const enc = dev.createCommandEncoder();
+    for (let i = 0; i < k; i++) copy.encode(enc);
     dev.queue.submit([enc.finish()]);
     return dev.queue.onSubmittedWorkDone();
   };
@@ -198,8 +213,7 @@ async function copySeconds(src, bytes) {
     await run(reps);
     best = Math.min(best, (performance.now() - t0) / 1000 / reps);
   }
-  dst.destroy();
-  ub.destroy();
+  copy.destroy();
   return best;
 }
 
@@ -270,7 +284,7 @@ const fmtGpu = (g) => (g ? Object.entries(g).map(([k, v]) => `${k.replace('kv ',
 
 if (VARIANTS) {
   const { runVariants } = await import('./h200-kv-variants.mjs');
-  await runVariants({ round4: VARIANTS4, skip: SKIP, be, dev, pdev, variant, profile, copyPipe, copySeconds, decodeInputs, timeCalls, fmtGpu, log, save, results, SMALL, elapsed });
+  await runVariants({ round4: VARIANTS4, skip: SKIP, be, dev, pdev, variant, profile, copyPass, copySeconds, decodeInputs, timeCalls, fmtGpu, log, save, results, SMALL, elapsed });
   log(`total ${elapsed().toFixed(0)} s`);
   save();
   await be.dispose();
