@@ -180,26 +180,30 @@ cudaError_t fwd(FaArgs* a, const FaTensors& t, void* ws, cudaStream_t st) {
   }
 }
 
-// The backward's dQ goes to the TMA kernel's tiled accumulator (bwd_setup sets FaArgs::dq_tiled;
-// the launchers run the TMA backward only then).
-static bool dq_tiles_planned(const FaArgs& a, const Plan& p) {
+// The backward's float32 dQ accumulator: whether there is one, its size, and whether it holds the
+// TMA kernel's tiles (bwd_setup sets FaArgs::dq_tiled; the launchers run the TMA backward only
+// then; deterministic calls then also get a counter per tile and head after it). One plan for
+// bwd_workspace_bytes and bwd_setup.
+struct DqAccumPlan {
+  bool has, tiles;
+  size_t floats;
+};
+static DqAccumPlan dq_accum_plan(const FaArgs& a, const Plan& p) {
   const int D = head_dim_bucket(p.kd);
-  return !p.ffma && runs_tma_bwd(a.arch, p.split, D, a.no_wgmma_bwd) && DqTiles::fits(a.total_q, a.B, a.H, p.kd, D);
+  const bool tiles = !p.ffma && runs_tma_bwd(a.arch, p.split, D, a.no_wgmma_bwd) && DqTiles::fits(a.total_q, a.B, a.H, p.kd, D);
+  if (p.ffma || (a.deterministic && !tiles)) return {false, false, 0};
+  const size_t rows = static_cast<size_t>(a.total_q) * a.H * p.kd;
+  // the tiles: whole 64-row tiles per sequence, bucket columns
+  return {true, tiles, tiles ? std::max<size_t>(rows, DqTiles::floats(a.total_q, a.B, a.H, D)) : rows};
 }
 
 size_t bwd_workspace_bytes(const FaArgs* a) {
   const Plan p = plan_of(*a, true);
   const size_t rows = static_cast<size_t>(a->total_q) * a->H;
   size_t n = prep_size(*a, p, true) + 2 * align256(rows * sizeof(float));
-  const int D = head_dim_bucket(p.kd);
-  const bool tiles = dq_tiles_planned(*a, p);
-  if (!p.ffma && (!a->deterministic || tiles)) {
-    size_t acc = rows * p.kd;
-    // the TMA backward's tiles: whole 64-row tiles per sequence, bucket columns
-    if (tiles) acc = std::max<size_t>(acc, DqTiles::floats(a->total_q, a->B, a->H, D));
-    n += align256(acc * sizeof(float));
-  }
-  if (a->deterministic && tiles) n += align256(DqTiles::tiles(a->total_q, a->B) * a->H * sizeof(int));
+  const DqAccumPlan acc = dq_accum_plan(*a, p);
+  if (acc.has) n += align256(acc.floats * sizeof(float));
+  if (a->deterministic && acc.tiles) n += align256(DqTiles::tiles(a->total_q, a->B) * a->H * sizeof(int));
   return n;
 }
 
@@ -211,15 +215,10 @@ void bwd_setup(FaArgs* a, void* ws) {
   w += align256(rows * sizeof(float));
   a->dsum = reinterpret_cast<float*>(w);
   w += align256(rows * sizeof(float));
-  const int D = head_dim_bucket(p.kd);
-  const bool tiles = dq_tiles_planned(*a, p);
-  a->dq_accum = p.ffma || (a->deterministic && !tiles) ? nullptr : reinterpret_cast<float*>(w);
-  a->dq_sem = nullptr;
-  if (a->deterministic && tiles) {
-    const size_t acc = std::max<size_t>(rows * p.kd, DqTiles::floats(a->total_q, a->B, a->H, D));
-    a->dq_sem = reinterpret_cast<int*>(w + align256(acc * sizeof(float)));
-  }
-  a->dq_tiled = tiles;  // (the launchers clear it when they run another backward)
+  const DqAccumPlan acc = dq_accum_plan(*a, p);
+  a->dq_accum = acc.has ? reinterpret_cast<float*>(w) : nullptr;
+  a->dq_sem = a->deterministic && acc.tiles ? reinterpret_cast<int*>(w + align256(acc.floats * sizeof(float))) : nullptr;
+  a->dq_tiled = acc.tiles;  // (the launchers clear it when they run another backward)
 }
 
 SmemNeeds smem_needs(const FaArgs& a) {

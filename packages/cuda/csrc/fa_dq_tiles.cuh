@@ -35,15 +35,13 @@ struct DqTiles {
   __host__ __device__ static bool fits(int total_q, int B, int H, int kd, int D) {
     return floats(total_q, B, H, D) <= 2 * static_cast<int64_t>(total_q) * H * kd + 2 * static_cast<int64_t>(H) * BM * D;
   }
-  // First float of query tile mb (rows mb * BM ..) of sequence b (first packed row q0), head h.
-  __device__ static int64_t tile_offset(int q0, int b, int mb, int h, int H, int D) {
-    const int64_t g = (static_cast<int64_t>(q0) + static_cast<int64_t>(b) * BM) / BM + mb;
-    return (g * H + h) * BM * D;
-  }
-  // Index of the counter of a tile (deterministic calls: key blocks add a tile in ascending order).
+  // Index of query tile mb (rows mb * BM ..) of sequence b (first packed row q0), head h: its
+  // counter in deterministic calls (FaArgs::dq_sem).
   __device__ static int64_t tile_index(int q0, int b, int mb, int h, int H) {
     return ((static_cast<int64_t>(q0) + static_cast<int64_t>(b) * BM) / BM + mb) * H + h;
   }
+  // First float of that tile.
+  __device__ static int64_t tile_offset(int q0, int b, int mb, int h, int H, int D) { return tile_index(q0, b, mb, h, H) * BM * D; }
   // Row and column within the tile of float4 f (0 .. BM * D / 4) of a tile's storage; the float4
   // holds (r, c), (r, c + 1), (r + 8, c), (r + 8, c + 1).
   __device__ static void cell(int f, int* r, int* c) {
