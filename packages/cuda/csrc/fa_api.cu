@@ -119,10 +119,13 @@ size_t split_kv_bytes(const FaArgs& a, int kd) {
 
 }  // namespace
 
+// The persistent TMA forward's tile counter, after the prepared operands and the split partials.
+static size_t tile_counter_bytes(const FaArgs& a, const Plan& p) { return !p.ffma && runs_tma_fwd(a.arch, p.split) ? 256 : 0; }
+
 size_t fwd_workspace_bytes_splits(FaArgs* a, int splits) {
   const Plan p = plan_of(*a, false);
   a->num_splits = p.ffma ? 1 : std::max(1, splits);
-  return prep_size(*a, p, false) + split_kv_bytes(*a, p.kd);
+  return prep_size(*a, p, false) + split_kv_bytes(*a, p.kd) + tile_counter_bytes(*a, p);
 }
 
 size_t fwd_workspace_bytes(FaArgs* a) {
@@ -167,6 +170,7 @@ cudaError_t fwd(FaArgs* a, const FaTensors& t, void* ws, cudaStream_t st) {
     k.oaccum = nullptr;
     k.lseaccum = nullptr;
   }
+  k.tile_counter = tile_counter_bytes(*a, p) ? reinterpret_cast<int*>(w + prep + split_kv_bytes(*a, p.kd)) : nullptr;
   if (a->total_q == 0) return cudaSuccess;
   FaTensors kt = t;
   if (prep > 0) {

@@ -59,6 +59,7 @@ struct FaArgs {
   int num_splits;
   float* oaccum;      // [num_splits, total_q, H, kd]
   float* lseaccum;    // [num_splits, H, total_q]
+  int* tile_counter;  // the persistent TMA forward's next tile (zeroed by its launcher), or null: one CTA a tile
   // backward scratch (filled by the launcher)
   float* dq_accum;    // [total_q, H, kd], or tiles (dq_tiled = 1, fa_dq_tiles.cuh)
   int dq_tiled;       // set by the backward's launcher: dq_accum holds the TMA backward's tiles

@@ -13,8 +13,12 @@
 //                    runs while P_{j-1} V_{j-1} is still on the tensor cores (as fa_fwd_wgmma.cuh)
 //   ping-pong        (PING) the consumer warpgroups take turns issuing their products, in a ring
 //                    of named barriers, so one's softmax overlaps the others' products
-// Grid: (heads, query tiles, batch x splits) with the query tiles walked from the last: under a
-// causal mask the longest rows start first, and every head's tiles launch before any head's short ones.
+// Tiles: t = (head fastest, then query tile from the last, then batch x split): under a causal mask
+// the longest rows start first, and the CTAs running together share a head's K and V in L2.
+// Persistent (Tr::PERSIST with a counter in FaArgs::tile_counter): one CTA per SM, each taking its
+// next tile from the counter as it finishes one (FwdTileSched): the producer loads the next tile's
+// Q and first K/V while the consumers finish the last P V and store O, which is what short (and
+// causal) tiles lost to each CTA's start. Otherwise one CTA a tile, t = blockIdx.x.
 //
 // Rows past the sequence inside the tensor (the next sequence of a packed batch): a Q row there
 // only makes a row that is never stored; a K row only scores that are masked to -inf; a V row
@@ -27,6 +31,29 @@
 #include "fa_tma.cuh"
 
 namespace fa {
+
+// Which tile a CTA works on next: its block index first, then (persistent) the shared counter.
+// The producer warp asks, and hands the answer to the consumers through a 2-slot ring in shared
+// memory (FwdTileRing): the producer may run a tile ahead of them.
+template <bool PERSIST>
+__device__ __forceinline__ int next_fwd_tile(const FaArgs& a, int i, int total) {
+  if (i == 0) return blockIdx.x;
+  if constexpr (PERSIST) return a.tile_counter ? gridDim.x + atomicAdd(a.tile_counter, 1) : total;
+  return total;
+}
+struct FwdTile {
+  int h, m_block, b, split;
+};
+__device__ __forceinline__ FwdTile fwd_tile_of(const FaArgs& a, int t, int nq) {
+  FwdTile f;
+  f.h = t % a.H;
+  const int r = t / a.H;
+  f.m_block = nq - 1 - r % nq;
+  const int z = r / nq;
+  f.b = z / a.num_splits;
+  f.split = z % a.num_splits;
+  return f;
+}
 
 template <typename E, typename Tr>
 __global__ void __launch_bounds__(Tr::NT, 1)
@@ -47,30 +74,49 @@ __global__ void __launch_bounds__(Tr::NT, 1)
   T* sV = sK + ST * BN * D;                // [ST][BN][D]
   uint64_t* bars = reinterpret_cast<uint64_t*>(sV + ST * BN * D);
   uint64_t* q_full = bars;
-  uint64_t* k_full = bars + 1;
+  uint64_t* q_empty = bars + 1;      // the consumers' last Q K^T of a tile has retired
+  uint64_t* tile_full = bars + 2;    // [2] the tile ring: the producer wrote the slot
+  uint64_t* tile_empty = bars + 4;   // [2] every consumer warp has read it
+  uint64_t* k_full = bars + 6;
   uint64_t* v_full = k_full + ST;
   uint64_t* k_empty = v_full + ST;
   uint64_t* v_empty = k_empty + ST;
+  volatile int* tile_slot = reinterpret_cast<volatile int*>(v_empty + ST);  // [2]
 
   const int tid = threadIdx.x, wgi = tid / 128;
-  const int h = blockIdx.x, m_block = gridDim.y - 1 - blockIdx.y;
-  const int b = blockIdx.z / a.num_splits, split = blockIdx.z % a.num_splits;
-  const SeqInfo s = seq_info(a, b);
-  const int m0 = m_block * BM;
-  if (m0 >= s.tq) return;  // the whole CTA, before any barrier
-  const int hk = h / (a.H / a.Hkv);
-  int nb_lo, nb_hi;
-  key_block_range(a, s, m0, BM, BN, &nb_lo, &nb_hi);
-  split_key_range(a, split, &nb_lo, &nb_hi);
-  const int n_tiles = nb_hi - nb_lo;
+  const int nq = (a.max_tq + BM - 1) / BM;
+  const int total = a.H * nq * a.B * a.num_splits;
+  // A tile's work: its sequence, query rows and key blocks (the same answer in every role).
+  struct Work {
+    FwdTile f;
+    SeqInfo s;
+    int m0, hk, nb_lo, n_tiles;
+  };
+  auto work_of = [&](int tile, Work* w) -> bool {  // false: no rows here (past the sequence)
+    w->f = fwd_tile_of(a, tile, nq);
+    w->s = seq_info(a, w->f.b);
+    w->m0 = w->f.m_block * BM;
+    if (w->m0 >= w->s.tq) return false;
+    w->hk = w->f.h / (a.H / a.Hkv);
+    int nb_hi;
+    key_block_range(a, w->s, w->m0, BM, BN, &w->nb_lo, &nb_hi);
+    split_key_range(a, w->f.split, &w->nb_lo, &nb_hi);
+    w->n_tiles = nb_hi - w->nb_lo;
+    return true;
+  };
 
   if (tid == 0) {
     tma::bar_init(q_full, 1);
+    tma::bar_init(q_empty, 4 * NC);  // one arrival per consumer warp
+    for (int i = 0; i < 2; ++i) {
+      tma::bar_init(tile_full + i, 1);
+      tma::bar_init(tile_empty + i, 4 * NC);
+    }
 #pragma unroll
     for (int i = 0; i < ST; ++i) {
       tma::bar_init(k_full + i, 1);
       tma::bar_init(v_full + i, 1);
-      tma::bar_init(k_empty + i, 4 * NC);  // one arrival per consumer warp
+      tma::bar_init(k_empty + i, 4 * NC);
       tma::bar_init(v_empty + i, 4 * NC);
     }
     tma::fence_bar_init();
@@ -80,81 +126,120 @@ __global__ void __launch_bounds__(Tr::NT, 1)
   if (wgi == 0) {
     // ---- producer ------------------------------------------------------------------------------
     tma::regs_dec<Tr::PRODUCER_REGS>();
-    if (tid >= 32 || n_tiles == 0) return;  // (nothing to load: the consumers write zeros)
+    if (tid >= 32) return;
     const int lane = tid;
     if (lane == 0) {
       tma::prefetch_map(&map_q);
       tma::prefetch_map(&map_k);
       tma::prefetch_map(&map_v);
-      tma::arrive_expect(q_full, Q_BYTES);
-#pragma unroll
-      for (int c = 0; c < CB; ++c) tma::load_box(sQ + c * BM * 64, &map_q, q_full, c * 64, h, s.q0 + m0);
     }
-    const bool v_tail_in_tensor = s.k0 + s.tk < a.total_k;  // rows after this sequence hold data
-    for (int idx = 0; idx < n_tiles; ++idx) {
-      const int st = idx % ST, n1 = (nb_lo + idx) * BN;
-      if (idx >= ST) tma::wait(k_empty + st, ((idx / ST) + 1) & 1);
+    int kv = 0, nq_loaded = 0;  // K/V tiles and Q tiles loaded so far (ring positions and phases)
+    for (int i = 0;; ++i) {
+      const int slot = i & 1;
+      if (i >= 2) tma::wait(tile_empty + slot, ((i >> 1) + 1) & 1);
+      int tile = 0;
       if (lane == 0) {
-        tma::arrive_expect(k_full + st, KV_BYTES);
-#pragma unroll
-        for (int c = 0; c < CB; ++c) tma::load_box(sK + st * BN * D + c * BN * 64, &map_k, k_full + st, c * 64, hk, s.k0 + n1);
+        tile = next_fwd_tile<Tr::PERSIST>(a, i, total);
+        tile_slot[slot] = tile;
+        tma::arrive(tile_full + slot);
       }
-      if (idx >= ST) tma::wait(v_empty + st, ((idx / ST) + 1) & 1);
-      tma::load_tile<BN, D>(sV + st * BN * D, &map_v, static_cast<const T*>(t.v), v_full + st, s.k0 + n1, hk, a.Hkv, a.d, s.tk - n1, v_tail_in_tensor, lane);
+      tile = __shfl_sync(0xffffffffu, tile, 0);
+      if (tile >= total) break;
+      Work w;
+      if (!work_of(tile, &w) || w.n_tiles == 0) continue;  // (nothing to load: the consumers write zeros)
+      if (lane == 0) {
+        if (nq_loaded > 0) tma::wait(q_empty, (nq_loaded - 1) & 1);
+        tma::arrive_expect(q_full, Q_BYTES);
+#pragma unroll
+        for (int c = 0; c < CB; ++c) tma::load_box(sQ + c * BM * 64, &map_q, q_full, c * 64, w.f.h, w.s.q0 + w.m0);
+      }
+      ++nq_loaded;
+      const bool v_tail_in_tensor = w.s.k0 + w.s.tk < a.total_k;  // rows after this sequence hold data
+      for (int idx = 0; idx < w.n_tiles; ++idx, ++kv) {
+        const int st = kv % ST, n1 = (w.nb_lo + idx) * BN;
+        if (kv >= ST) tma::wait(k_empty + st, ((kv / ST) + 1) & 1);
+        if (lane == 0) {
+          tma::arrive_expect(k_full + st, KV_BYTES);
+#pragma unroll
+          for (int c = 0; c < CB; ++c) tma::load_box(sK + st * BN * D + c * BN * 64, &map_k, k_full + st, c * 64, w.hk, w.s.k0 + n1);
+        }
+        if (kv >= ST) tma::wait(v_empty + st, ((kv / ST) + 1) & 1);
+        tma::load_tile<BN, D>(sV + st * BN * D, &map_v, static_cast<const T*>(t.v), v_full + st, w.s.k0 + n1, w.hk, a.Hkv, a.d, w.s.tk - n1,
+                              v_tail_in_tensor, lane);
+      }
     }
   } else {
     // ---- consumers -----------------------------------------------------------------------------
     tma::regs_inc<Tr::CONSUMER_REGS>();
     const int cw = wgi - 1, ctid = tid - 128, warp_lane = tid % 32;
-    Rows rows(a, s, b, h, m0, cw * 64, ctid % 128);
-    float o[NO];
-#pragma unroll
-    for (int i = 0; i < NO; ++i) o[i] = 0.f;
     const uint32_t q_addr = smem_u32(sQ) + cw * 64 * 64 * 2;
     // Ping-pong: warpgroup c issues its products after bar.sync on barrier 1 + c, then lets the
-    // next one go (bar.arrive on barrier 1 + (c + 1) % NC). The last warpgroup opens the first
-    // turn for warpgroup 0, and warpgroup 0 takes the last turn's arrival after its loop, so
-    // every barrier ends balanced.
+    // next one go (bar.arrive on barrier 1 + (c + 1) % NC). Every warpgroup takes the same number
+    // of turns per tile (its key tiles and the last P V), so the ring runs on from tile to tile:
+    // the last warpgroup opens the first turn once, and warpgroup 0 takes the last turn's arrival
+    // (or that opening, if there were no turns) when the CTA is done. A warpgroup never arrives
+    // twice on a barrier before the other side's sync: its next arrival there needs that side's turn.
     auto turn_begin = [&] { if constexpr (Tr::PING) tma::named_sync(1 + cw, 256); };
     auto turn_end = [&] { if constexpr (Tr::PING) tma::named_arrive(1 + (cw + 1) % NC, 256); };
     auto release = [&](uint64_t* bar) { if (warp_lane == 0) tma::arrive(bar); };
-    if (Tr::PING && cw == NC - 1 && n_tiles > 0) tma::named_arrive(1, 256);
+    if (Tr::PING && cw == NC - 1) tma::named_arrive(1, 256);
 
-    typename Rows::PFrag pf;
-    float sc[NS], alpha[2];
-    if (n_tiles > 0) tma::wait(q_full, 0);
-    for (int idx = 0; idx < n_tiles; ++idx) {
-      const int st = idx % ST, pst = (idx + ST - 1) % ST;
-      tma::wait(k_full + st, (idx / ST) & 1);
-      if (idx > 0) tma::wait(v_full + pst, ((idx - 1) / ST) & 1);  // (no waits between the wgmmas: ptxas would serialise them)
-      turn_begin();
-      Rows::issue_qk(sc, q_addr, smem_u32(sK + st * BN * D));
-      if (idx > 0) Rows::issue_pv(o, pf, smem_u32(sV + pst * BN * D));
-      if (idx > 0) wg::wait<1>(); else wg::wait<0>();  // S_idx is done; P V of idx - 1 may still run
-      turn_end();  // (after the wait: a bar.arrive between the issue and the wait serialises the wgmmas, C7514)
-      release(k_empty + st);
-      wg::fence_operands<NS>(sc);
-      rows.prepare(sc, nb_lo + idx);
-      rows.step(sc, alpha);
-      wg::wait<0>();
-      if (idx > 0) release(v_empty + pst);
-      wg::fence_operands<NO>(o);
-      Rows::fence_p(pf);
-      Rows::rescale_o(o, alpha);
-      Rows::pack_p(sc, pf);
+    int kv = 0, nq_used = 0;
+    for (int i = 0;; ++i) {
+      const int slot = i & 1;
+      tma::wait(tile_full + slot, (i >> 1) & 1);
+      const int tile = tile_slot[slot];
+      __syncwarp();
+      release(tile_empty + slot);
+      if (tile >= total) break;
+      Work w;
+      if (!work_of(tile, &w)) continue;
+      const int n_tiles = w.n_tiles;
+      Rows rows(a, w.s, w.f.b, w.f.h, w.m0, cw * 64, ctid % 128);
+      float o[NO];
+#pragma unroll
+      for (int j = 0; j < NO; ++j) o[j] = 0.f;
+      if (n_tiles > 0) {
+        typename Rows::PFrag pf;
+        float sc[NS], alpha[2];
+        tma::wait(q_full, nq_used & 1);
+        for (int idx = 0; idx < n_tiles; ++idx) {
+          const int kvi = kv + idx, st = kvi % ST, pst = (kvi + ST - 1) % ST;
+          tma::wait(k_full + st, (kvi / ST) & 1);
+          if (idx > 0) tma::wait(v_full + pst, ((kvi - 1) / ST) & 1);  // (no waits between the wgmmas: ptxas would serialise them)
+          turn_begin();
+          Rows::issue_qk(sc, q_addr, smem_u32(sK + st * BN * D));
+          if (idx > 0) Rows::issue_pv(o, pf, smem_u32(sV + pst * BN * D));
+          if (idx > 0) wg::wait<1>(); else wg::wait<0>();  // S_idx is done; P V of idx - 1 may still run
+          turn_end();  // (after the wait: a bar.arrive between the issue and the wait serialises the wgmmas, C7514)
+          release(k_empty + st);
+          if (idx == n_tiles - 1) release(q_empty);  // the producer may load the next tile's Q
+          wg::fence_operands<NS>(sc);
+          rows.prepare(sc, w.nb_lo + idx);
+          rows.step(sc, alpha);
+          wg::wait<0>();
+          if (idx > 0) release(v_empty + pst);
+          wg::fence_operands<NO>(o);
+          Rows::fence_p(pf);
+          Rows::rescale_o(o, alpha);
+          Rows::pack_p(sc, pf);
+        }
+        // the last tile's P V
+        const int pst = (kv + n_tiles - 1) % ST;
+        tma::wait(v_full + pst, ((kv + n_tiles - 1) / ST) & 1);
+        turn_begin();
+        wg::fence_operands<NO>(o);
+        Rows::issue_pv(o, pf, smem_u32(sV + pst * BN * D));
+        turn_end();
+        wg::wait<0>();
+        wg::fence_operands<NO>(o);
+        release(v_empty + pst);
+        kv += n_tiles;
+        ++nq_used;
+      }
+      rows.store(t, w.f.b, w.f.h, w.f.split, o);
     }
-    if (n_tiles > 0) {  // the last tile's P V
-      const int pst = (n_tiles - 1) % ST;
-      tma::wait(v_full + pst, ((n_tiles - 1) / ST) & 1);
-      turn_begin();
-      wg::fence_operands<NO>(o);
-      Rows::issue_pv(o, pf, smem_u32(sV + pst * BN * D));
-      turn_end();
-      wg::wait<0>();
-      wg::fence_operands<NO>(o);
-      if (Tr::PING && cw == 0) tma::named_sync(1, 256);
-    }
-    rows.store(t, b, h, split, o);
+    if (Tr::PING && cw == 0) tma::named_sync(1, 256);
   }
 #else
   __trap();

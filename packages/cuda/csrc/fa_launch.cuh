@@ -79,8 +79,20 @@ cudaError_t launch_fwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool*
   const size_t smem = fwd_tma_smem_bytes<Tr>();
   cudaError_t e = set_smem(fwd_tma_kernel<E, Tr>, smem);
   if (e != cudaSuccess) return e;
-  dim3 grid(a->H, (a->max_tq + Tr::BM - 1) / Tr::BM, a->B * a->num_splits);
-  fwd_tma_kernel<E, Tr><<<grid, Tr::NT, smem, st>>>(m.q, m.k, m.v, *a, t);
+  // one CTA a tile, or (persistent, with a counter) one per SM taking tiles from the counter
+  const int64_t tiles = static_cast<int64_t>(a->H) * ((a->max_tq + Tr::BM - 1) / Tr::BM) * a->B * a->num_splits;
+  if (tiles <= 0) return cudaSuccess;
+  int64_t ctas = tiles;
+  FaArgs k = *a;
+  if (!Tr::PERSIST) k.tile_counter = nullptr;
+  if (k.tile_counter) {
+    int sms = a->num_sms, dev = 0;
+    if (sms <= 0 && (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)) sms = 1;
+    ctas = std::min<int64_t>(tiles, std::max(1, sms));
+    e = cudaMemsetAsync(k.tile_counter, 0, sizeof(int), st);
+    if (e != cudaSuccess) return e;
+  }
+  fwd_tma_kernel<E, Tr><<<static_cast<unsigned>(ctas), Tr::NT, smem, st>>>(m.q, m.k, m.v, k, t);
   FA_CHECK_LAUNCH();
   return launch_combine<E>(a, t, st);
 }

@@ -17,7 +17,9 @@ template <typename Tr, int NP>
 constexpr size_t fwd_wg_smem_bytes() { return static_cast<size_t>(Tr::BM * Tr::D + 2 * Tr::STAGES * Tr::BN * Tr::D) * 2 * NP; }
 // the TMA forward adds its mbarriers (1 + 4 per stage, 8 bytes each) after the tiles
 template <typename Tr>
-constexpr size_t fwd_tma_smem_bytes() { return static_cast<size_t>(Tr::BM * Tr::D + 2 * Tr::STAGES * Tr::BN * Tr::D) * 2 + (1 + 4 * Tr::STAGES) * 8; }
+constexpr size_t fwd_tma_smem_bytes() {  // tiles, the mbarriers (Q full/empty, the tile ring's 2 + 2, 4 per stage), the ring's 2 ints
+  return static_cast<size_t>(Tr::BM * Tr::D + 2 * Tr::STAGES * Tr::BN * Tr::D) * 2 + (6 + 4 * Tr::STAGES) * 8 + 2 * sizeof(int);
+}
 template <typename Tr, int NP>
 constexpr size_t bwd_smem_bytes() {
   return static_cast<size_t>(2 * Tr::BN * Tr::D + 4 * Tr::BM * Tr::D + 2 * Tr::BN * Tr::BM) * 2 * NP + 4 * Tr::BM * sizeof(float);

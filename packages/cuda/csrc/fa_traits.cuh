@@ -85,11 +85,12 @@ template <> struct FwdWgTraits<128, true> : FwdWgCfg<128, 64, 2, 2> {};
 // from the producer to the consumers (setmaxnreg): 40 + 2 x 232 per thread-slot of 128 fits the
 // 64K register file with 384 threads.
 // ---------------------------------------------------------------------------------------------
-template <int D_, int BN_, int STAGES_, bool PING_ = true, int NC_ = 2>
+// PERSIST: one CTA per SM taking tiles from a counter (FaArgs::tile_counter) instead of one CTA a tile.
+template <int D_, int BN_, int STAGES_, bool PING_ = true, int NC_ = 2, bool PERSIST_ = true>
 struct FwdTmaCfg {
   static constexpr int D = D_, BN = BN_, STAGES = STAGES_, NC = NC_;  // NC consumer warpgroups
   static constexpr int BM = 64 * NC, NT = 128 * (NC + 1);
-  static constexpr bool PING = PING_;
+  static constexpr bool PING = PING_, PERSIST = PERSIST_;
   // 64K registers: 40 + 2 x 232 (x 128 threads) with two consumers, 24 + 3 x 160 with three
   static constexpr int PRODUCER_REGS = NC == 2 ? 40 : 24, CONSUMER_REGS = NC == 2 ? 232 : 160;
   static_assert(NC == 2 || NC == 3, "two or three consumer warpgroups");

@@ -292,6 +292,9 @@ static void run_fwd(Dev& D) {
     FaArgs k;
     kernel_view(D, D.ws, false, &k, &t);
     k.oaccum = k.lseaccum = nullptr;
+    static int* tile_counter = nullptr;  // the persistent TMA forward's (its launcher zeroes it)
+    if (!tile_counter) CK(cudaMalloc(&tile_counter, sizeof(int)));
+    k.tile_counter = tile_counter;
     CK(g_fwd_override(&k, t, 0));
   } else {
     CK(fwd(&D.a, t, D.ws, 0));

@@ -23,6 +23,10 @@ static void variants() {
   Variant vs[] = {
       // warp-specialised TMA forward (fa_fwd_tma.cuh): producer + 2 consumer warpgroups
       {"T1 tma d128 BN128 2st ping", kBF16, 128, launch_fwd_tma<BF, FwdTmaCfg<128, 128, 2, true>>, nullptr},
+      // one CTA a tile (the default until session 6) against the persistent grid (T1, T4, T10)
+      {"N1 T1 one CTA a tile", kBF16, 128, launch_fwd_tma<BF, FwdTmaCfg<128, 128, 2, true, 2, false>>, nullptr},
+      {"N4 T4 one CTA a tile", kBF16, 64, launch_fwd_tma<BF, FwdTmaCfg<64, 128, 4, true, 2, false>>, nullptr},
+      {"N10 T10 one CTA a tile", kBF16, 64, launch_fwd_tma<BF, FwdTmaCfg<64, 128, 4, true, 3, false>>, nullptr},
       {"T2 tma d128 BN128 2st no-ping", kBF16, 128, launch_fwd_tma<BF, FwdTmaCfg<128, 128, 2, false>>, nullptr},
       {"T8 tma d128 BN176 2st ping", kBF16, 128, launch_fwd_tma<BF, FwdTmaCfg<128, 176, 2, true>>, nullptr},
       {"T3 tma d128 BN128 3st ping", kBF16, 128, launch_fwd_tma<BF, FwdTmaCfg<128, 128, 3, true>>, nullptr},
@@ -70,7 +74,17 @@ static void variants() {
       {"SB2 f32 mma.sync bwd d128", kF32, 128, nullptr, launch_bwd_cfg<F32, BwdTraits<128, true>>},
       {"SB3 f32 wgmma bwd d64", kF32, 64, nullptr, launch_bwd_wg<F32, BwdWgTraits<64, true>>},
   };
-  printf("\n%-34s | %-5s | T=4096 nc  T=16K nc  T=4096 c  T=16K c (TFLOP/s) | 100K fwd ms\n", "variant", "check");
+  // FA_VSHAPES=512,1024c,... : the timed shapes (T, and c for causal; B·T = 16K tokens)
+  std::vector<std::pair<int, int>> shapes;  // (T, causal)
+  {
+    const char* env = getenv("FA_VSHAPES");
+    std::string list = std::string(env && *env ? env : "4096,16384,4096c,16384c") + ",";
+    for (size_t p = 0, q; (q = list.find(',', p)) != std::string::npos; p = q + 1)
+      if (q > p) shapes.push_back({atoi(list.substr(p, q - p).c_str()), list[q - 1] == 'c'});
+  }
+  printf("\n%-34s | %-5s |", "variant", "check");
+  for (auto& sh : shapes) printf(" T=%d%-4s", sh.first, sh.second ? " c" : " nc");
+  printf(" (TFLOP/s) | 100K fwd ms\n");
   // FA_VARIANTS=T1,W10 times only the variants whose names start with one of the prefixes
   const char* only = getenv("FA_VARIANTS");
   auto wanted = [&](const char* name) {
@@ -92,8 +106,8 @@ static void variants() {
     test_case(c, 98);
     const bool ok = g_fail == before;
     printf("%-34s | %-5s |", v.name, ok ? "ok" : "FAIL");
-    for (int causal : {0, 1})
-      for (int T : {4096, 16384}) {
+    for (auto& sh : shapes) {
+        const int T = sh.first, causal = sh.second;
         Case b;
         b.dtype = v.dtype; b.d = v.d; b.det = v.det; b.causal = causal; b.tq = b.tk = T; b.B = 16384 / T; b.H = b.Hkv = 2048 / v.d;
         Dev D = make_dev(b, 7);
@@ -104,7 +118,7 @@ static void variants() {
         printf(" %-9.1f", tf);
         free_dev(D);
       }
-    if (v.f && v.d == 128 && v.dtype == kBF16) {
+    if (v.f && v.d == 128 && v.dtype == kBF16 && !getenv("FA_NO100K")) {
       Case b;
       b.d = 128; b.B = 1; b.H = b.Hkv = 1; b.tq = b.tk = 100000;
       Dev D = make_dev(b, 11);
