@@ -73,7 +73,6 @@ struct WgBwdKeys {
   // ALiBi work (see BwdWgCfg); otherwise one loop that nvcc may split by itself.
   template <bool UNSWITCH>
   __device__ __forceinline__ void p_ds(float* st, float* dp, int m0, const float* lse, const float* dsm) const {
-    const bool masked = tile_needs_mask(a, s, m0, BM, n0, BN);
     auto body = [&](auto plain_tag) {
       constexpr bool PLAIN = decltype(plain_tag)::value;
 #pragma unroll
@@ -85,13 +84,19 @@ struct WgBwdKeys {
         const float v = pl ? st[i] : score_log2(a, st[i] * ss.qk, slope, q, j, s.off, &dcap);
         float p = ex2(fmaf(v, pl ? scale_log2 : 1.f, -lse[il]));
         float ds = p * (E::SPLIT ? fmaf(dp[i], ss.dp, -dsm[il]) : dp[i] - dsm[il]) * dcap;
-        if (masked && !visible(a, s, q, j)) p = ds = 0.f;  // (an assignment: NaN scores of other sequences vanish)
         st[i] = p;
         dp[i] = ds;
       }
     };
     if (UNSWITCH && plain) body(std::true_type{});
     else body(std::false_type{});
+    if (tile_needs_mask(a, s, m0, BM, n0, BN)) {  // (assignments: NaN scores of other sequences vanish)
+      const int qb = m0 + q_lo + 2 * (lane & 3);  // element i is key n0 + kr + 8 ((i >> 1) & 1), query qb + 8 (i >> 2) + (i & 1)
+      const VisibleSpan key[2] = {VisibleSpan::of_key(a, s, n0 + kr, qb), VisibleSpan::of_key(a, s, n0 + kr + 8, qb)};
+#pragma unroll
+      for (int i = 0; i < NS; ++i)
+        if (!key[(i >> 1) & 1].has((i >> 2) * 8 + (i & 1))) st[i] = dp[i] = 0.f;
+    }
   }
 
   // P^T, dS^T to 16-bit A fragments (split: hi and lo planes).

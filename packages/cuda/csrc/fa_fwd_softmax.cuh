@@ -78,6 +78,7 @@ struct WgFwdRows {
   // Scores of key tile nb to log2 units, masked. Plain problems with scale > 0 stay raw: the
   // scale folds into the exponent's FFMA (max of raw scores = max of scaled ones). Masked entries
   // become -inf whatever the keys held (rows of another sequence included).
+  template <bool MASK = true>  // (false: dev timing only, KERNEL_NOTES)
   __device__ __forceinline__ void prepare(float* sc, int nb) const {
     const int n0 = nb * BN;
     if (!fold) {
@@ -90,10 +91,12 @@ struct WgFwdRows {
           sc[i] = score_log2(a, sc[i] * ss.qk, slope, r_lo + ((i >> 1) & 1) * 8, n0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1), s.off, nullptr);
       }
     }
-    if (tile_needs_mask(a, s, m0, BM, n0, BN)) {
+    if (MASK && tile_needs_mask(a, s, m0, BM, n0, BN)) {
+      const int cb = n0 + 2 * (lane & 3);  // element i is row r_lo + 8 ((i >> 1) & 1), key cb + 8 (i >> 2) + (i & 1)
+      const VisibleSpan row[2] = {VisibleSpan::of_query(a, s, r_lo, cb), VisibleSpan::of_query(a, s, r_lo + 8, cb)};
 #pragma unroll
       for (int i = 0; i < NS; ++i)
-        if (!visible(a, s, r_lo + ((i >> 1) & 1) * 8, n0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1))) sc[i] = -INFINITY;
+        if (!row[(i >> 1) & 1].has((i >> 2) * 8 + (i & 1))) sc[i] = -INFINITY;
     }
   }
 

@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(Tr::NT, 1)
           release(k_empty + st);
           if (idx == n_tiles - 1) release(q_empty);  // the producer may load the next tile's Q
           wg::fence_operands<NS>(sc);
-          rows.prepare(sc, w.nb_lo + idx);
+          rows.template prepare<!(Tr::PARTS & 1)>(sc, w.nb_lo + idx);
           rows.step(sc, alpha);
           wg::wait<0>();
           if (idx > 0) release(v_empty + pst);
@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(Tr::NT, 1)
         kv += n_tiles;
         ++nq_used;
       }
-      rows.store(t, w.f.b, w.f.h, w.f.split, o);
+      if constexpr (!(Tr::PARTS & 2)) rows.store(t, w.f.b, w.f.h, w.f.split, o);
     }
     if (Tr::PING && cw == 0) tma::named_sync(1, 256);
   }
