@@ -201,6 +201,11 @@ static DqAccumPlan dq_accum_plan(const FaArgs& a, const Plan& p) {
   return {true, tiles, tiles ? std::max<size_t>(rows, DqTiles::floats(a.total_q, a.B, a.H, D)) : rows};
 }
 
+// The persistent TMA backward's tile counter (its launcher zeroes it), last in the workspace.
+static size_t bwd_tile_counter_bytes(const FaArgs& a, const Plan& p) {
+  return !p.ffma && runs_tma_bwd(a.arch, p.split, head_dim_bucket(p.kd), a.no_wgmma_bwd) ? 256 : 0;
+}
+
 size_t bwd_workspace_bytes(const FaArgs* a) {
   const Plan p = plan_of(*a, true);
   const size_t rows = static_cast<size_t>(a->total_q) * a->H;
@@ -208,7 +213,7 @@ size_t bwd_workspace_bytes(const FaArgs* a) {
   const DqAccumPlan acc = dq_accum_plan(*a, p);
   if (acc.has) n += align256(acc.floats * sizeof(float));
   if (a->deterministic && acc.tiles) n += align256(DqTiles::tiles(a->total_q, a->B) * a->H * sizeof(int));
-  return n;
+  return n + bwd_tile_counter_bytes(*a, p);
 }
 
 void bwd_setup(FaArgs* a, void* ws) {
@@ -221,7 +226,10 @@ void bwd_setup(FaArgs* a, void* ws) {
   w += align256(rows * sizeof(float));
   const DqAccumPlan acc = dq_accum_plan(*a, p);
   a->dq_accum = acc.has ? reinterpret_cast<float*>(w) : nullptr;
-  a->dq_sem = a->deterministic && acc.tiles ? reinterpret_cast<int*>(w + align256(acc.floats * sizeof(float))) : nullptr;
+  if (acc.has) w += align256(acc.floats * sizeof(float));
+  a->dq_sem = a->deterministic && acc.tiles ? reinterpret_cast<int*>(w) : nullptr;
+  if (a->dq_sem) w += align256(DqTiles::tiles(a->total_q, a->B) * a->H * sizeof(int));
+  a->tile_counter = bwd_tile_counter_bytes(*a, p) ? reinterpret_cast<int*>(w) : nullptr;
   a->dq_tiled = acc.tiles;  // (the launchers clear it when they run another backward)
 }
 

@@ -78,22 +78,48 @@ __global__ void __launch_bounds__(384, 1)
   uint64_t* q_empty = do_full + ST;
   uint64_t* do_empty = q_empty + ST;
 
+  uint64_t* kv_empty = do_empty + ST;    // the consumers are done with a tile's K and V
+  uint64_t* tile_full = kv_empty + 1;    // [2] the tile ring (FwdTile's, fa_fwd_tma.cuh): the producer wrote the slot
+  uint64_t* tile_empty = tile_full + 2;  // [2] the consumer warps and the dQ writer have read it
+  volatile int* tile_slot = reinterpret_cast<volatile int*>(tile_empty + 2);  // [2]
+
   const int tid = threadIdx.x, wgi = tid / 128;
-  // A deterministic call that orders its dQ adds by descending key block (causal, windows: see the
-  // writer) launches its key blocks in that order too, so a block only ever waits for blocks
-  // dispatched before it (running or done): no deadlock when they do not all fit on the GPU.
-  const bool reversed = kBulk && a.deterministic && a.dq_tiled && a.win_right >= 0;
-  const int n_block = reversed ? gridDim.x - 1 - blockIdx.x : blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
-  const SeqInfo s = seq_info(a, b);
-  const int n0 = n_block * BN;
-  if (n0 >= s.tk) return;  // the whole CTA, before any barrier
   const int G = a.H / a.Hkv;
-  int mb_lo, mb_hi;
-  query_block_range(a, s, n0, BN, BM, &mb_lo, &mb_hi);
-  const int nm = mb_hi - mb_lo, total_it = nm * G;
+  // Tiles: t = (key block fastest, then kv head, then sequence), one CTA a tile or (persistent, a
+  // counter in FaArgs::tile_counter) one CTA per SM taking the next tile when it finishes one: the
+  // producer loads the next K and V while the consumers store dK and dV. A deterministic call that
+  // orders its dQ adds by descending key block (causal, windows: see the writer) walks its key
+  // blocks in that order too, so a tile only ever waits for tiles taken before it (running or
+  // done): no deadlock, whatever fits on the GPU.
+  const bool reversed = kBulk && a.deterministic && a.dq_tiled && a.win_right >= 0;
+  const int nkb = (a.max_tk + BN - 1) / BN;
+  const int total = nkb * a.Hkv * a.B;
+  struct Work {
+    SeqInfo s;
+    int n_block, hk, b, n0, mb_lo, nm, total_it;
+  };
+  auto work_of = [&](int tile, Work* w) -> bool {  // false: no keys here (past the sequence)
+    const int nb = tile % nkb, r = tile / nkb;
+    w->n_block = reversed ? nkb - 1 - nb : nb;
+    w->hk = r % a.Hkv;
+    w->b = r / a.Hkv;
+    w->s = seq_info(a, w->b);
+    w->n0 = w->n_block * BN;
+    if (w->n0 >= w->s.tk) return false;
+    int mb_hi;
+    query_block_range(a, w->s, w->n0, BN, BM, &w->mb_lo, &mb_hi);
+    w->nm = mb_hi - w->mb_lo;
+    w->total_it = w->nm * G;
+    return true;
+  };
 
   if (tid == 0) {
     tma::bar_init(kv_full, 1);
+    tma::bar_init(kv_empty, 8);  // one arrival per consumer warp
+    for (int i = 0; i < 2; ++i) {
+      tma::bar_init(tile_full + i, 1);
+      tma::bar_init(tile_empty + i, 9);  // the consumer warps and the dQ writer warp
+    }
 #pragma unroll
     for (int i = 0; i < ST; ++i) {
       tma::bar_init(q_full + i, 1);
@@ -104,21 +130,37 @@ __global__ void __launch_bounds__(384, 1)
     tma::fence_bar_init();
   }
   __syncthreads();
+  // The tile ring, read side (consumer warps and the writer): the i-th tile, or total when done.
+  auto read_tile = [&](int i) {
+    const int slot = i & 1;
+    tma::wait(tile_full + slot, (i >> 1) & 1);
+    const int tile = tile_slot[slot];
+    __syncwarp();
+    if (tid % 32 == 0) tma::arrive(tile_empty + slot);
+    return tile;
+  };
 
   if (wgi == 0) {
     // ---- producer ------------------------------------------------------------------------------
     tma::regs_dec<Tr::PRODUCER_REGS>();
-    if (tid >= 64 || total_it == 0) return;  // (no query sees these keys: the consumers write zeros)
+    if (tid >= 64) return;
     if (tid >= 32) {
       // ---- warp 1: dQ blocks -> the tiled accumulator --------------------------------------------
-      if constexpr (kBulk && kDq && kAddDq) {
-        if (a.deterministic && !a.dq_tiled) return;  // (no counters: the dQ kernel adds dQ)
-        const bool lead = tid == 32, ordered = a.deterministic;
+      constexpr bool kWriter = kBulk && kDq && kAddDq;
+      const bool writes = kWriter && !(a.deterministic && !a.dq_tiled);  // (no counters: the dQ kernel adds dQ)
+      const bool lead = tid == 32, ordered = a.deterministic;
+      if (writes)
 #pragma unroll
         for (int w = 0; w < NH; ++w) tma::named_arrive(kDqEmpty + w, kDqBar);  // the blocks start empty
-        for (int it = 0; it < total_it; ++it) {
-          const int h = hk * G + it / nm, mb = mb_lo + it % nm;
-          float* dst = a.dq_accum + DqTiles::tile_offset(s.q0, b, mb, h, a.H, D);  // block w at + w * BLOCK
+      for (int i = 0;; ++i) {
+        const int tile = read_tile(i);
+        if (tile >= total) break;
+        Work wk;
+        if (!writes || !work_of(tile, &wk)) continue;
+        const SeqInfo& s = wk.s;
+        for (int it = 0; it < wk.total_it; ++it) {
+          const int h = wk.hk * G + it / wk.nm, mb = wk.mb_lo + it % wk.nm;
+          float* dst = a.dq_accum + DqTiles::tile_offset(s.q0, wk.b, mb, h, a.H, D);  // block w at + w * BLOCK
           int* sem = nullptr;
           if (ordered) {
             // the key blocks that add tile mb before ours: those below ours, or, when a block's
@@ -126,15 +168,15 @@ __global__ void __launch_bounds__(384, 1)
             // tile first (block n meets tile m at step m - first(n)); waiting for the blocks below
             // would make block n wait about 2n steps for block 0 (2 query tiles per key block)
             const bool above = reversed;
-            const int nblocks = min((s.tk + BN - 1) / BN, static_cast<int>(gridDim.x));  // (a max_tk too small must not hang)
+            const int nblocks = min((s.tk + BN - 1) / BN, nkb);  // (a max_tk too small must not hang)
             int before = 0;
             for (int nb = tid - 32; nb < nblocks; nb += 32) {
               int lo, hi;
               query_block_range(a, s, nb * BN, BN, BM, &lo, &hi);
-              before += (above ? nb > n_block : nb < n_block) && lo <= mb && mb < hi;
+              before += (above ? nb > wk.n_block : nb < wk.n_block) && lo <= mb && mb < hi;
             }
             before = __reduce_add_sync(0xffffffffu, before);
-            sem = a.dq_sem + DqTiles::tile_index(s.q0, b, mb, h, a.H);
+            sem = a.dq_sem + DqTiles::tile_index(s.q0, wk.b, mb, h, a.H);
             if (lead)
               while (tma::ld_acquire(sem) != before) __nanosleep(64);
             __syncwarp();
@@ -162,8 +204,8 @@ __global__ void __launch_bounds__(384, 1)
             tma::add_release(sem, 1);
           }
         }
-        if (lead) tma::bulk_wait_all<0>();
       }
+      if (lead) tma::bulk_wait_all<0>();
       return;
     }
     const int lane = tid;
@@ -174,44 +216,60 @@ __global__ void __launch_bounds__(384, 1)
       tma::prefetch_map(&map_v);
       tma::prefetch_map(&map_do);
     }
-    // K and V, once. A K tile that runs into the next sequence is copied and zero-filled.
-    const bool k_copy = n0 + BN > s.tk && s.k0 + s.tk < a.total_k;
-    if (k_copy) {
-      copy_tile128_warp<BN, D>(sK, static_cast<const T*>(t.k) + (s.k0 + n0) * ldk + static_cast<int64_t>(hk) * a.d, ldk, s.tk - n0, a.d, lane);
-      wg::fence_proxy_async();  // the tensor cores read these stores through the async proxy
-      __syncwarp();
-    }
-    if (lane == 0) {
-      tma::arrive_expect(kv_full, k_copy ? KV_BYTES : 2 * KV_BYTES);
-#pragma unroll
-      for (int c = 0; c < CB; ++c) {
-        if (!k_copy) tma::load_box(sK + c * BN * 64, &map_k, kv_full, c * 64, hk, s.k0 + n0);
-        tma::load_box(sV + c * BN * 64, &map_v, kv_full, c * 64, hk, s.k0 + n0);
+    int qi = 0, nkv = 0;  // Q/dO ring position, K/V loads so far
+    for (int i = 0;; ++i) {
+      const int slot = i & 1;
+      if (i >= 2) tma::wait(tile_empty + slot, ((i >> 1) + 1) & 1);
+      int tile = 0;
+      if (lane == 0) {
+        tile = i == 0 ? static_cast<int>(blockIdx.x) : Tr::PERSIST && a.tile_counter ? gridDim.x + atomicAdd(a.tile_counter, 1) : total;
+        tile_slot[slot] = tile;
+        tma::arrive(tile_full + slot);
       }
-    }
-    const bool q_tail_in_tensor = s.q0 + s.tq < a.total_q;  // rows after this sequence hold data
-    // One Q-side tile (Q or dO) and its per-row statistic (LSE·log2 e or Dsum) into stage st.
-    auto load = [&](uint64_t* full, uint64_t* empty, T* tile, const CUtensorMap* map, const void* src, float* srow, const float* grow, int it) {
-      const int st = it % ST, h = hk * G + it / nm, m0 = (mb_lo + it % nm) * BM;
-      if (it >= ST) tma::wait(empty + st, ((it / ST) + 1) & 1);
-      const float* g = grow + static_cast<int64_t>(h) * a.total_q + s.q0 + m0;
-      for (int r = lane; r < BM; r += 32) srow[st * BM + r] = m0 + r < s.tq ? g[r] : 0.f;
-      // (load_tile's __syncwarp also orders the row statistics above before the arrival)
-      tma::load_tile<BM, D>(tile + st * BM * D, map, static_cast<const T*>(src), full + st, s.q0 + m0, h, a.H, a.d, s.tq - m0, q_tail_in_tensor, lane);
-    };
-    for (int it = 0; it < total_it; ++it) {
-      load(q_full, q_empty, sQ, &map_q, t.q, sLse, a.lse2, it);
-      load(do_full, do_empty, sdO, &map_do, t.dout, sDs, a.dsum, it);
+      tile = __shfl_sync(0xffffffffu, tile, 0);
+      if (tile >= total) break;
+      Work wk;
+      if (!work_of(tile, &wk) || wk.total_it == 0) continue;  // (no query sees these keys: the consumers write zeros)
+      const SeqInfo& s = wk.s;
+      const int n0 = wk.n0, hk = wk.hk;
+      // K and V, once a tile, when the consumers are done with the last tile's. A K tile that runs
+      // into the next sequence is copied and zero-filled.
+      if (nkv > 0) tma::wait(kv_empty, (nkv - 1) & 1);
+      ++nkv;
+      const bool k_copy = n0 + BN > s.tk && s.k0 + s.tk < a.total_k;
+      if (k_copy) {
+        copy_tile128_warp<BN, D>(sK, static_cast<const T*>(t.k) + (s.k0 + n0) * ldk + static_cast<int64_t>(hk) * a.d, ldk, s.tk - n0, a.d, lane);
+        wg::fence_proxy_async();  // the tensor cores read these stores through the async proxy
+        __syncwarp();
+      }
+      if (lane == 0) {
+        tma::arrive_expect(kv_full, k_copy ? KV_BYTES : 2 * KV_BYTES);
+#pragma unroll
+        for (int c = 0; c < CB; ++c) {
+          if (!k_copy) tma::load_box(sK + c * BN * 64, &map_k, kv_full, c * 64, hk, s.k0 + n0);
+          tma::load_box(sV + c * BN * 64, &map_v, kv_full, c * 64, hk, s.k0 + n0);
+        }
+      }
+      const bool q_tail_in_tensor = s.q0 + s.tq < a.total_q;  // rows after this sequence hold data
+      // One Q-side tile (Q or dO) and its per-row statistic (LSE·log2 e or Dsum) into ring slot qi.
+      auto load = [&](uint64_t* full, uint64_t* empty, T* tile_buf, const CUtensorMap* map, const void* src, float* srow, const float* grow, int it) {
+        const int st = qi % ST, h = hk * G + it / wk.nm, m0 = (wk.mb_lo + it % wk.nm) * BM;
+        if (qi >= ST) tma::wait(empty + st, ((qi / ST) + 1) & 1);
+        const float* g = grow + static_cast<int64_t>(h) * a.total_q + s.q0 + m0;
+        for (int r = lane; r < BM; r += 32) srow[st * BM + r] = m0 + r < s.tq ? g[r] : 0.f;
+        // (load_tile's __syncwarp also orders the row statistics above before the arrival)
+        tma::load_tile<BM, D>(tile_buf + st * BM * D, map, static_cast<const T*>(src), full + st, s.q0 + m0, h, a.H, a.d, s.tq - m0, q_tail_in_tensor, lane);
+      };
+      for (int it = 0; it < wk.total_it; ++it, ++qi) {
+        load(q_full, q_empty, sQ, &map_q, t.q, sLse, a.lse2, it);
+        load(do_full, do_empty, sdO, &map_do, t.dout, sDs, a.dsum, it);
+      }
     }
   } else {
     // ---- consumers -----------------------------------------------------------------------------
     tma::regs_inc<Tr::CONSUMER_REGS>();
     const int cw = wgi - 1, warp = (tid % 128) / 32, lane = tid % 32;
     const int kr = cw * 64 + warp * 16 + (lane >> 2);  // local key row of c0/c1
-    Keys keys(a, s, n0, kr, 0, lane);
-    float dk[NG], dv[NG];
-#pragma unroll
-    for (int i = 0; i < NG; ++i) dk[i] = dv[i] = 0.f;
     const uint32_t k_addr = smem_u32(sK) + cw * 64 * 128, v_addr = smem_u32(sV) + cw * 64 * 128;  // this warpgroup's 64 key rows
     const bool det = a.deterministic;
     const bool dq_here = kDq && (!det || (kBulk && a.dq_tiled));  // dQ in this kernel (deterministic: ordered bulk adds)
@@ -223,79 +281,96 @@ __global__ void __launch_bounds__(384, 1)
       for (int ks = 0; ks < BM / 16; ++ks) wg::fence_operands_u(f[0][ks]);
     };
 
-    if (total_it > 0) tma::wait(kv_full, 0);
-    for (int it = 0; it < total_it; ++it) {
-      const int st = it % ST, ph = (it / ST) & 1;
-      const int h = hk * G + it / nm, m0 = (mb_lo + it % nm) * BM;
-      keys.head(b, h);
-      const uint32_t q_addr = smem_u32(sQ + st * BM * D), do_addr = smem_u32(sdO + st * BM * D);
-      T* ds_buf = sdS + (it & 1) * BN * BM;
-
-      // ---- S^T = K Q^T, dP^T = V dO^T ----------------------------------------------------------
-      float sc[NS], dp[NS];
-      tma::wait(q_full + st, ph);
-      tma::wait(do_full + st, ph);  // (both before the first issue: a wait between wgmmas serialises them)
-      keys.issue_kq(sc, k_addr, q_addr);
-      keys.issue_kq(dp, v_addr, do_addr);
-      wg::commit();
-      wg::wait<0>();  // (S^T and dP^T in two groups, P^T computed under dP^T, was 21 % slower: KERNEL_NOTES)
-      wg::fence_operands<NS>(sc);
-      wg::fence_operands<NS>(dp);
-
-      // ---- P^T, dS^T; dS^T to shared memory ----------------------------------------------------
-      if constexpr (kMath) keys.template p_ds<true>(sc, dp, m0, sLse + st * BM, sDs + st * BM);
-      typename Keys::Frag pf, sf;
-      keys.pack(sc, dp, pf, sf);
-      if (dq_here) keys.store_ds(sf, ds_buf);
-
-      // ---- dV += P^T dO; dQ = dS K; dK += dS^T Q -----------------------------------------------
-      wg::fence_operands<NG>(dv);
-      wg::fence_operands<NG>(dk);
-      if constexpr (kDkDv) keys.issue_acc(dv, pf, do_addr);
-      wg::commit();
-      if (dq_here) {
-        wg::fence_proxy_async();  // our dS^T stores, for the other warpgroup's tensor cores too
-        tma::named_sync(kDsReady, 256);
-      }
-      if (has_dq) {
-        float dq[NQ];
-        Keys::issue_dq(dq, smem_u32(ds_buf), smem_u32(sK) + cw * BN * 128);
-        wg::commit();
-        wg::wait<1>();  // dV retired: dO and P^T are no longer read
-        fence_frag(pf);
-        release(do_empty + st);
-        if constexpr (kDkDv) keys.issue_acc(dk, sf, q_addr);
-        wg::commit();
-        wg::wait<1>();  // dQ retired (dK may still run)
-        wg::fence_operands<NQ>(dq);
-        if constexpr (kAddDq && kBulk) {
-          // this warpgroup's block: float4 n of thread t at n * 128 + t (fa_dq_tiles.cuh)
-          float4* blk = reinterpret_cast<float4*>(sdQ + cw * DqTiles::BLOCK);
-          const int t = tid % 128;
-          tma::named_sync(kDqEmpty + cw, kDqBar);  // the writer has read the previous step's block
+    int qi = 0, nkv = 0;  // Q/dO ring position (also dS^T's buffer), K/V tiles used so far
+    for (int i = 0;; ++i) {
+      const int tile = read_tile(i);
+      if (tile >= total) break;
+      Work wk;
+      if (!work_of(tile, &wk)) continue;
+      const SeqInfo& s = wk.s;
+      const int n0 = wk.n0, hk = wk.hk, b = wk.b, nm = wk.nm, mb_lo = wk.mb_lo, total_it = wk.total_it;
+      Keys keys(a, s, n0, kr, 0, lane);
+      float dk[NG], dv[NG];
 #pragma unroll
-          for (int n = 0; n < DqTiles::F4; ++n) blk[n * 128 + t] = make_float4(dq[4 * n], dq[4 * n + 1], dq[4 * n + 2], dq[4 * n + 3]);
-          // the bulk copy reads these stores through the async proxy; (the fence and arrival after
-          // dK retired were 7 % slower: here they run under dK)
-          wg::fence_proxy_async();
-          tma::named_arrive(kDqFull + cw, kDqBar);
-        } else if constexpr (kAddDq) {
-          keys.add_dq(dq, m0, h, warp, cw * 64);
-        }
-      } else {
-        if constexpr (kDkDv) keys.issue_acc(dk, sf, q_addr);
+      for (int j = 0; j < NG; ++j) dk[j] = dv[j] = 0.f;
+      if (total_it > 0) tma::wait(kv_full, nkv & 1);
+      for (int it = 0; it < total_it; ++it, ++qi) {
+        const int st = qi % ST, ph = (qi / ST) & 1;
+        const int h = hk * G + it / nm, m0 = (mb_lo + it % nm) * BM;
+        keys.head(b, h);
+        const uint32_t q_addr = smem_u32(sQ + st * BM * D), do_addr = smem_u32(sdO + st * BM * D);
+        T* ds_buf = sdS + (qi & 1) * BN * BM;
+
+        // ---- S^T = K Q^T, dP^T = V dO^T --------------------------------------------------------
+        float sc[NS], dp[NS];
+        tma::wait(q_full + st, ph);
+        tma::wait(do_full + st, ph);  // (both before the first issue: a wait between wgmmas serialises them)
+        keys.issue_kq(sc, k_addr, q_addr);
+        keys.issue_kq(dp, v_addr, do_addr);
         wg::commit();
-        wg::wait<1>();
-        fence_frag(pf);
-        release(do_empty + st);
+        wg::wait<0>();  // (S^T and dP^T in two groups, P^T computed under dP^T, was 21 % slower: KERNEL_NOTES)
+        wg::fence_operands<NS>(sc);
+        wg::fence_operands<NS>(dp);
+
+        // ---- P^T, dS^T; dS^T to shared memory --------------------------------------------------
+        if constexpr (kMath) keys.template p_ds<true>(sc, dp, m0, sLse + st * BM, sDs + st * BM);
+        typename Keys::Frag pf, sf;
+        keys.pack(sc, dp, pf, sf);
+        if (dq_here) keys.store_ds(sf, ds_buf);
+
+        // ---- dV += P^T dO; dQ = dS K; dK += dS^T Q ---------------------------------------------
+        wg::fence_operands<NG>(dv);
+        wg::fence_operands<NG>(dk);
+        if constexpr (kDkDv) keys.issue_acc(dv, pf, do_addr);
+        wg::commit();
+        if (dq_here) {
+          wg::fence_proxy_async();  // our dS^T stores, for the other warpgroup's tensor cores too
+          tma::named_sync(kDsReady, 256);
+        }
+        if (has_dq) {
+          float dq[NQ];
+          Keys::issue_dq(dq, smem_u32(ds_buf), smem_u32(sK) + cw * BN * 128);
+          wg::commit();
+          wg::wait<1>();  // dV retired: dO and P^T are no longer read
+          fence_frag(pf);
+          release(do_empty + st);
+          if constexpr (kDkDv) keys.issue_acc(dk, sf, q_addr);
+          wg::commit();
+          wg::wait<1>();  // dQ retired (dK may still run)
+          wg::fence_operands<NQ>(dq);
+          if constexpr (kAddDq && kBulk) {
+            // this warpgroup's block: float4 n of thread t at n * 128 + t (fa_dq_tiles.cuh)
+            float4* blk = reinterpret_cast<float4*>(sdQ + cw * DqTiles::BLOCK);
+            const int t4 = tid % 128;
+            tma::named_sync(kDqEmpty + cw, kDqBar);  // the writer has read the previous step's block
+#pragma unroll
+            for (int n = 0; n < DqTiles::F4; ++n) blk[n * 128 + t4] = make_float4(dq[4 * n], dq[4 * n + 1], dq[4 * n + 2], dq[4 * n + 3]);
+            // the bulk copy reads these stores through the async proxy; (the fence and arrival after
+            // dK retired were 7 % slower: here they run under dK)
+            wg::fence_proxy_async();
+            tma::named_arrive(kDqFull + cw, kDqBar);
+          } else if constexpr (kAddDq) {
+            keys.add_dq(dq, m0, h, warp, cw * 64);
+          }
+        } else {
+          if constexpr (kDkDv) keys.issue_acc(dk, sf, q_addr);
+          wg::commit();
+          wg::wait<1>();
+          fence_frag(pf);
+          release(do_empty + st);
+        }
+        wg::wait<0>();
+        wg::fence_operands<NG>(dv);
+        wg::fence_operands<NG>(dk);
+        fence_frag(sf);
+        release(q_empty + st);
       }
-      wg::wait<0>();
-      wg::fence_operands<NG>(dv);
-      wg::fence_operands<NG>(dk);
-      fence_frag(sf);
-      release(q_empty + st);
+      if (total_it > 0) {
+        release(kv_empty);  // every product of this tile has retired: the producer may load the next K, V
+        ++nkv;
+      }
+      store_dkdv_rows<E, NG / 4>(a, t, s, hk, n0 + kr, 0, lane, dk, dv, a.scale * keys.ss.dk, keys.ss.dv);
     }
-    store_dkdv_rows<E, NG / 4>(a, t, s, hk, n0 + kr, 0, lane, dk, dv, a.scale * keys.ss.dk, keys.ss.dv);
   }
 #else
   __trap();

@@ -69,6 +69,19 @@ bool encode_tma_maps(const FaArgs& a, const FaTensors& t, bool dout, TmaMaps* m)
          tma::encode_operand(&m->k, t.k, bf16, a.d, a.Hkv, a.total_k, Tr::BN) && tma::encode_operand(&m->v, t.v, bf16, a.d, a.Hkv, a.total_k, Tr::BN);
 }
 
+// The grid of a TMA kernel over `tiles` tiles: one CTA a tile, or (persistent, with a counter in
+// k->tile_counter, which is then zeroed on the stream) one CTA per SM taking tiles from the counter.
+// k->tile_counter is cleared when the kernel runs one CTA a tile.
+inline cudaError_t persistent_grid(FaArgs* k, bool persist, int64_t tiles, cudaStream_t st, int64_t* ctas) {
+  *ctas = tiles;
+  if (!persist) k->tile_counter = nullptr;
+  if (!k->tile_counter) return cudaSuccess;
+  int sms = k->num_sms, dev = 0;
+  if (sms <= 0 && (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)) sms = 1;
+  *ctas = std::min<int64_t>(tiles, std::max(1, sms));
+  return cudaMemsetAsync(k->tile_counter, 0, sizeof(int), st);
+}
+
 // The warp-specialised TMA forward; false in *ran when encode_tma_maps fails, and the caller runs
 // another kernel.
 template <typename E, typename Tr>
@@ -79,19 +92,12 @@ cudaError_t launch_fwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool*
   const size_t smem = fwd_tma_smem_bytes<Tr>();
   cudaError_t e = set_smem(fwd_tma_kernel<E, Tr>, smem);
   if (e != cudaSuccess) return e;
-  // one CTA a tile, or (persistent, with a counter) one per SM taking tiles from the counter
   const int64_t tiles = static_cast<int64_t>(a->H) * ((a->max_tq + Tr::BM - 1) / Tr::BM) * a->B * a->num_splits;
   if (tiles <= 0) return cudaSuccess;
-  int64_t ctas = tiles;
   FaArgs k = *a;
-  if (!Tr::PERSIST) k.tile_counter = nullptr;
-  if (k.tile_counter) {
-    int sms = a->num_sms, dev = 0;
-    if (sms <= 0 && (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)) sms = 1;
-    ctas = std::min<int64_t>(tiles, std::max(1, sms));
-    e = cudaMemsetAsync(k.tile_counter, 0, sizeof(int), st);
-    if (e != cudaSuccess) return e;
-  }
+  int64_t ctas;
+  e = persistent_grid(&k, Tr::PERSIST, tiles, st, &ctas);
+  if (e != cudaSuccess) return e;
   fwd_tma_kernel<E, Tr><<<static_cast<unsigned>(ctas), Tr::NT, smem, st>>>(m.q, m.k, m.v, k, t);
   FA_CHECK_LAUNCH();
   return launch_combine<E>(a, t, st);
@@ -215,8 +221,14 @@ cudaError_t launch_bwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool*
   const size_t smem = bwd_tma_smem_bytes<Tr>();
   e = set_smem(bwd_tma_kernel<E, Tr>, smem);
   if (e != cudaSuccess) return e;
-  dim3 grid((a->max_tk + Tr::BN - 1) / Tr::BN, a->Hkv, a->B);
-  bwd_tma_kernel<E, Tr><<<grid, 384, smem, st>>>(m.q, m.k, m.v, m.dout, *a, t);
+  const int64_t tiles = static_cast<int64_t>((a->max_tk + Tr::BN - 1) / Tr::BN) * a->Hkv * a->B;
+  if (tiles > 0) {
+    FaArgs k = *a;
+    int64_t ctas;
+    e = persistent_grid(&k, Tr::PERSIST, tiles, st, &ctas);
+    if (e != cudaSuccess) return e;
+    bwd_tma_kernel<E, Tr><<<static_cast<unsigned>(ctas), 384, smem, st>>>(m.q, m.k, m.v, m.dout, k, t);
+  }
   FA_CHECK_LAUNCH();
   return bwd_post<E, Tr::D>(a, t, st);  // (deterministic without tiles: bwd_post's dQ kernel)
 }

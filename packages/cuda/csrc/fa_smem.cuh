@@ -34,7 +34,8 @@ constexpr size_t bwd_wg_smem_bytes() {
 template <typename Tr>
 constexpr size_t bwd_tma_smem_bytes() {
   return static_cast<size_t>(2 * Tr::BN * Tr::D + 2 * Tr::STAGES * Tr::BM * Tr::D + 2 * Tr::BN * Tr::BM) * 2 +
-         (Tr::DQ_BULK ? Tr::D / 64 * Tr::BM * 64 * sizeof(float) : 0) + 2 * Tr::STAGES * Tr::BM * sizeof(float) + (1 + 4 * Tr::STAGES) * 8;
+         (Tr::DQ_BULK ? Tr::D / 64 * Tr::BM * 64 * sizeof(float) : 0) + 2 * Tr::STAGES * Tr::BM * sizeof(float) + (6 + 4 * Tr::STAGES) * 8 +
+         2 * sizeof(int);  // mbarriers: K/V full/empty, the tile ring's 2 + 2, 4 per stage; the ring's 2 ints
 }
 template <int D, bool SPLIT>
 constexpr size_t dq_smem_bytes() {

@@ -172,10 +172,11 @@ template <> struct BwdWgTraits<128, true> : BwdWgCfg<128, 64, 64, 2> {};
 // (KERNEL_NOTES "Where a backward step's time goes"): 1 the dQ additions, 2 dS^T and the whole dQ,
 // 4 the P/dS element math, 8 (DQ_BULK) the bulk reductions but not the hand-over, 16 the dV and
 // dK products. Results are wrong whenever PARTS != 0.
-template <int D_, int BM_, int STAGES_ = 2, bool DQ_BULK_ = true, int PARTS_ = 0>
+// PERSIST: one CTA per SM taking tiles from a counter (FaArgs::tile_counter) instead of one CTA a tile.
+template <int D_, int BM_, int STAGES_ = 2, bool DQ_BULK_ = true, int PARTS_ = 0, bool PERSIST_ = true>
 struct BwdTmaCfg {
   static constexpr int D = D_, BN = 128, BM = BM_, STAGES = STAGES_, PARTS = PARTS_;
-  static constexpr bool DQ_BULK = DQ_BULK_;
+  static constexpr bool DQ_BULK = DQ_BULK_, PERSIST = PERSIST_;
   static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
 };
 template <int D>

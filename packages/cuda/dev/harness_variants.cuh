@@ -47,6 +47,10 @@ static void variants() {
       {"U1 tma bwd d128 BM64 2st", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaTraits<128>>},
       {"U2 tma bwd d64 BM64 2st", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaTraits<64>>},
       {"U3 tma bwd d128 det", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaTraits<128>>, true},
+      // one CTA a tile (the default until session 6) against the persistent grid (U1, U2, U3)
+      {"V1 U1 one CTA a tile", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, true, 0, false>>},
+      {"V2 U2 one CTA a tile", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, true, 0, false>>},
+      {"V3 U3 one CTA a tile", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, true, 0, false>>, true},
       {"U3b tma bwd d64 det", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaTraits<64>>, true},
       // parts left out (timing only; the checks FAIL by design): KERNEL_NOTES "Where a backward step's time goes"
       {"P8 U1 bulk hand-over, no reduce", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, true, 8>>},
