@@ -64,9 +64,11 @@ static std::vector<Case> test_cases() {
 static void bench(FILE* js) {
   printf("\n%-4s %-6s %-6s %-4s %-4s | %-9s %-9s %-9s\n", "D", "causal", "T", "B", "H", "fwd TF/s", "bwd TF/s", "bwd det");
   bool first = true;
+  const char* only_d = getenv("FA_BENCH_D");  // e.g. 128: only that head dim's rows
   for (int d : {64, 128})
     for (int causal : {0, 1})
       for (int T : {512, 1024, 2048, 4096, 8192, 16384}) {
+        if (only_d && *only_d && atoi(only_d) != d) continue;
         Case c;
         c.d = d; c.causal = causal; c.tq = c.tk = T; c.B = 16384 / T; c.H = c.Hkv = 2048 / d;
         Dev D = make_dev(c, 7);
