@@ -78,10 +78,8 @@ __global__ void __launch_bounds__(384, 1)
   uint64_t* q_empty = do_full + ST;
   uint64_t* do_empty = q_empty + ST;
 
-  uint64_t* kv_empty = do_empty + ST;    // the consumers are done with a tile's K and V
-  uint64_t* tile_full = kv_empty + 1;    // [2] the tile ring (FwdTile's, fa_fwd_tma.cuh): the producer wrote the slot
-  uint64_t* tile_empty = tile_full + 2;  // [2] the consumer warps and the dQ writer have read it
-  volatile int* tile_slot = reinterpret_cast<volatile int*>(tile_empty + 2);  // [2]
+  uint64_t* kv_empty = do_empty + ST;  // the consumers are done with a tile's K and V
+  const tma::TileRing ring{kv_empty + 1, reinterpret_cast<volatile int*>(kv_empty + 1 + tma::TileRing::kBars)};  // read by the consumer warps and the dQ writer
 
   const int tid = threadIdx.x, wgi = tid / 128;
   const int G = a.H / a.Hkv;
@@ -116,10 +114,7 @@ __global__ void __launch_bounds__(384, 1)
   if (tid == 0) {
     tma::bar_init(kv_full, 1);
     tma::bar_init(kv_empty, 8);  // one arrival per consumer warp
-    for (int i = 0; i < 2; ++i) {
-      tma::bar_init(tile_full + i, 1);
-      tma::bar_init(tile_empty + i, 9);  // the consumer warps and the dQ writer warp
-    }
+    ring.init(9);  // the consumer warps and the dQ writer warp
 #pragma unroll
     for (int i = 0; i < ST; ++i) {
       tma::bar_init(q_full + i, 1);
@@ -130,15 +125,6 @@ __global__ void __launch_bounds__(384, 1)
     tma::fence_bar_init();
   }
   __syncthreads();
-  // The tile ring, read side (consumer warps and the writer): the i-th tile, or total when done.
-  auto read_tile = [&](int i) {
-    const int slot = i & 1;
-    tma::wait(tile_full + slot, (i >> 1) & 1);
-    const int tile = tile_slot[slot];
-    __syncwarp();
-    if (tid % 32 == 0) tma::arrive(tile_empty + slot);
-    return tile;
-  };
 
   if (wgi == 0) {
     // ---- producer ------------------------------------------------------------------------------
@@ -153,7 +139,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
         for (int w = 0; w < NH; ++w) tma::named_arrive(kDqEmpty + w, kDqBar);  // the blocks start empty
       for (int i = 0;; ++i) {
-        const int tile = read_tile(i);
+        const int tile = ring.read(i);
         if (tile >= total) break;
         Work wk;
         if (!writes || !work_of(tile, &wk)) continue;
@@ -218,15 +204,7 @@ __global__ void __launch_bounds__(384, 1)
     }
     int qi = 0, nkv = 0;  // Q/dO ring position, K/V loads so far
     for (int i = 0;; ++i) {
-      const int slot = i & 1;
-      if (i >= 2) tma::wait(tile_empty + slot, ((i >> 1) + 1) & 1);
-      int tile = 0;
-      if (lane == 0) {
-        tile = i == 0 ? static_cast<int>(blockIdx.x) : Tr::PERSIST && a.tile_counter ? gridDim.x + atomicAdd(a.tile_counter, 1) : total;
-        tile_slot[slot] = tile;
-        tma::arrive(tile_full + slot);
-      }
-      tile = __shfl_sync(0xffffffffu, tile, 0);
+      const int tile = ring.publish<Tr::PERSIST>(i, total, a.tile_counter);
       if (tile >= total) break;
       Work wk;
       if (!work_of(tile, &wk) || wk.total_it == 0) continue;  // (no query sees these keys: the consumers write zeros)
@@ -283,7 +261,7 @@ __global__ void __launch_bounds__(384, 1)
 
     int qi = 0, nkv = 0;  // Q/dO ring position (also dS^T's buffer), K/V tiles used so far
     for (int i = 0;; ++i) {
-      const int tile = read_tile(i);
+      const int tile = ring.read(i);
       if (tile >= total) break;
       Work wk;
       if (!work_of(tile, &wk)) continue;

@@ -16,9 +16,9 @@
 // Tiles: t = (head fastest, then query tile from the last, then batch x split): under a causal mask
 // the longest rows start first, and the CTAs running together share a head's K and V in L2.
 // Persistent (Tr::PERSIST with a counter in FaArgs::tile_counter): one CTA per SM, each taking its
-// next tile from the counter as it finishes one (FwdTileSched): the producer loads the next tile's
-// Q and first K/V while the consumers finish the last P V and store O, which is what short (and
-// causal) tiles lost to each CTA's start. Otherwise one CTA a tile, t = blockIdx.x.
+// next tile from the counter as it finishes one (tma::TileRing): the producer loads the next
+// tile's Q and first K/V while the consumers finish the last P V and store O, which is what short
+// (and causal) tiles lost to each CTA's start. Otherwise one CTA a tile, t = blockIdx.x.
 //
 // Rows past the sequence inside the tensor (the next sequence of a packed batch): a Q row there
 // only makes a row that is never stored; a K row only scores that are masked to -inf; a V row
@@ -32,15 +32,7 @@
 
 namespace fa {
 
-// Which tile a CTA works on next: its block index first, then (persistent) the shared counter.
-// The producer warp asks, and hands the answer to the consumers through a 2-slot ring in shared
-// memory (FwdTileRing): the producer may run a tile ahead of them.
-template <bool PERSIST>
-__device__ __forceinline__ int next_fwd_tile(const FaArgs& a, int i, int total) {
-  if (i == 0) return blockIdx.x;
-  if constexpr (PERSIST) return a.tile_counter ? gridDim.x + atomicAdd(a.tile_counter, 1) : total;
-  return total;
-}
+// Tile t of the forward's list.
 struct FwdTile {
   int h, m_block, b, split;
 };
@@ -74,14 +66,12 @@ __global__ void __launch_bounds__(Tr::NT, 1)
   T* sV = sK + ST * BN * D;                // [ST][BN][D]
   uint64_t* bars = reinterpret_cast<uint64_t*>(sV + ST * BN * D);
   uint64_t* q_full = bars;
-  uint64_t* q_empty = bars + 1;      // the consumers' last Q K^T of a tile has retired
-  uint64_t* tile_full = bars + 2;    // [2] the tile ring: the producer wrote the slot
-  uint64_t* tile_empty = bars + 4;   // [2] every consumer warp has read it
-  uint64_t* k_full = bars + 6;
+  uint64_t* q_empty = bars + 1;  // the consumers' last Q K^T of a tile has retired
+  uint64_t* k_full = bars + 2;
   uint64_t* v_full = k_full + ST;
   uint64_t* k_empty = v_full + ST;
   uint64_t* v_empty = k_empty + ST;
-  volatile int* tile_slot = reinterpret_cast<volatile int*>(v_empty + ST);  // [2]
+  const tma::TileRing ring{v_empty + ST, reinterpret_cast<volatile int*>(v_empty + ST + tma::TileRing::kBars)};  // read by the consumer warps
 
   const int tid = threadIdx.x, wgi = tid / 128;
   const int nq = (a.max_tq + BM - 1) / BM;
@@ -108,10 +98,7 @@ __global__ void __launch_bounds__(Tr::NT, 1)
   if (tid == 0) {
     tma::bar_init(q_full, 1);
     tma::bar_init(q_empty, 4 * NC);  // one arrival per consumer warp
-    for (int i = 0; i < 2; ++i) {
-      tma::bar_init(tile_full + i, 1);
-      tma::bar_init(tile_empty + i, 4 * NC);
-    }
+    ring.init(4 * NC);
 #pragma unroll
     for (int i = 0; i < ST; ++i) {
       tma::bar_init(k_full + i, 1);
@@ -135,15 +122,7 @@ __global__ void __launch_bounds__(Tr::NT, 1)
     }
     int kv = 0, nq_loaded = 0;  // K/V tiles and Q tiles loaded so far (ring positions and phases)
     for (int i = 0;; ++i) {
-      const int slot = i & 1;
-      if (i >= 2) tma::wait(tile_empty + slot, ((i >> 1) + 1) & 1);
-      int tile = 0;
-      if (lane == 0) {
-        tile = next_fwd_tile<Tr::PERSIST>(a, i, total);
-        tile_slot[slot] = tile;
-        tma::arrive(tile_full + slot);
-      }
-      tile = __shfl_sync(0xffffffffu, tile, 0);
+      const int tile = ring.publish<Tr::PERSIST>(i, total, a.tile_counter);
       if (tile >= total) break;
       Work w;
       if (!work_of(tile, &w) || w.n_tiles == 0) continue;  // (nothing to load: the consumers write zeros)
@@ -186,11 +165,7 @@ __global__ void __launch_bounds__(Tr::NT, 1)
 
     int kv = 0, nq_used = 0;
     for (int i = 0;; ++i) {
-      const int slot = i & 1;
-      tma::wait(tile_full + slot, (i >> 1) & 1);
-      const int tile = tile_slot[slot];
-      __syncwarp();
-      release(tile_empty + slot);
+      const int tile = ring.read(i);
       if (tile >= total) break;
       Work w;
       if (!work_of(tile, &w)) continue;

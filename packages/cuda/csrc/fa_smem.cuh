@@ -6,6 +6,7 @@
 #pragma once
 #include <stddef.h>
 
+#include "fa_tma.cuh"  // tma::TileRing
 #include "fa_traits.cuh"
 
 namespace fa {
@@ -17,8 +18,9 @@ template <typename Tr, int NP>
 constexpr size_t fwd_wg_smem_bytes() { return static_cast<size_t>(Tr::BM * Tr::D + 2 * Tr::STAGES * Tr::BN * Tr::D) * 2 * NP; }
 // the TMA forward adds its mbarriers (1 + 4 per stage, 8 bytes each) after the tiles
 template <typename Tr>
-constexpr size_t fwd_tma_smem_bytes() {  // tiles, the mbarriers (Q full/empty, the tile ring's 2 + 2, 4 per stage), the ring's 2 ints
-  return static_cast<size_t>(Tr::BM * Tr::D + 2 * Tr::STAGES * Tr::BN * Tr::D) * 2 + (6 + 4 * Tr::STAGES) * 8 + 2 * sizeof(int);
+constexpr size_t fwd_tma_smem_bytes() {  // tiles, the mbarriers (Q full/empty, 4 per stage, the tile ring's), the ring's slots
+  return static_cast<size_t>(Tr::BM * Tr::D + 2 * Tr::STAGES * Tr::BN * Tr::D) * 2 + (2 + 4 * Tr::STAGES + tma::TileRing::kBars) * 8 +
+         tma::TileRing::kSlots * sizeof(int);
 }
 template <typename Tr, int NP>
 constexpr size_t bwd_smem_bytes() {
@@ -34,8 +36,8 @@ constexpr size_t bwd_wg_smem_bytes() {
 template <typename Tr>
 constexpr size_t bwd_tma_smem_bytes() {
   return static_cast<size_t>(2 * Tr::BN * Tr::D + 2 * Tr::STAGES * Tr::BM * Tr::D + 2 * Tr::BN * Tr::BM) * 2 +
-         (Tr::DQ_BULK ? Tr::D / 64 * Tr::BM * 64 * sizeof(float) : 0) + 2 * Tr::STAGES * Tr::BM * sizeof(float) + (6 + 4 * Tr::STAGES) * 8 +
-         2 * sizeof(int);  // mbarriers: K/V full/empty, the tile ring's 2 + 2, 4 per stage; the ring's 2 ints
+         (Tr::DQ_BULK ? Tr::D / 64 * Tr::BM * 64 * sizeof(float) : 0) + 2 * Tr::STAGES * Tr::BM * sizeof(float) + (2 + 4 * Tr::STAGES + tma::TileRing::kBars) * 8 +
+         tma::TileRing::kSlots * sizeof(int);  // mbarriers: K/V full/empty, 4 per stage, the tile ring's; its slots
 }
 template <int D, bool SPLIT>
 constexpr size_t dq_smem_bytes() {

@@ -116,6 +116,48 @@ __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.a
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
+// ---- the tile ring of the persistent kernels ---------------------------------------------------
+// fa_fwd_tma.cuh and fa_bwd_tma.cuh run one CTA per SM over a list of tiles. The producer warp
+// takes each next tile (its block index first, then, when the kernel is persistent, a number
+// from the counter FaArgs::tile_counter, which the launcher zeroed) and hands it to the warps that
+// read it through two slots in shared memory, each guarded by a full mbarrier (the producer's one
+// arrival) and an empty one (one arrival per reading warp): the producer can work up to two tiles
+// ahead of its readers. The mbarriers live in kBars consecutive words, the slots in kSlots ints.
+struct TileRing {
+  static constexpr int kBars = 4, kSlots = 2;
+  uint64_t* bars;      // full[2], empty[2]
+  volatile int* slot;  // [2]
+  // One thread, before fence_bar_init.
+  __device__ __forceinline__ void init(int readers) const {
+    for (int i = 0; i < 2; ++i) {
+      bar_init(bars + i, 1);
+      bar_init(bars + 2 + i, readers);
+    }
+  }
+  // The producer warp (every lane): this CTA's i-th tile, or `total` when there are no more.
+  template <bool PERSIST>
+  __device__ __forceinline__ int publish(int i, int total, int* counter) const {
+    const int s = i & 1;
+    if (i >= 2) wait(bars + 2 + s, ((i >> 1) + 1) & 1);
+    int tile = 0;
+    if ((threadIdx.x & 31) == 0) {
+      tile = i == 0 ? static_cast<int>(blockIdx.x) : PERSIST && counter ? static_cast<int>(gridDim.x) + atomicAdd(counter, 1) : total;
+      slot[s] = tile;
+      arrive(bars + s);
+    }
+    return __shfl_sync(0xffffffffu, tile, 0);
+  }
+  // A reading warp (every lane): the i-th tile.
+  __device__ __forceinline__ int read(int i) const {
+    const int s = i & 1;
+    wait(bars + s, (i >> 1) & 1);
+    const int tile = slot[s];
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) arrive(bars + 2 + s);
+    return tile;
+  }
+};
+
 // ---- host: describing an operand ---------------------------------------------------------------
 // A [total, heads, d] tensor of 2-byte elements (d a multiple of 8, base 16-byte aligned) as a
 // 3-D map with (64, 1, rows) boxes. Returns false when the driver's encoder is missing or refuses
