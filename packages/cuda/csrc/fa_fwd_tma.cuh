@@ -13,8 +13,9 @@
 //                    runs while P_{j-1} V_{j-1} is still on the tensor cores (as fa_fwd_wgmma.cuh)
 //   ping-pong        (PING) the consumer warpgroups take turns issuing their products, in a ring
 //                    of named barriers, so one's softmax overlaps the others' products
-// Tiles: t = (head fastest, then query tile from the last, then batch x split): under a causal mask
-// the longest rows start first, and the CTAs running together share a head's K and V in L2.
+// Tiles: under a mask t = (head fastest, then query tile from the last, then batch x split): the
+// longest rows start first; without one (Tr::ORDER 1) query tiles fastest, then heads: the CTAs
+// running together share one head's K and V in L2 (fwd_tile_of).
 // Persistent (Tr::PERSIST with a counter in FaArgs::tile_counter): one CTA per SM, each taking its
 // next tile from the counter as it finishes one (tma::TileRing): the producer loads the next
 // tile's Q and first K/V while the consumers finish the last P V and store O, which is what short
@@ -36,12 +37,21 @@ namespace fa {
 struct FwdTile {
   int h, m_block, b, split;
 };
+template <int ORDER>
 __device__ __forceinline__ FwdTile fwd_tile_of(const FaArgs& a, int t, int nq) {
   FwdTile f;
-  f.h = t % a.H;
-  const int r = t / a.H;
-  f.m_block = nq - 1 - r % nq;
-  const int z = r / nq;
+  int z;
+  if (ORDER == 1 && a.win_left < 0 && a.win_right < 0) {  // query tiles fastest: one head's K and V at a time
+    f.m_block = nq - 1 - t % nq;
+    const int r = t / nq;
+    f.h = r % a.H;
+    z = r / a.H;
+  } else {
+    f.h = t % a.H;
+    const int r = t / a.H;
+    f.m_block = nq - 1 - r % nq;
+    z = r / nq;
+  }
   f.b = z / a.num_splits;
   f.split = z % a.num_splits;
   return f;
@@ -83,7 +93,7 @@ __global__ void __launch_bounds__(Tr::NT, 1)
     int m0, hk, nb_lo, n_tiles;
   };
   auto work_of = [&](int tile, Work* w) -> bool {  // false: no rows here (past the sequence)
-    w->f = fwd_tile_of(a, tile, nq);
+    w->f = fwd_tile_of<Tr::ORDER>(a, tile, nq);
     w->s = seq_info(a, w->f.b);
     w->m0 = w->f.m_block * BM;
     if (w->m0 >= w->s.tq) return false;

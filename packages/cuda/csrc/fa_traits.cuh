@@ -87,9 +87,11 @@ template <> struct FwdWgTraits<128, true> : FwdWgCfg<128, 64, 2, 2> {};
 // ---------------------------------------------------------------------------------------------
 // PERSIST: one CTA per SM taking tiles from a counter (FaArgs::tile_counter) instead of one CTA a tile.
 // PARTS (dev harness only, 0 in the library): 1 leaves the masks out, 2 the O store (wrong results).
-template <int D_, int BN_, int STAGES_, bool PING_ = true, int NC_ = 2, bool PERSIST_ = true, int PARTS_ = 0>
+// ORDER 1: without a mask, the tile list runs over one head's query tiles before the next head's
+// (0: heads fastest, as under a mask).
+template <int D_, int BN_, int STAGES_, bool PING_ = true, int NC_ = 2, bool PERSIST_ = true, int PARTS_ = 0, int ORDER_ = 1>
 struct FwdTmaCfg {
-  static constexpr int D = D_, BN = BN_, STAGES = STAGES_, NC = NC_, PARTS = PARTS_;  // NC consumer warpgroups
+  static constexpr int D = D_, BN = BN_, STAGES = STAGES_, NC = NC_, PARTS = PARTS_, ORDER = ORDER_;  // NC consumer warpgroups
   static constexpr int BM = 64 * NC, NT = 128 * (NC + 1);
   static constexpr bool PING = PING_, PERSIST = PERSIST_;
   // 64K registers: 40 + 2 x 232 (x 128 threads) with two consumers, 24 + 3 x 160 with three
