@@ -121,6 +121,35 @@ export function pvRows4(P: Float64Array, ld: number, r0: number, src: Float32Arr
   }
 }
 
+/**
+ * pvRows4 over rows a constant stride apart (row j at b0 + j·w: a tile inside one block of a
+ * paged cache, or of a contiguous one): no row offset to load an iteration (see pvRows4TS).
+ */
+export function pvRows4S(P: Float64Array, ld: number, r0: number, src: Float32Array, b0: number, w: number, nk: number, d4: number, acc: Float64Array): void {
+  const p0 = r0 * ld, p1 = p0 + ld, p2 = p1 + ld, p3 = p2 + ld;
+  const o0 = r0 * d4, o1 = o0 + d4, o2 = o1 + d4, o3 = o2 + d4;
+  for (let c = 0; c < d4; c += 4) {
+    let s00 = acc[o0 + c], s01 = acc[o0 + c + 1], s02 = acc[o0 + c + 2], s03 = acc[o0 + c + 3];
+    let s10 = acc[o1 + c], s11 = acc[o1 + c + 1], s12 = acc[o1 + c + 2], s13 = acc[o1 + c + 3];
+    let s20 = acc[o2 + c], s21 = acc[o2 + c + 1], s22 = acc[o2 + c + 2], s23 = acc[o2 + c + 3];
+    let s30 = acc[o3 + c], s31 = acc[o3 + c + 1], s32 = acc[o3 + c + 2], s33 = acc[o3 + c + 3];
+    let b = b0 + c;
+    for (let j = 0; j < nk; j++) {
+      const x0 = P[p0 + j], x1 = P[p1 + j], x2 = P[p2 + j], x3 = P[p3 + j];
+      const y0 = src[b], y1 = src[b + 1], y2 = src[b + 2], y3 = src[b + 3];
+      s00 += x0 * y0; s01 += x0 * y1; s02 += x0 * y2; s03 += x0 * y3;
+      s10 += x1 * y0; s11 += x1 * y1; s12 += x1 * y2; s13 += x1 * y3;
+      s20 += x2 * y0; s21 += x2 * y1; s22 += x2 * y2; s23 += x2 * y3;
+      s30 += x3 * y0; s31 += x3 * y1; s32 += x3 * y2; s33 += x3 * y3;
+      b += w;
+    }
+    acc[o0 + c] = s00; acc[o0 + c + 1] = s01; acc[o0 + c + 2] = s02; acc[o0 + c + 3] = s03;
+    acc[o1 + c] = s10; acc[o1 + c + 1] = s11; acc[o1 + c + 2] = s12; acc[o1 + c + 3] = s13;
+    acc[o2 + c] = s20; acc[o2 + c + 1] = s21; acc[o2 + c + 2] = s22; acc[o2 + c + 3] = s23;
+    acc[o3 + c] = s30; acc[o3 + c + 1] = s31; acc[o3 + c + 2] = s32; acc[o3 + c + 3] = s33;
+  }
+}
+
 /** pvRows4 for the single row r. */
 export function pvRow1(P: Float64Array, ld: number, r: number, src: Float32Array, off: Int32Array, nk: number, d4: number, acc: Float64Array): void {
   const p = r * ld;
@@ -188,6 +217,44 @@ export function pvRows4T(buf: Float64Array, sb: number, ld: number, r0: number, 
     let s0 = acc[o0 + d2], s1 = acc[o1 + d2], s2 = acc[o2 + d2], s3 = acc[o3 + d2];
     for (let j = 0; j < nk; j++) {
       const y = buf[src[off[j] + d2]];
+      s0 += buf[p0 + j] * y; s1 += buf[p1 + j] * y; s2 += buf[p2 + j] * y; s3 += buf[p3 + j] * y;
+    }
+    acc[o0 + d2] = s0; acc[o1 + d2] = s1; acc[o2 + d2] = s2; acc[o3 + d2] = s3;
+  }
+}
+
+/**
+ * pvRows4T over rows a constant stride apart (row j at b0 + j·w): the row offset is a running
+ * index instead of an off[j] load, which in V8 is one typed array (map check, length, data
+ * pointer, bounds check) fewer an iteration.
+ */
+export function pvRows4TS(buf: Float64Array, sb: number, ld: number, r0: number, src: Uint16Array, b0: number, w: number, nk: number, d: number, d4: number, acc: Float64Array): void {
+  const p0 = sb + r0 * ld, p1 = p0 + ld, p2 = p1 + ld, p3 = p2 + ld;
+  const o0 = r0 * d4, o1 = o0 + d4, o2 = o1 + d4, o3 = o2 + d4;
+  const d2 = d & ~1;
+  for (let c = 0; c < d2; c += 2) {
+    let s00 = acc[o0 + c], s01 = acc[o0 + c + 1], s10 = acc[o1 + c], s11 = acc[o1 + c + 1];
+    let s20 = acc[o2 + c], s21 = acc[o2 + c + 1], s30 = acc[o3 + c], s31 = acc[o3 + c + 1];
+    let b = b0 + c;
+    for (let j = 0; j < nk; j++) {
+      const y0 = buf[src[b]], y1 = buf[src[b + 1]];
+      const x0 = buf[p0 + j];
+      s00 += x0 * y0; s01 += x0 * y1;
+      const x1 = buf[p1 + j];
+      s10 += x1 * y0; s11 += x1 * y1;
+      const x2 = buf[p2 + j];
+      s20 += x2 * y0; s21 += x2 * y1;
+      const x3 = buf[p3 + j];
+      s30 += x3 * y0; s31 += x3 * y1;
+      b += w;
+    }
+    acc[o0 + c] = s00; acc[o0 + c + 1] = s01; acc[o1 + c] = s10; acc[o1 + c + 1] = s11;
+    acc[o2 + c] = s20; acc[o2 + c + 1] = s21; acc[o3 + c] = s30; acc[o3 + c + 1] = s31;
+  }
+  if (d2 < d) {
+    let s0 = acc[o0 + d2], s1 = acc[o1 + d2], s2 = acc[o2 + d2], s3 = acc[o3 + d2];
+    for (let j = 0; j < nk; j++) {
+      const y = buf[src[b0 + j * w + d2]];
       s0 += buf[p0 + j] * y; s1 += buf[p1 + j] * y; s2 += buf[p2 + j] * y; s3 += buf[p3 + j] * y;
     }
     acc[o0 + d2] = s0; acc[o1 + d2] = s1; acc[o2 + d2] = s2; acc[o3 + d2] = s3;

@@ -30,7 +30,7 @@ import { keyRange, slopeOf, tileKeyRange } from '../mask.js';
 import { finalizeTile, mergeTileStates, resetTileState, softmaxTileUpdate } from '../online-softmax.js';
 import { kvCacheRow, kvKeys, kvLseIndex, type KVCacheProblem } from '../kvcache.js';
 import { KV_UNIT, type KVCacheJob, type Workspace } from './job.js';
-import { pvRow1, pvRow1T, pvRows4, pvRows4T, scoresRow1, scoresRow1T, scoresRows4, scoresRows4T } from './kvcache-kernels.js';
+import { pvRow1, pvRow1T, pvRows4, pvRows4S, pvRows4T, pvRows4TS, scoresRow1, scoresRow1T, scoresRows4, scoresRows4T } from './kvcache-kernels.js';
 import { scoreTile } from './scores.js';
 import { bf16ToF32, f16ToF32, loadRows, storeRows } from './tileio.js';
 import { paddedD } from './tiles.js';
@@ -229,6 +229,14 @@ function walkRows(src: Float32Array | Uint16Array, tok: Int32Array, nc: number, 
   return sum;
 }
 
+/** The common distance of the tile's token rows (tok[0..nc)) when there is one (always for nc = 1), else 0. */
+function rowStride(tok: Int32Array, nc: number): number {
+  if (nc < 2) return 1;
+  const w = tok[1] - tok[0];
+  for (let r = 2; r < nc; r++) if (tok[r] - tok[r - 1] !== w) return 0;
+  return w;
+}
+
 function headOffsets(tok: Int32Array, col: number, nc4: number, off: Int32Array): void {
   for (let r = 0; r < nc4; r++) off[r] = tok[r] + col;
 }
@@ -307,6 +315,9 @@ export function kvCacheUnit(job: KVCacheJob, ws: Workspace, b: number, kvh0: num
     const nc = Math.min(KV_TILE, c1 - j0);
     const nc4 = (nc + 3) & ~3;
     tokenOffsets(p, b, j0, nc, nc4, tok);
+    // P·V reads rows a constant stride apart with a running index (…S kernels) when the tile
+    // lies in one block (paged) or sequence (contiguous); through off[] otherwise.
+    const rs = rowStride(tok, nc);
     if (heads > 1) {
       scratch.sink += walkRows(job.kCache as Float32Array | Uint16Array, tok, nc, kvh0 * d, heads * d);
       scratch.sink += walkRows(job.vCache as Float32Array | Uint16Array, tok, nc, kvh0 * d, heads * d);
@@ -345,13 +356,17 @@ export function kvCacheUnit(job: KVCacheJob, ws: Workspace, b: number, kvh0: num
         headOffsets(tok, (kvh0 + e) * d, nc4, off);
         const vSrc = job.vCache as Uint16Array;
         const { buf, sb } = wide;
-        for (let r = 0; r < R4; r += 4) pvRows4T(buf, sb, ld, r0 + r, vSrc, off, nc, d, d4, acc);
+        if (rs !== 0) for (let r = 0; r < R4; r += 4) pvRows4TS(buf, sb, ld, r0 + r, vSrc, off[0], rs, nc, d, d4, acc);
+        else for (let r = 0; r < R4; r += 4) pvRows4T(buf, sb, ld, r0 + r, vSrc, off, nc, d, d4, acc);
         for (let r = R4; r < R; r++) pvRow1T(buf, sb, ld, r0 + r, vSrc, off, nc, d, d4, acc);
       } else {
         if (padded) paddedOffsets(e, nc, nc4, d4, off);
         else headOffsets(tok, (kvh0 + e) * d, nc4, off);
         const vSrc = padded ? v32 : (job.vCache as Float32Array);
-        for (let r = 0; r < R4; r += 4) pvRows4(s, ld, r0 + r, vSrc, off, nc, d4, acc);
+        // padded tiles' rows are d4 apart
+        const vs = padded ? d4 : rs;
+        if (vs !== 0) for (let r = 0; r < R4; r += 4) pvRows4S(s, ld, r0 + r, vSrc, off[0], vs, nc, d4, acc);
+        else for (let r = 0; r < R4; r += 4) pvRows4(s, ld, r0 + r, vSrc, off, nc, d4, acc);
         for (let r = R4; r < R; r++) pvRow1(s, ld, r0 + r, vSrc, off, nc, d4, acc);
       }
     }
