@@ -11,7 +11,10 @@
  * (TurboFan, Node 20) re-checks every typed array's map and reloads its length and data pointer
  * on each iteration of an inner loop (the loop's stack check kills what it knew): one array
  * fewer is one such check fewer an iteration, and a float64 table needs no float32 → float64
- * conversion a load (KERNEL_NOTES.md "KV-cache decode" #14–#15).
+ * conversion a load (KERNEL_NOTES.md "KV-cache decode" #14–#15). For the same reason the 4-row
+ * P·V kernels have …S forms for tiles whose rows lie a constant stride apart (one block of a
+ * paged cache, or a contiguous one: every 64-key tile at block sizes that are multiples of 64),
+ * with a running row index instead of an off[j] load (#16).
  *
  * Decode has few query rows (the GQA group's heads × Tq), so the register blocks are 4 rows ×
  * 2 keys for Q·Kᵀ (8 accumulators, 4 q values and 2 keys: 14 doubles, which fit the 16 vector
