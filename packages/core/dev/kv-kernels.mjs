@@ -6,10 +6,12 @@
  * interleaved per token as in a cache, FA_DEV_T (8192) keys: 2·T·Hkv·D elements of K and V
  * (FA_DEV_T=1024: in cache). No softmax (P fixed): the products and the reads only. KERNEL_NOTES.md
  * ("KV-cache decode") quotes it as "microbench".
- *   current       scoresRows4 (4×2) + pvRows4 (4×4) over f32 rows; scoresRows4T + pvRows4T (table) over 16-bit
+ *   current       scoresRows4 (4×2) + pvRows4 (4×4) over f32 rows; scoresRows4T + pvRows4T (table) over 16-bit,
+ *                 their table, Q and P in one Float64Array as the engine's WideBuffer has them
+ *   strided       P·V through pvRows4S / pvRows4TS (rows a constant stride apart: the running-index form)
  *   old           variant #2: 4×4 q·k; 16-bit rows decoded into a float32 tile first
  */
-import { pvRows4, pvRows4T, scoresRows4, scoresRows4T } from '../dist/cpu/kvcache-kernels.js';
+import { pvRows4, pvRows4S, pvRows4T, pvRows4TS, scoresRows4, scoresRows4T } from '../dist/cpu/kvcache-kernels.js';
 import { bf16ToF32, f16ToF32 } from '../dist/cpu/tileio.js';
 
 const env = process.env;
@@ -24,6 +26,11 @@ const Q = Float64Array.from({ length: R * D }, (_, i) => Math.sin(i));
 const P = new Float64Array(R * TILE).fill(1e-3);
 const S = new Float64Array(R * TILE), acc = new Float64Array(R * D), off = new Int32Array(TILE);
 const k32 = new Float32Array(TILE * D), v32 = new Float32Array(TILE * D);
+// the 16-bit kernels' one array (kvcache.ts WideBuffer): table at [0, 65536), Q rows from QB, scores / P from SB
+const QB = 65536, SB = QB + R * D;
+const wbuf = new Float64Array(SB + R * TILE);
+wbuf.set(tab);
+wbuf.set(Q, QB);
 
 function scores4x4(Q, d4, src, off, nc, d, S, ld) {
   const a1 = d4, a2 = 2 * d4, a3 = 3 * d4;
@@ -47,7 +54,17 @@ function decodeTile(a, tab, off, nc, d, f32) {
 const variants = {
   'f32 current': (j0, kvh) => { scoresRows4(Q, D, 0, f32k, off, TILE, D, S, TILE); pvRows4(P, TILE, 0, f32v, off, TILE, D, acc); },
   'f32 old (4×4 q·k)': () => { scores4x4(Q, D, f32k, off, TILE, D, S, TILE); pvRows4(P, TILE, 0, f32v, off, TILE, D, acc); },
-  '16-bit current (table)': () => { scoresRows4T(Q, D, 0, u16k, tab, off, TILE, D, S, TILE); pvRows4T(P, TILE, 0, u16v, tab, off, TILE, D, D, acc); },
+  'f32 strided P·V': () => { scoresRows4(Q, D, 0, f32k, off, TILE, D, S, TILE); pvRows4S(P, TILE, 0, f32v, off[0], W, TILE, D, acc); },
+  '16-bit current (table)': () => {
+    scoresRows4T(wbuf, QB, D, 0, u16k, off, TILE, D, SB, TILE);
+    wbuf.set(P, SB);
+    pvRows4T(wbuf, SB, TILE, 0, u16v, off, TILE, D, D, acc);
+  },
+  '16-bit strided P·V': () => {
+    scoresRows4T(wbuf, QB, D, 0, u16k, off, TILE, D, SB, TILE);
+    wbuf.set(P, SB);
+    pvRows4TS(wbuf, SB, TILE, 0, u16v, off[0], W, TILE, D, D, acc);
+  },
   '16-bit old (decode tile)': () => {
     decodeTile(u16k, tab, off, TILE, D, k32);
     decodeTile(u16v, tab, off, TILE, D, v32);

@@ -224,6 +224,52 @@ describe('exhaustive', () => {
   }
 });
 
+describe('float64 → f16 / bf16: the bit-level fast path against the arithmetic rounding', () => {
+  // The encoders round values of a normal exponent on their float64 bits (dtype.ts
+  // encodeMagnitude); this is the arithmetic they replaced, which still takes the rest.
+  function slow(x: number, mant: number, emin: number, emax: number, inf: number): number {
+    const sign = x < 0 || Object.is(x, -0) ? 0x8000 : 0;
+    const a = Math.abs(x);
+    if (a === 0) return sign;
+    let e = Math.floor(Math.log2(a));
+    if (2 ** e > a) e--;
+    else if (2 ** (e + 1) <= a) e++;
+    e = Math.max(e, emin);
+    const v = a / 2 ** (e - mant);
+    const f = Math.floor(v);
+    let r = v - f > 0.5 || (v - f === 0.5 && f % 2 === 1) ? f + 1 : f;
+    if (r >= 2 ** (mant + 1)) {
+      r /= 2;
+      e += 1;
+    }
+    if (e > emax) return sign | inf;
+    return sign | (r < 2 ** mant ? r : ((e - emin + 1) << mant) | (r - 2 ** mant));
+  }
+  const f64 = new Float64Array(1);
+  const u32 = new Uint32Array(f64.buffer); // little-endian: [low word, high word]
+  let seed = 12345;
+  const rnd = () => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0);
+  for (const [name, toBits, mant, emin, emax, inf] of [
+    ['f16', toF16Bits, 10, -14, 15, 0x7c00],
+    ['bf16', toBF16Bits, 7, -126, 127, 0x7f80],
+  ] as const) {
+    it(`${name}: 200,000 random doubles (every exponent around the format's range, random and zero low words)`, () => {
+      let bad = 0;
+      for (let i = 0; i < 200_000; i++) {
+        const e = emin - mant - 3 + (rnd() % (emax - emin + mant + 6));
+        const sign = rnd() & 1 ? 0x80000000 : 0;
+        u32[1] = (sign | ((e + 1023) << 20) | (rnd() & 0xfffff)) >>> 0;
+        // a zero low word half the time, so that exact ties (rem = half) come up
+        u32[0] = i & 1 ? rnd() : 0;
+        if (i % 4 === 2) u32[1] = (u32[1] & ~((1 << (20 - mant)) - 1)) | (1 << (19 - mant)); // exactly half an ulp of the format
+        const x = f64[0];
+        if (toBits(x) !== slow(x, mant, emin, emax, inf) && bad++ < 5) expect(hex(toBits(x)), `${x}`).toBe(hex(slow(x, mant, emin, emax, inf)));
+      }
+      expect(bad).toBe(0);
+    });
+  }
+});
+
 describe('encode() on Float32Array agrees with the scalar conversions', () => {
   // Random float32 bit patterns cover every exponent (subnormals, NaN payloads, ±Inf) uniformly.
   let seed = 0x9e3779b9;

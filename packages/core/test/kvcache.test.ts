@@ -323,7 +323,7 @@ describe('cpu engine: 16-bit caches read in place', () => {
     }
   });
 
-  it('computes every head dim (odd ones too) and GQA group (4-row blocks and single rows) in every dtype (the kit rules)', async () => {
+  it('computes every head dim (odd ones too) and GQA group (4-row blocks and single rows) in every dtype, rows through off[] and a constant stride (the kit rules)', async () => {
     const { createCpuBackend } = await import('../dist/index.js');
     const be = await createCpuBackend({ inlineBelowFlops: 0, kvChunk: 64 });
     const failed: string[] = [];
@@ -331,9 +331,12 @@ describe('cpu engine: 16-bit caches read in place', () => {
       for (const dtype of ['f32', 'f16', 'bf16'] as const) {
         for (const d of [1, 3, 5, 12, 33]) {
           for (const [h, hkv] of [[8, 2], [6, 2], [5, 1], [2, 2]]) {
-            const c = makeKVCacheCase({ dtype, seqlens: [90, 17], tnew: 2, tq: 2, blockSize: 16, causal: true, d, h, hkv, seed: d * 31 + h });
-            const r = await checkKVCacheCase(be, c);
-            if (!r.pass || r.skipped) failed.push(`${dtype} D${d} H${h}/${hkv}: ${r.message}`);
+            // blocks of 16: a 64-key tile spans 4 blocks (P·V through off[]); contiguous: one stride (pvRows4S / pvRows4TS)
+            for (const blockSize of [16, undefined]) {
+              const c = makeKVCacheCase({ dtype, seqlens: [90, 17], tnew: 2, tq: 2, causal: true, d, h, hkv, seed: d * 31 + h, ...(blockSize ? { blockSize } : {}) });
+              const r = await checkKVCacheCase(be, c);
+              if (!r.pass || r.skipped) failed.push(`${dtype} D${d} H${h}/${hkv} ${blockSize ? `paged ${blockSize}` : 'contiguous'}: ${r.message}`);
+            }
           }
         }
       }

@@ -30,7 +30,7 @@ import { keyRange, slopeOf, tileKeyRange } from '../mask.js';
 import { finalizeTile, mergeTileStates, resetTileState, softmaxTileUpdate } from '../online-softmax.js';
 import { kvCacheRow, kvKeys, kvLseIndex, type KVCacheProblem } from '../kvcache.js';
 import { KV_UNIT, type KVCacheJob, type Workspace } from './job.js';
-import { pvRow1, pvRow1T, pvRows4, pvRows4T, scoresRow1, scoresRow1T, scoresRows4, scoresRows4T } from './kvcache-kernels.js';
+import { pvRow1, pvRow1T, pvRows4, pvRows4S, pvRows4T, pvRows4TS, scoresRow1, scoresRow1T, scoresRows4, scoresRows4T } from './kvcache-kernels.js';
 import { scoreTile } from './scores.js';
 import { bf16ToF32, f16ToF32, loadRows, storeRows } from './tileio.js';
 import { paddedD } from './tiles.js';
@@ -170,6 +170,40 @@ class KVScratch {
 const scratch = new KVScratch();
 
 /**
+ * Per-thread Float64Array of a 16-bit cache's unit: the widening table of all 65,536 bit patterns
+ * at [0, 65536) (exact: f16 and bf16 values are float32s, and those float64s), then the unit's
+ * query rows (from `qb`) and its score tile (from `sb`). The …T kernels read all three from this
+ * one array: one typed array fewer in their inner loops, whose every iteration re-checks each
+ * array it reads (kvcache-kernels.ts). One per dtype; grown (table copied again) when a unit has more rows.
+ */
+class WideBuffer {
+  buf: Float64Array;
+  qb = 65536;
+  sb = 65536;
+  /** buf[sb …): the score tile, for scoreTile and softmaxTileUpdate, which index from 0. */
+  s: Float64Array;
+  constructor(readonly table: Float32Array) {
+    this.buf = Float64Array.from(table);
+    this.s = this.buf.subarray(this.sb);
+  }
+  ensure(rows: number, d4: number, ld: number): void {
+    if (this.buf.length - this.sb >= rows * ld && this.sb - this.qb >= rows * d4) return;
+    const qb = 65536, sb = qb + rows * d4;
+    this.buf = new Float64Array(sb + rows * ld);
+    this.buf.set(this.table);
+    this.qb = qb;
+    this.sb = sb;
+    this.s = this.buf.subarray(sb);
+  }
+}
+const wideBuffers = new Map<string, WideBuffer>();
+function wideBuffer(dtype: 'f16' | 'bf16'): WideBuffer {
+  let w = wideBuffers.get(dtype);
+  if (!w) wideBuffers.set(dtype, (w = new WideBuffer(dtype === 'bf16' ? bf16ToF32() : f16ToF32())));
+  return w;
+}
+
+/**
  * Element offsets of the token rows of keys [j0, j0 + nc) of sequence b in the cache, through
  * the block table (kvCacheRow), into tok[0..nc); the padding up to nc4 repeats the last key (its
  * scores are never read). Kv head kvh's row of key j is at tok[j] + kvh·D (headOffsets).
@@ -193,6 +227,14 @@ function walkRows(src: Float32Array | Uint16Array, tok: Int32Array, nc: number, 
     for (let i = 0; i < len; i += step) sum += src[o + i];
   }
   return sum;
+}
+
+/** The common distance of the tile's token rows (tok[0..nc)) when there is one (always for nc = 1), else 0. */
+function rowStride(tok: Int32Array, nc: number): number {
+  if (nc < 2) return 1;
+  const w = tok[1] - tok[0];
+  for (let r = 2; r < nc; r++) if (tok[r] - tok[r - 1] !== w) return 0;
+  return w;
 }
 
 function headOffsets(tok: Int32Array, col: number, nc4: number, off: Int32Array): void {
@@ -248,17 +290,24 @@ export function kvCacheUnit(job: KVCacheJob, ws: Workspace, b: number, kvh0: num
   const R4 = R & ~3;
   const HR = heads * R;
   tileRows(p, ws, i0, nq, tk, heads);
-  const { qRow, s, m, l, acc, lse, rowLo, rowHi } = ws;
+  const { qRow, m, l, acc, lse, rowLo, rowHi } = ws;
   for (let hh = 0; hh < heads * g; hh++) loadRows(job.q, p.dtype, b * p.tq + i0, nq, p.h * d, (kvh0 * g + hh) * d, d, d4, nq, qRow, hh * nq);
+  const ld = KV_TILE;
+  // Rows are read where they lie: f32 as they are (through a padded tile when D is not a
+  // multiple of 4), 16-bit through the table of all 65,536 patterns, which shares one array
+  // with the query rows and the scores (WideBuffer).
+  const wide = p.dtype === 'f32' ? undefined : wideBuffer(p.dtype);
+  let s: Float64Array = ws.s;
+  if (wide) {
+    wide.ensure(HR, d4, ld);
+    wide.buf.set(qRow.subarray(0, HR * d4), wide.qb);
+    s = wide.s;
+  }
   resetTileState(m, l, acc, HR, d4);
   const [lo, hi] = tileKeyRange(p, i0, i0 + nq, p.tq, tk);
   const c0 = lo + c * job.chunk;
   const c1 = Math.min(hi + 1, c0 + job.chunk);
-  const ld = KV_TILE;
   const alibi = p.alibi !== undefined;
-  // Rows are read where they lie: f32 as they are (through a padded tile when D is not a
-  // multiple of 4), 16-bit through the table of all 65,536 patterns (kvcache-kernels.ts).
-  const wide = p.dtype === 'f32' ? undefined : p.dtype === 'bf16' ? bf16ToF32() : f16ToF32();
   const padded = p.dtype === 'f32' && d % 4 !== 0;
   scratch.ensure(d4, heads);
   const { off, tok, k32, v32 } = scratch;
@@ -266,6 +315,9 @@ export function kvCacheUnit(job: KVCacheJob, ws: Workspace, b: number, kvh0: num
     const nc = Math.min(KV_TILE, c1 - j0);
     const nc4 = (nc + 3) & ~3;
     tokenOffsets(p, b, j0, nc, nc4, tok);
+    // P·V reads rows a constant stride apart with a running index (…S kernels) when the tile
+    // lies in one block (paged) or sequence (contiguous); through off[] otherwise.
+    const rs = rowStride(tok, nc);
     if (heads > 1) {
       scratch.sink += walkRows(job.kCache as Float32Array | Uint16Array, tok, nc, kvh0 * d, heads * d);
       scratch.sink += walkRows(job.vCache as Float32Array | Uint16Array, tok, nc, kvh0 * d, heads * d);
@@ -275,8 +327,9 @@ export function kvCacheUnit(job: KVCacheJob, ws: Workspace, b: number, kvh0: num
       headOffsets(tok, (kvh0 + e) * d, nc4, off);
       if (wide) {
         const kSrc = job.kCache as Uint16Array;
-        for (let r = 0; r < R4; r += 4) scoresRows4T(qRow, d4, r0 + r, kSrc, wide, off, nc4, d, s, ld);
-        for (let r = R4; r < R; r++) scoresRow1T(qRow, d4, r0 + r, kSrc, wide, off, nc4, d, s, ld);
+        const { buf, qb, sb } = wide;
+        for (let r = 0; r < R4; r += 4) scoresRows4T(buf, qb, d4, r0 + r, kSrc, off, nc4, d, sb, ld);
+        for (let r = R4; r < R; r++) scoresRow1T(buf, qb, d4, r0 + r, kSrc, off, nc4, d, sb, ld);
       } else {
         let kSrc = job.kCache as Float32Array;
         if (padded) {
@@ -302,13 +355,18 @@ export function kvCacheUnit(job: KVCacheJob, ws: Workspace, b: number, kvh0: num
       if (wide) {
         headOffsets(tok, (kvh0 + e) * d, nc4, off);
         const vSrc = job.vCache as Uint16Array;
-        for (let r = 0; r < R4; r += 4) pvRows4T(s, ld, r0 + r, vSrc, wide, off, nc, d, d4, acc);
-        for (let r = R4; r < R; r++) pvRow1T(s, ld, r0 + r, vSrc, wide, off, nc, d, d4, acc);
+        const { buf, sb } = wide;
+        if (rs !== 0) for (let r = 0; r < R4; r += 4) pvRows4TS(buf, sb, ld, r0 + r, vSrc, off[0], rs, nc, d, d4, acc);
+        else for (let r = 0; r < R4; r += 4) pvRows4T(buf, sb, ld, r0 + r, vSrc, off, nc, d, d4, acc);
+        for (let r = R4; r < R; r++) pvRow1T(buf, sb, ld, r0 + r, vSrc, off, nc, d, d4, acc);
       } else {
         if (padded) paddedOffsets(e, nc, nc4, d4, off);
         else headOffsets(tok, (kvh0 + e) * d, nc4, off);
         const vSrc = padded ? v32 : (job.vCache as Float32Array);
-        for (let r = 0; r < R4; r += 4) pvRows4(s, ld, r0 + r, vSrc, off, nc, d4, acc);
+        // padded tiles' rows are d4 apart
+        const vs = padded ? d4 : rs;
+        if (vs !== 0) for (let r = 0; r < R4; r += 4) pvRows4S(s, ld, r0 + r, vSrc, off[0], vs, nc, d4, acc);
+        else for (let r = 0; r < R4; r += 4) pvRows4(s, ld, r0 + r, vSrc, off, nc, d4, acc);
         for (let r = R4; r < R; r++) pvRow1(s, ld, r0 + r, vSrc, off, nc, d4, acc);
       }
     }
