@@ -76,10 +76,15 @@ Plan plan_of(const FaArgs& a, bool backward) {
   return p;
 }
 // The kernel view of a call: operand layout d = kd, outputs in the caller's d.
+// A window at least as wide as both sequences together bounds nothing: it becomes -1, so the
+// kernels' 32-bit key and query ranges (key_block_range, visible) never see windows near INT_MAX.
+static int effective_window(int w, const FaArgs& a) { return w > static_cast<int64_t>(a.max_tq) + a.max_tk ? -1 : w; }
 FaArgs kernel_args(const FaArgs& a, const Plan& p) {
   FaArgs k = a;
   k.d = p.kd;
   k.d_out = a.d;
+  k.win_left = effective_window(a.win_left, a);
+  k.win_right = effective_window(a.win_right, a);
   return k;
 }
 size_t prep_size(const FaArgs& a, const Plan& p, bool backward) { return p.split || p.pad ? prep_bytes(a, p.kd, p.split, backward) : 0; }
@@ -89,7 +94,7 @@ template <int D, bool SPLIT>
 void fwd_tile(const FaArgs& a, int* BM, int* BN) {
   const int arch = a.arch;
   if (runs_tma_fwd(arch, SPLIT)) {
-    const bool wide = tma_fwd_wide(D, a.win_left, a.win_right, a.max_tq);
+    const bool wide = tma_fwd_wide(D, effective_window(a.win_left, a), effective_window(a.win_right, a), a.max_tq);
     *BM = wide ? FwdTmaWide64::BM : FwdTmaTraits<D>::BM;
     *BN = wide ? FwdTmaWide64::BN : FwdTmaTraits<D>::BN;
     return;

@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(384, 1)
     }
     int qi = 0, nkv = 0;  // Q/dO ring position, K/V loads so far
     for (int i = 0;; ++i) {
-      const int tile = ring.publish<Tr::PERSIST>(i, total, a.tile_counter);
+      const int tile = ring.publish<Tr::PERSIST>(i, total, a.tile_counter, a.deterministic);
       if (tile >= total) break;
       Work wk;
       if (!work_of(tile, &wk) || wk.total_it == 0) continue;  // (no query sees these keys: the consumers write zeros)

@@ -172,8 +172,10 @@ __device__ __forceinline__ SeqInfo seq_info(const FaArgs& a, int b) {
   return s;
 }
 
+// (64-bit: callers that pass the caller's windows, not fwd()/bwd()'s clamped ones, may hold any
+// window up to INT_MAX: the harness's reference)
 __device__ __forceinline__ bool visible(const FaArgs& a, const SeqInfo& s, int i, int j) {
-  const int pos = i + s.off;
+  const long long pos = static_cast<long long>(i) + s.off;
   return i < s.tq && j < s.tk && (a.win_left < 0 || j >= pos - a.win_left) && (a.win_right < 0 || j <= pos + a.win_right);
 }
 

@@ -72,6 +72,9 @@ bool encode_tma_maps(const FaArgs& a, const FaTensors& t, bool dout, TmaMaps* m)
 // The grid of a TMA kernel over `tiles` tiles: one CTA a tile, or (persistent, with a counter in
 // k->tile_counter, which is then zeroed on the stream) one CTA per SM taking tiles from the counter.
 // k->tile_counter is cleared when the kernel runs one CTA a tile.
+// Tile lists longer than kMaxTiles (the kernels number tiles in 32 bits, counter included) run other
+// kernels (the launchers' *ran = false).
+constexpr int64_t kMaxTiles = int64_t{1} << 30;
 inline cudaError_t persistent_grid(FaArgs* k, bool persist, int64_t tiles, cudaStream_t st, int64_t* ctas) {
   *ctas = tiles;
   if (!persist) k->tile_counter = nullptr;
@@ -86,13 +89,13 @@ inline cudaError_t persistent_grid(FaArgs* k, bool persist, int64_t tiles, cudaS
 // another kernel.
 template <typename E, typename Tr>
 cudaError_t launch_fwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool* ran) {
+  const int64_t tiles = static_cast<int64_t>(a->H) * ((a->max_tq + Tr::BM - 1) / Tr::BM) * a->B * a->num_splits;
   TmaMaps m;
-  *ran = encode_tma_maps<E, Tr>(*a, t, false, &m);
+  *ran = tiles <= kMaxTiles && encode_tma_maps<E, Tr>(*a, t, false, &m);
   if (!*ran) return cudaSuccess;
   const size_t smem = fwd_tma_smem_bytes<Tr>();
   cudaError_t e = set_smem(fwd_tma_kernel<E, Tr>, smem);
   if (e != cudaSuccess) return e;
-  const int64_t tiles = static_cast<int64_t>(a->H) * ((a->max_tq + Tr::BM - 1) / Tr::BM) * a->B * a->num_splits;
   if (tiles <= 0) return cudaSuccess;
   FaArgs k = *a;
   int64_t ctas;
@@ -207,8 +210,9 @@ cudaError_t launch_bwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool*
   // bwd_setup planned (dq_tiled) or not: then another backward runs
   const bool planned = a->dq_tiled;
   a->dq_tiled = 0;
+  const int64_t tiles = static_cast<int64_t>((a->max_tk + Tr::BN - 1) / Tr::BN) * a->Hkv * a->B;
   TmaMaps m;
-  *ran = (!Tr::DQ_BULK || planned) && encode_tma_maps<E, Tr>(*a, t, true, &m);
+  *ran = (!Tr::DQ_BULK || planned) && tiles <= kMaxTiles && encode_tma_maps<E, Tr>(*a, t, true, &m);
   if (!*ran) return cudaSuccess;
   a->dq_tiled = Tr::DQ_BULK;
   if (a->dq_tiled) {
@@ -221,7 +225,6 @@ cudaError_t launch_bwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool*
   const size_t smem = bwd_tma_smem_bytes<Tr>();
   e = set_smem(bwd_tma_kernel<E, Tr>, smem);
   if (e != cudaSuccess) return e;
-  const int64_t tiles = static_cast<int64_t>((a->max_tk + Tr::BN - 1) / Tr::BN) * a->Hkv * a->B;
   if (tiles > 0) {
     FaArgs k = *a;
     int64_t ctas;

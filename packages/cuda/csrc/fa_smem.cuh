@@ -16,7 +16,7 @@ template <typename Tr, int NP>
 constexpr size_t fwd_smem_bytes() { return static_cast<size_t>(Tr::BM * Tr::D + 4 * Tr::BN * Tr::D) * 2 * NP; }
 template <typename Tr, int NP>
 constexpr size_t fwd_wg_smem_bytes() { return static_cast<size_t>(Tr::BM * Tr::D + 2 * Tr::STAGES * Tr::BN * Tr::D) * 2 * NP; }
-// the TMA forward adds its mbarriers (1 + 4 per stage, 8 bytes each) after the tiles
+// the TMA forward adds its mbarriers (8 bytes each) and the tile ring's slots after the tiles
 template <typename Tr>
 constexpr size_t fwd_tma_smem_bytes() {  // tiles, the mbarriers (Q full/empty, 4 per stage, the tile ring's), the ring's slots
   return static_cast<size_t>(Tr::BM * Tr::D + 2 * Tr::STAGES * Tr::BN * Tr::D) * 2 + (2 + 4 * Tr::STAGES + tma::TileRing::kBars) * 8 +
@@ -31,8 +31,8 @@ constexpr size_t bwd_wg_smem_bytes() {
   return static_cast<size_t>(2 * Tr::BN * Tr::D + 4 * Tr::BM * Tr::D + Tr::BN * Tr::BM) * 2 * NP + 4 * Tr::BM * sizeof(float);
 }
 // the TMA backward: K, V, the Q and dO rings, two dS^T buffers, the dQ blocks (DQ_BULK: BM x 64
-// floats per warpgroup with dQ columns), the rings' LSE and Dsum rows, then its mbarriers (1 + 4
-// per stage)
+// floats per warpgroup with dQ columns), the rings' LSE and Dsum rows, then its mbarriers and the
+// tile ring's slots
 template <typename Tr>
 constexpr size_t bwd_tma_smem_bytes() {
   return static_cast<size_t>(2 * Tr::BN * Tr::D + 2 * Tr::STAGES * Tr::BM * Tr::D + 2 * Tr::BN * Tr::BM) * 2 +

@@ -135,13 +135,18 @@ struct TileRing {
     }
   }
   // The producer warp (every lane): this CTA's i-th tile, or `total` when there are no more.
+  // ORDERED (persistent): every tile from the counter, the first included, so that only CTAs that
+  // run hold tiles: a kernel whose tiles wait for tiles taken before them (the deterministic
+  // backward) then progresses even when not all of its CTAs are resident at once.
   template <bool PERSIST>
-  __device__ __forceinline__ int publish(int i, int total, int* counter) const {
+  __device__ __forceinline__ int publish(int i, int total, int* counter, bool ordered = false) const {
     const int s = i & 1;
     if (i >= 2) wait(bars + 2 + s, ((i >> 1) + 1) & 1);
     int tile = 0;
     if ((threadIdx.x & 31) == 0) {
-      tile = i == 0 ? static_cast<int>(blockIdx.x) : PERSIST && counter ? static_cast<int>(gridDim.x) + atomicAdd(counter, 1) : total;
+      if (PERSIST && counter) tile = ordered ? atomicAdd(counter, 1) : i == 0 ? static_cast<int>(blockIdx.x) : static_cast<int>(gridDim.x) + atomicAdd(counter, 1);
+      else tile = i == 0 ? static_cast<int>(blockIdx.x) : total;
+      tile = min(tile, total);
       slot[s] = tile;
       arrive(bars + s);
     }

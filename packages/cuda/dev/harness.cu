@@ -25,6 +25,8 @@ static std::vector<Case> test_cases() {
       c.name = "causal 200x457"; c.causal = true; c.tq = 200; c.tk = 457; cs.push_back(c);
       c = Case(); c.dtype = dt; c.d = d; c.name = "causal 300x100 (empty)"; c.causal = true; c.tq = 300; c.tk = 100; cs.push_back(c);
       c = Case(); c.dtype = dt; c.d = d; c.name = "window 32,16"; c.wl = 32; c.wr = 16; c.tq = 333; c.tk = 280; cs.push_back(c);
+      // windows near INT_MAX bound nothing (fwd()/bwd() make them -1: 32-bit key ranges overflowed)
+      c = Case(); c.dtype = dt; c.d = d; c.name = "windows near INT_MAX"; c.wl = 2147483647; c.wr = 2147483600; c.tq = 200; c.tk = 457; cs.push_back(c);
       c = Case(); c.dtype = dt; c.d = d; c.name = "softcap+alibi causal"; c.softcap = 5.f; c.alibi = true; c.causal = true; c.amp = 3.f; cs.push_back(c);
       c = Case(); c.dtype = dt; c.d = d; c.name = "varlen causal"; c.causal = true; c.segq = {77, 0, 130, 1}; c.segk = {90, 5, 130, 300}; cs.push_back(c);
       c = Case(); c.dtype = dt; c.d = d; c.name = "mqa det"; c.Hkv = 1; c.det = true; c.tq = 129; c.tk = 513; cs.push_back(c);
