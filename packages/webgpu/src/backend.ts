@@ -217,7 +217,7 @@ export class WebGPUBackend implements AttentionBackend {
 
   private kvCaps(): KVCaps {
     const sub = this.opts.subgroups !== false && this.acq.features.has('subgroups');
-    return { subgroups: sub, subgroupMin: sub ? this.acq.subgroupMin : 0, generic: this.generic };
+    return { subgroups: sub, subgroupMin: sub ? this.acq.subgroupMin : 0, generic: this.generic, maxShared: this.acq.device.limits.maxComputeWorkgroupStorageSize };
   }
 
   /** What the KV-cache module needs of this backend; each member reads the current device when called. */

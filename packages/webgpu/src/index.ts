@@ -13,6 +13,7 @@ export { TILE_CANDIDATES, PREFERRED_TILES, chooseSpec, type Caps, type KernelKin
 export type { Tile, KernelSpec } from './wgsl/spec.js';
 export { forwardWGSL } from './wgsl/forward.js';
 export { planKV, decodeSpec, KV_DECODE_MAX_ROWS, KV_TARGET_WORKGROUPS, type KVPlan, type KVCaps, type KVTuning } from './kvplan.js';
+export { kvDecodeWorkgroupBytes } from './wgsl/kvdecode.js';
 export { kvDecodeWGSL, type KVDecodeSpec } from './wgsl/kvdecode.js';
 export { dkdvWGSL, dqWGSL, deltaWGSL } from './wgsl/backward.js';
 

@@ -9,7 +9,7 @@
  */
 import { FAError, type KVCacheProblem } from '@fa/core';
 import { KV_TILE, kvRowsFor } from './wgsl/kvcache.js';
-import { KVD_MAX_ROW_KEYS, KVD_MAX_ROWS, KVD_THREADS, type KVDecodeSpec, kvdChunkElems } from './wgsl/kvdecode.js';
+import { KVD_MAX_ROW_KEYS, KVD_MAX_ROWS, KVD_THREADS, type KVDecodeSpec, kvdChunkElems, kvDecodeWorkgroupBytes } from './wgsl/kvdecode.js';
 
 /** Workgroups the split aims for: enough to fill a large GPU (an H200 has 132 SMs). */
 export const KV_TARGET_WORKGROUPS = 1024;
@@ -27,6 +27,8 @@ export interface KVCaps {
   readonly subgroupMin: number;
   /** The backend compiles generic kernels (CPU adapters). */
   readonly generic: boolean;
+  /** The adapter's maxComputeWorkgroupStorageSize (WebGPU guarantees 16384, the default). */
+  readonly maxShared?: number;
 }
 
 /** Benchmark and test knobs (the backend's kv* options). */
@@ -111,7 +113,7 @@ export function decodeSpec(p: KVCacheProblem, caps: KVCaps, t: KVTuning = {}): {
   // with it, loads one step ahead and block-table lookups one step before them (run KV-4 on the
   // H200: 48.6 → 93.5 % of the copy kernel in f32, 38.6 → 64.8 % in f16; without it both cost)
   const spread = (t.softmax ?? 'spread') === 'spread' && subgroups && !caps.generic && rows * keys <= lanes;
-  const spec: KVDecodeSpec = {
+  let spec: KVDecodeSpec = {
     enc: p.dtype, rows, elems: e, chunks, keys, lanes: caps.generic ? 0 : lanes, subgroups, vec, generic: caps.generic,
     threads: t.threads ?? KVD_THREADS, prefetch: t.prefetch ?? spread, rowsAhead: t.rowsAhead ?? spread, qShared: t.qShared ?? false, lazyRescale: t.lazyRescale ?? false,
     // the transpose needs the lane count compiled in and subgroup shuffles; elsewhere the sums it replaces
@@ -119,6 +121,14 @@ export function decodeSpec(p: KVCacheProblem, caps: KVCaps, t: KVTuning = {}): {
     // its sums are a reduce-scatter, each lane left with one (key, row) pair: R·KB ≤ L
     spread,
   };
+  // Workgroup memory within the adapter's limit: fewer keys a step (the team sums without
+  // subgroups take keys · rows · threads floats), else the knobs that asked for more are refused.
+  const maxShared = caps.maxShared ?? 16384;
+  while (kvDecodeWorkgroupBytes(spec) > maxShared && spec.keys > 1 && !spec.spread) spec = { ...spec, keys: spec.keys / 2 };
+  const bytes = kvDecodeWorkgroupBytes(spec);
+  if (bytes > maxShared) {
+    throw new FAError('E_ARG', `the KV decode kernel with kvThreads ${spec.threads}, ${spec.rows} rows${spec.qShared ? ' and kvQShared' : ''} needs ${bytes} bytes of workgroup memory; this adapter allows ${maxShared} (use fewer kvThreads or kvRows)`);
+  }
   return { spec, lanes };
 }
 

@@ -12,7 +12,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { FAError, type HostTensor } from '@fa/core';
 import { checkKVCacheCase, kvCacheCaseInputs, makeKVCacheCase, type KVCacheCaseSpec } from '@fa/core/testing';
-import { createWebGPUBackend, decodeSpec, planKV, type KVCaps, type WebGPUBackend } from '../dist/index.js';
+import { createWebGPUBackend, decodeSpec, kvDecodeWorkgroupBytes, planKV, type KVCaps, type WebGPUBackend } from '../dist/index.js';
 
 const h200: KVCaps = { subgroups: true, subgroupMin: 32, generic: false };
 const problem = (s: KVCacheCaseSpec) => kvCacheCaseInputs(makeKVCacheCase(s)).problem;
@@ -57,6 +57,27 @@ describe('webgpu KV plan (no GPU)', () => {
     }
     expect(err).toBeInstanceOf(FAError);
     expect((err as FAError).code).toBe('E_ARG');
+  });
+  it('workgroup memory within the adapter limit: fewer keys a step, else kvThreads/kvRows/kvQShared refused with E_ARG', () => {
+    // without subgroups the team sums take keys · rows · threads floats: 256 threads, 8 rows need
+    // fewer keys a step to stay within WebGPU's guaranteed 16 KiB
+    const noSub: KVCaps = { subgroups: false, subgroupMin: 0, generic: false, maxShared: 16384 };
+    const wide = problem({ dtype: 'f32', seqlens: [100], d: 128, h: 16, hkv: 2 }); // 8 rows per kv head
+    const s = decodeSpec(wide, noSub, { threads: 256 }).spec;
+    expect(s).toMatchObject({ threads: 256, rows: 8, subgroups: false });
+    expect(kvDecodeWorkgroupBytes(s)).toBeLessThanOrEqual(16384);
+    expect(s.keys).toBeLessThan(decodeSpec(wide, { ...noSub, maxShared: 1 << 20 }, { threads: 256 }).spec.keys);
+    for (const t of [64, 128, 256]) for (const c of [noSub, h200]) expect(kvDecodeWorkgroupBytes(decodeSpec(wide, c, { threads: t }).spec)).toBeLessThanOrEqual(16384);
+    // the merge alone (8 rows of 256 floats) does not fit 4 KiB: refused, not a pipeline error
+    let err: unknown;
+    try {
+      decodeSpec(wide, { ...noSub, maxShared: 4096 }, { threads: 256 });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(FAError);
+    expect((err as FAError).code).toBe('E_ARG');
+    expect((err as FAError).message).toMatch(/workgroup memory.*allows 4096/);
   });
   it('KV-4 switches: rows ahead, threads (split target scaled), most rows, spread softmax where R·KB ≤ L', () => {
     const b8 = { ...problem({ dtype: 'f32', seqlens: [100], d: 128, h: 4, hkv: 1 }), batch: 8, hkv: 8, h: 32, tk: 32768 };

@@ -193,6 +193,20 @@ function spreadStep(R: number, KB: number, L: number, S: number): string {
   return lines.join('\n');
 }
 
+/** Workgroup scratch in floats: the merge (R rows of 256) and the team sums without subgroups (KB·R·threads). */
+function scratchFloats(s: KVDecodeSpec): number {
+  return Math.max(s.rows * 256, s.subgroups ? 0 : s.keys * s.rows * s.threads);
+}
+/** Lanes a row of q takes in workgroup memory (qShared): the lane count, or the most (32). */
+function sharedQLanes(s: KVDecodeSpec): number {
+  return s.lanes > 0 ? s.lanes : 32;
+}
+/** Bytes of workgroup memory the decode kernel of `s` declares (wbuf, wq, wm, wl). */
+export function kvDecodeWorkgroupBytes(s: KVDecodeSpec): number {
+  const slots = (s.chunks * s.elems) / 4;
+  return 4 * scratchFloats(s) + (s.qShared ? 16 * s.rows * slots * sharedQLanes(s) : 0) + 2 * 4 * (s.threads / 4) * s.rows;
+}
+
 /** The decode kernel for one specialisation. */
 export function kvDecodeWGSL(s: KVDecodeSpec): string {
   const R = s.rows;
@@ -204,10 +218,9 @@ export function kvDecodeWGSL(s: KVDecodeSpec): string {
   const T = s.threads;
   if (R * KB > KVD_MAX_ROW_KEYS) throw new Error(`kv decode: rows·keys = ${R * KB} > ${KVD_MAX_ROW_KEYS}`);
   if (s.spread && (s.generic || !s.subgroups || R * KB > s.lanes)) throw new Error(`kv decode: a spread softmax needs specialised code, subgroup sums and rows·keys ≤ lanes (${R * KB} > ${s.lanes})`);
-  // workgroup scratch in floats: the merge (R rows of 256) and the team sums without subgroups
-  const scratch = Math.max(R * 256, s.subgroups ? 0 : KB * R * T);
+  const scratch = scratchFloats(s);
   // q in workgroup memory: slot x of row r for lane ℓ at (r·S + x)·LQ + ℓ (LQ: the most lanes)
-  const LQ = s.lanes > 0 ? s.lanes : 32;
+  const LQ = sharedQLanes(s);
   const qAt = (r: string, x: number) => (s.qShared ? `wq[(${r} * ${S}u + ${x}u) * ${LQ}u + ln]` : `qr[${r} * ${S}u + ${x}u]`);
   // `n` copies of body(i) (constant i), or a loop over i (generic); each copy in its own block
   let depth = 0;
