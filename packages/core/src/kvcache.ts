@@ -25,7 +25,7 @@ import { check, FAError } from './errors.js';
 import type { DType } from './dtype.js';
 import type { Tensor } from './tensor.js';
 import { describeValue } from './tensor.js';
-import { checkTensorLike, resolveScores, shapeOnlyTensor, shapeStr, toInt32, type ResolvedScores } from './validate.js';
+import { boundWindows, checkTensorLike, resolveScores, shapeOnlyTensor, shapeStr, toInt32, type ResolvedScores } from './validate.js';
 
 /**
  * An engine's copy of an int32 index array (cache lengths, a block table), made with
@@ -307,7 +307,7 @@ export function describeKVCacheProblem(qIn: unknown, kCacheIn: unknown, vCacheIn
     }
   }
   const cached = Int32Array.from(lens);
-  const sc = resolveScores(o, batch, h, d);
+  const sc = boundWindows(resolveScores(o, batch, h, d), tq, tk);
   const p: KVCacheProblem = {
     kind: 'kvcache',
     dtype: q.dtype,

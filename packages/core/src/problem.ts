@@ -5,7 +5,7 @@
  */
 import { check } from './errors.js';
 import type { DType } from './dtype.js';
-import { checkTensorLike, resolveScores, shapeOnlyTensor, shapeStr, toInt32, type ResolvedScores } from './validate.js';
+import { boundWindows, checkTensorLike, resolveScores, shapeOnlyTensor, shapeStr, toInt32, type ResolvedScores } from './validate.js';
 
 export interface AttentionOptions {
   /** Bottom-right aligned causal mask: query i sees key j iff j <= i + Tk - Tq. */
@@ -135,7 +135,7 @@ export function describeProblem(qIn: unknown, kIn: unknown, vIn: unknown, opts: 
     }
   }
 
-  const sc = resolveScores(opts, batch, h, d);
+  const sc = boundWindows(resolveScores(opts, batch, h, d), tq, tk);
   return {
     dtype: q.dtype,
     batch, h, hkv, d, tq, tk, totalQ, totalK, varlen,

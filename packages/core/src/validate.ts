@@ -65,6 +65,18 @@ export function shapeOnlyTensor(shape: readonly number[], dtype: DType): DeviceT
 }
 
 /**
+ * A window edge at least as wide as the longest query and key sequences together bounds nothing:
+ * it becomes -1, so that engines that keep windows in 32-bit integers (WGSL uniforms, CUDA's
+ * key ranges) never meet edges up to 2^53 that wrap or overflow (the results are the same: with
+ * w ≥ tq + tk every key of every row is inside it).
+ */
+export function boundWindows(sc: ResolvedScores, tq: number, tk: number): ResolvedScores {
+  const unbounded = (w: number) => (w >= tq + tk ? -1 : w);
+  const left = unbounded(sc.windowLeft), right = unbounded(sc.windowRight);
+  return left === sc.windowLeft && right === sc.windowRight ? sc : { ...sc, windowLeft: left, windowRight: right };
+}
+
+/**
  * Validates and resolves the score options for `batch` sequences of `h` query heads of head
  * dim `d`: scale defaults to 1/sqrt(d), causal sets the window's right edge to 0, ALiBi slopes
  * (H or B·H of them) are expanded to B·H.

@@ -193,6 +193,18 @@ describe('malformed calls: shared validation', () => {
   });
 });
 
+describe('window edges past every sequence', () => {
+  it('become -1 (unbounded): engines with 32-bit windows never see edges up to 2^53; narrower ones are kept', () => {
+    // q, k: 5 queries, 7 keys (t() shapes above): tq + tk = 12
+    const p = (window: [number, number]) => describeProblem(q, k, v, { window });
+    expect(p([2 ** 40, 2 ** 32 + 3])).toMatchObject({ windowLeft: -1, windowRight: -1 });
+    expect(p([Number.MAX_SAFE_INTEGER, 3])).toMatchObject({ windowLeft: -1, windowRight: 3 });
+    expect(p([q.shape[1] + k.shape[1], q.shape[1] + k.shape[1] - 1])).toMatchObject({ windowLeft: -1, windowRight: q.shape[1] + k.shape[1] - 1 });
+    expect(p([0, 0])).toMatchObject({ windowLeft: 0, windowRight: 0 });
+    expect(describeProblem(q, k, v, { window: [2 ** 33, 2 ** 33], causal: true })).toMatchObject({ windowLeft: -1, windowRight: 0 });
+  });
+});
+
 describe('malformed calls through the cpu backend', () => {
   let backend: AttentionBackend;
   beforeAll(async () => {
