@@ -45,7 +45,7 @@ const bitsU32 = new Uint32Array(bitsF64.buffer);
 const HI = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1 ? 1 : 0;
 
 /**
- * Rounds |x| to a binary format with `mant` (≤ 20) fraction bits, minimum normal exponent `emin`
+ * Rounds |x| to a binary format with `mant` (< 20) fraction bits, minimum normal exponent `emin`
  * and maximum exponent `emax`; returns the bit pattern without sign, or -1 for overflow.
  * A value whose exponent is a normal one of the format (nearly all of them) is rounded on its
  * float64 bits: the top `mant` fraction bits, plus one when the other 52 − mant are above half,

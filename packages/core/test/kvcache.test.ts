@@ -345,6 +345,43 @@ describe('cpu engine: 16-bit caches read in place', () => {
     }
     expect(failed).toEqual([]);
   });
+
+  it('paged tables whose tiles lie a constant stride apart (blocks in order, reversed, every other one) and repeated blocks match the reference', async () => {
+    // the strided P·V kernels (pvRows4S / pvRows4TS) take a tile when every row of it is one
+    // stride from the last, across block boundaries too; a stride of 0 (a block listed twice)
+    // or one that changes inside the tile takes the off[] kernels
+    const { createCpuBackend } = await import('../dist/index.js');
+    const be = await createCpuBackend({ inlineBelowFlops: 0, kvChunk: 64, threads: 1 });
+    const failed: string[] = [];
+    try {
+      for (const dtype of ['f32', 'f16', 'bf16'] as const) {
+        for (const [bs, layout] of [[1, 'reverse'], [16, 'in order'], [64, 'in order'], [3, 'every other'], [16, 'repeated']] as const) {
+          const lens = [150, 70], B = lens.length, d = 5, h = 8, hkv = 2, tq = 1;
+          const maxBlocks = Math.max(...lens.map((l) => Math.ceil(l / bs)));
+          const slots = B * maxBlocks;
+          const table = Int32Array.from({ length: slots }, (_, i) => (layout === 'reverse' ? slots - 1 - i : layout === 'every other' ? 2 * i : layout === 'repeated' ? i % 2 : i));
+          const nb = layout === 'every other' ? 2 * slots : layout === 'repeated' ? 2 : slots;
+          const rng = createRng(bs * 7 + dtype.length);
+          const q = randomTensor(rng, [B, tq, h, d], dtype);
+          const kc = randomTensor(rng, [nb, bs, hkv, d], dtype), vc = randomTensor(rng, [nb, bs, hkv, d], dtype);
+          const o: KVCacheOptions = { cacheSeqlens: Int32Array.from(lens), blockTable: table, ...(layout === 'repeated' ? {} : { window: [37, 5] as [number, number] }) };
+          const ref = referenceKVCache(q, kc, vc, o);
+          const r = await be.forwardWithKVCache(q, kc, vc, o);
+          const out = tensorValues((await be.read(r.out)) as HostTensor);
+          let err = 0, mx = 1e-3;
+          for (let i = 0; i < out.length; i++) {
+            err = Math.max(err, Math.abs(out[i] - ref.out[i]));
+            mx = Math.max(mx, Math.abs(ref.out[i]));
+          }
+          const tol = dtype === 'f32' ? 1e-5 : dtype === 'f16' ? 2e-3 : 1.6e-2;
+          if (!(err <= tol * mx)) failed.push(`${dtype} blocks of ${bs} ${layout}: max error ${err} against max |out| ${mx}`);
+        }
+      }
+    } finally {
+      await be.dispose();
+    }
+    expect(failed).toEqual([]);
+  });
 });
 
 describe('cpu engine: a failure after validation', () => {

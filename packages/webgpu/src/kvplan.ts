@@ -121,10 +121,11 @@ export function decodeSpec(p: KVCacheProblem, caps: KVCaps, t: KVTuning = {}): {
     // its sums are a reduce-scatter, each lane left with one (key, row) pair: R·KB ≤ L
     spread,
   };
-  // Workgroup memory within the adapter's limit: fewer keys a step (the team sums without
-  // subgroups take keys · rows · threads floats), else the knobs that asked for more are refused.
+  // Workgroup memory within the adapter's limit: without subgroups the team sums take keys · rows ·
+  // threads floats, so fewer keys a step (a kvKeysPerStep too included); what still does not fit
+  // (kvThreads, kvRows, kvQShared) is refused.
   const maxShared = caps.maxShared ?? 16384;
-  while (kvDecodeWorkgroupBytes(spec) > maxShared && spec.keys > 1 && !spec.spread) spec = { ...spec, keys: spec.keys / 2 };
+  while (kvDecodeWorkgroupBytes(spec) > maxShared && spec.keys > 1 && !spec.subgroups) spec = { ...spec, keys: spec.keys / 2 };
   const bytes = kvDecodeWorkgroupBytes(spec);
   if (bytes > maxShared) {
     throw new FAError('E_ARG', `the KV decode kernel with kvThreads ${spec.threads}, ${spec.rows} rows${spec.qShared ? ' and kvQShared' : ''} needs ${bytes} bytes of workgroup memory; this adapter allows ${maxShared} (use fewer kvThreads or kvRows)`);

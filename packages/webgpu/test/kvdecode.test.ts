@@ -12,7 +12,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { FAError, type HostTensor } from '@fa/core';
 import { checkKVCacheCase, kvCacheCaseInputs, makeKVCacheCase, type KVCacheCaseSpec } from '@fa/core/testing';
-import { createWebGPUBackend, decodeSpec, kvDecodeWorkgroupBytes, planKV, type KVCaps, type WebGPUBackend } from '../dist/index.js';
+import { createWebGPUBackend, decodeSpec, kvDecodeWGSL, kvDecodeWorkgroupBytes, planKV, type KVCaps, type WebGPUBackend } from '../dist/index.js';
 
 const h200: KVCaps = { subgroups: true, subgroupMin: 32, generic: false };
 const problem = (s: KVCacheCaseSpec) => kvCacheCaseInputs(makeKVCacheCase(s)).problem;
@@ -78,6 +78,26 @@ describe('webgpu KV plan (no GPU)', () => {
     expect(err).toBeInstanceOf(FAError);
     expect((err as FAError).code).toBe('E_ARG');
     expect((err as FAError).message).toMatch(/workgroup memory.*allows 4096/);
+  });
+  it('kvDecodeWorkgroupBytes counts every var<workgroup> the decode WGSL declares', () => {
+    const bytes: Record<string, number> = { f32: 4, i32: 4, u32: 4, 'vec4<f32>': 16, 'vec2<f32>': 8 };
+    let n = 0;
+    for (const enc of ['f32', 'f16', 'bf16'] as const) for (const rows of [1, 2, 8]) for (const keys of [1, 2, 4]) for (const lanes of [0, 16, 32])
+      for (const subgroups of [false, true]) for (const threads of [64, 256]) for (const qShared of [false, true]) {
+        const generic = lanes === 0;
+        const spec = { enc, rows, elems: enc === 'f32' ? 4 : 8, chunks: 1, keys, lanes, subgroups, vec: !generic, generic, threads, prefetch: false, rowsAhead: false, qShared, lazyRescale: false, teamSum: 'xor' as const, spread: false };
+        let declared = 0;
+        for (const m of kvDecodeWGSL(spec).matchAll(/var<workgroup>\s+\w+\s*:\s*([^;]+);/g)) {
+          const t = m[1].trim();
+          const a = /^array<(.+),\s*(\d+)>$/.exec(t);
+          const b = a ? bytes[a[1].trim()] * Number(a[2]) : bytes[t];
+          expect(b, `workgroup type ${t}`).toBeGreaterThan(0);
+          declared += b;
+        }
+        expect(kvDecodeWorkgroupBytes(spec)).toBe(declared);
+        n++;
+      }
+    expect(n).toBeGreaterThan(100);
   });
   it('KV-4 switches: rows ahead, threads (split target scaled), most rows, spread softmax where R·KB ≤ L', () => {
     const b8 = { ...problem({ dtype: 'f32', seqlens: [100], d: 128, h: 4, hkv: 1 }), batch: 8, hkv: 8, h: 32, tk: 32768 };

@@ -13,7 +13,8 @@
  * fewer is one such check fewer an iteration, and a float64 table needs no float32 → float64
  * conversion a load (KERNEL_NOTES.md "KV-cache decode" #14–#15). For the same reason the 4-row
  * P·V kernels have …S forms for tiles whose rows lie a constant stride apart (one block of a
- * paged cache, or a contiguous one: every 64-key tile at block sizes that are multiples of 64),
+ * paged cache, or a contiguous one: tiles inside one block, or over blocks that the table lists
+ * in order; checked per tile over every row),
  * with a running row index instead of an off[j] load (#16).
  *
  * Decode has few query rows (the GQA group's heads × Tq), so the register blocks are 4 rows ×
