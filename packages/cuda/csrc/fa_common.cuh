@@ -331,6 +331,30 @@ __device__ __forceinline__ void store_forward_rows(const FaArgs& a, const FaTens
   }
 }
 
+// store_forward_rows for a tile that a TMA store will write (16-bit outputs, no splits, every
+// row inside the sequence): O normalised into the 64-row swizzled tile sO (swz128<64>, rows r_loc
+// and r_loc + 8 of it), the LSE to global memory as before.
+template <typename E, int NTD>
+__device__ __forceinline__ void store_forward_rows_smem(const FaArgs& a, const FaTensors& t, const SeqInfo& s, int b, int h, int r, int r_loc,
+                                                        int lane, const float* o4, const float* row_max, const float* row_sum, float unscale,
+                                                        typename E::T* sO) {
+  using T = typename E::T;
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const float l = quad_sum(row_sum[rr]);
+    const float inv = l == 0.f ? 0.f : unscale / l;  // NaN stays NaN
+    const float m_use = row_max[rr] == -INFINITY ? 0.f : row_max[rr];
+    const float lse = l == 0.f ? -INFINITY : (m_use + log2f(l)) * kLn2;
+    const int i = r + rr * 8, rl = r_loc + rr * 8;
+#pragma unroll
+    for (int n = 0; n < NTD; ++n) {
+      const int c = n * 8 + 2 * (lane & 3);
+      *reinterpret_cast<uint32_t*>(sO + swz128<64>(rl, c)) = Mma<T>::pack(o4[4 * n + 2 * rr] * inv, o4[4 * n + 2 * rr + 1] * inv);
+    }
+    if ((lane & 3) == 0) t.lse[lse_index(a, b, h, s.q0, i)] = lse;
+  }
+}
+
 // The backward epilogue shared by bwd_kernel and bwd_wgmma_kernel: writes one thread's two key
 // rows of dK (times dk_mul: the softmax scale and the split unscaling) and dV (times dv_mul).
 // Same accumulator layout as store_forward_rows: dk4[4n + 2rr + j] holds key row r + 8rr, column

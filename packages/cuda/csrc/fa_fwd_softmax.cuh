@@ -149,6 +149,11 @@ struct WgFwdRows {
       for (int ks = 0; ks < BN / 16; ++ks) wg::fence_operands_u(pf[p][ks]);
   }
 
+  // The same into a 64-row swizzled tile for a TMA store (16-bit outputs, no splits): r_loc is the
+  // thread's first row within its warpgroup's 64.
+  __device__ __forceinline__ void store_smem(const FaTensors& t, int b, int h, int r_loc, const float* o, T* sO) const {
+    store_forward_rows_smem<E, NO / 4>(a, t, s, b, h, r_lo, r_loc, lane, o, row_max, row_sum, 1.f, sO);
+  }
   // Normalises and writes this thread's two rows (O and LSE, or the split-KV partials).
   __device__ __forceinline__ void store(const FaTensors& t, int b, int h, int split, const float* o) const {
     store_forward_rows<E, NO / 4>(a, t, s, b, h, split, r_lo, lane, o, row_max, row_sum, E::SPLIT ? ss.pv : 1.f);

@@ -60,7 +60,7 @@ __device__ __forceinline__ FwdTile fwd_tile_of(const FaArgs& a, int t, int nq) {
 template <typename E, typename Tr>
 __global__ void __launch_bounds__(Tr::NT, 1)
     fwd_tma_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
-                   FaArgs a, FaTensors t) {
+                   const __grid_constant__ CUtensorMap map_o, bool o_by_tma, FaArgs a, FaTensors t) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename E::T;
   static_assert(!E::SPLIT, "16-bit operands only");
@@ -74,7 +74,8 @@ __global__ void __launch_bounds__(Tr::NT, 1)
   T* sQ = reinterpret_cast<T*>(smem_raw);  // [BM][D]
   T* sK = sQ + BM * D;                     // [ST][BN][D]
   T* sV = sK + ST * BN * D;                // [ST][BN][D]
-  uint64_t* bars = reinterpret_cast<uint64_t*>(sV + ST * BN * D);
+  T* sO = sV + ST * BN * D;                // STORE: [NC][64][D], each warpgroup's rows for its TMA stores
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sO + (Tr::STORE ? BM * D : 0));
   uint64_t* q_full = bars;
   uint64_t* q_empty = bars + 1;  // the consumers' last Q K^T of a tile has retired
   uint64_t* k_full = bars + 2;
@@ -222,8 +223,29 @@ __global__ void __launch_bounds__(Tr::NT, 1)
         kv += n_tiles;
         ++nq_used;
       }
-      if constexpr (!(Tr::PARTS & 2)) rows.store(t, w.f.b, w.f.h, w.f.split, o);
+      if constexpr (Tr::PARTS & 2) {
+      } else if (Tr::STORE && o_by_tma && w.m0 + BM <= w.s.tq) {
+        // A whole tile (no rows of another sequence): O through shared memory and a TMA store per
+        // 64-column box, issued by the warpgroup's first thread, so the warpgroup goes on at once.
+        // The previous tile's stores must have read this warpgroup's O tile first: its issuer
+        // waits, then the warpgroup's named barrier (4 + cw) lets everyone write.
+        T* sOw = sO + cw * 64 * D;
+        const bool issuer = ctid % 128 == 0;
+        if (issuer) tma::bulk_wait_read<0>();
+        tma::named_sync(4 + cw, 128);
+        rows.store_smem(t, w.f.b, w.f.h, (ctid % 128 / 32) * 16 + warp_lane / 4, o, sOw);
+        wg::fence_proxy_async();  // the stores above, for the copy engine
+        tma::named_sync(4 + cw, 128);
+        if (issuer) {
+#pragma unroll
+          for (int c = 0; c < CB; ++c) tma::store_box(&map_o, sOw + c * 64 * 64, c * 64, w.f.h, w.s.q0 + w.m0 + cw * 64);
+          tma::bulk_commit();
+        }
+      } else {
+        rows.store(t, w.f.b, w.f.h, w.f.split, o);
+      }
     }
+    if (Tr::STORE && ctid % 128 == 0) tma::bulk_wait_all<0>();  // the O stores are done before the CTA exits
     if (Tr::PING && cw == 0) tma::named_sync(1, 256);
   }
 #else

@@ -59,7 +59,7 @@ cudaError_t launch_fwd_wg(FaArgs* a, const FaTensors& t, cudaStream_t st) {
 // in Tr::BN-row boxes. False when there are no rows or an operand cannot be described to the copy
 // engine (no encoder in the driver, a misaligned base): the caller runs another kernel then.
 struct TmaMaps {
-  CUtensorMap q, k, v, dout;
+  CUtensorMap q, k, v, dout, o;
 };
 template <typename E, typename Tr>
 bool encode_tma_maps(const FaArgs& a, const FaTensors& t, bool dout, TmaMaps* m) {
@@ -90,7 +90,7 @@ inline cudaError_t persistent_grid(FaArgs* k, bool persist, int64_t tiles, cudaS
 template <typename E, typename Tr>
 cudaError_t launch_fwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool* ran) {
   const int64_t tiles = static_cast<int64_t>(a->H) * ((a->max_tq + Tr::BM - 1) / Tr::BM) * a->B * a->num_splits;
-  TmaMaps m;
+  TmaMaps m{};
   *ran = tiles <= kMaxTiles && encode_tma_maps<E, Tr>(*a, t, false, &m);
   if (!*ran) return cudaSuccess;
   const size_t smem = fwd_tma_smem_bytes<Tr>();
@@ -101,7 +101,11 @@ cudaError_t launch_fwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool*
   int64_t ctas;
   e = persistent_grid(&k, Tr::PERSIST, tiles, st, &ctas);
   if (e != cudaSuccess) return e;
-  fwd_tma_kernel<E, Tr><<<static_cast<unsigned>(ctas), Tr::NT, smem, st>>>(m.q, m.k, m.v, k, t);
+  // O by TMA stores (STORE): 16-bit outputs without splits, in 64-row boxes of d_out columns (a
+  // d_out that is not a multiple of 8, or a misaligned output, keeps the threads' stores)
+  const bool o_by_tma = Tr::STORE && a->num_splits == 1 &&
+                        tma::encode_operand(&m.o, t.o, std::is_same<typename E::T, __nv_bfloat16>::value, a->d_out, a->H, a->total_q, 64);
+  fwd_tma_kernel<E, Tr><<<static_cast<unsigned>(ctas), Tr::NT, smem, st>>>(m.q, m.k, m.v, m.o, o_by_tma, k, t);
   FA_CHECK_LAUNCH();
   return launch_combine<E>(a, t, st);
 }
@@ -211,7 +215,7 @@ cudaError_t launch_bwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool*
   const bool planned = a->dq_tiled;
   a->dq_tiled = 0;
   const int64_t tiles = static_cast<int64_t>((a->max_tk + Tr::BN - 1) / Tr::BN) * a->Hkv * a->B;
-  TmaMaps m;
+  TmaMaps m{};
   *ran = (!Tr::DQ_BULK || planned) && tiles <= kMaxTiles && encode_tma_maps<E, Tr>(*a, t, true, &m);
   if (!*ran) return cudaSuccess;
   a->dq_tiled = Tr::DQ_BULK;

@@ -19,8 +19,8 @@ constexpr size_t fwd_wg_smem_bytes() { return static_cast<size_t>(Tr::BM * Tr::D
 // the TMA forward adds its mbarriers (8 bytes each) and the tile ring's slots after the tiles
 template <typename Tr>
 constexpr size_t fwd_tma_smem_bytes() {  // tiles, the mbarriers (Q full/empty, 4 per stage, the tile ring's), the ring's slots
-  return static_cast<size_t>(Tr::BM * Tr::D + 2 * Tr::STAGES * Tr::BN * Tr::D) * 2 + (2 + 4 * Tr::STAGES + tma::TileRing::kBars) * 8 +
-         tma::TileRing::kSlots * sizeof(int);
+  return static_cast<size_t>((Tr::STORE ? 2 : 1) * Tr::BM * Tr::D + 2 * Tr::STAGES * Tr::BN * Tr::D) * 2 +
+         (2 + 4 * Tr::STAGES + tma::TileRing::kBars) * 8 + tma::TileRing::kSlots * sizeof(int);  // (STORE: the O tile)
 }
 template <typename Tr, int NP>
 constexpr size_t bwd_smem_bytes() {

@@ -53,6 +53,14 @@ __device__ __forceinline__ void load_box(void* dst, const CUtensorMap* map, uint
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c), "r"(h), "r"(r)
       : "memory");
 }
+// The opposite: box (64 columns, 1 head, rows) of shared memory at src to column c, head h, row r
+// of the map's tensor, in this thread's bulk group (columns and rows past the tensor are not
+// written). Commit, then bulk_wait_read before src is overwritten, bulk_wait_all before exiting.
+__device__ __forceinline__ void store_box(const CUtensorMap* map, const void* src, int c, int h, int r) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+               "r"(smem_u32(src)), "r"(c), "r"(h), "r"(r)
+               : "memory");
+}
 __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }

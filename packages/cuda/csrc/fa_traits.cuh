@@ -89,9 +89,12 @@ template <> struct FwdWgTraits<128, true> : FwdWgCfg<128, 64, 2, 2> {};
 // PARTS (dev harness only, 0 in the library): 1 leaves the masks out, 2 the O store (wrong results).
 // ORDER 1: without a mask, the tile list runs over one head's query tiles before the next head's
 // (0: heads fastest, as under a mask).
-template <int D_, int BN_, int STAGES_, bool PING_ = true, int NC_ = 2, bool PERSIST_ = true, int PARTS_ = 0, int ORDER_ = 1>
+// STORE: whole tiles leave through shared memory and TMA stores (an O tile of BM x D 16-bit
+// elements more shared memory), the others by the threads' own stores.
+template <int D_, int BN_, int STAGES_, bool PING_ = true, int NC_ = 2, bool PERSIST_ = true, int PARTS_ = 0, int ORDER_ = 1, bool STORE_ = true>
 struct FwdTmaCfg {
   static constexpr int D = D_, BN = BN_, STAGES = STAGES_, NC = NC_, PARTS = PARTS_, ORDER = ORDER_;  // NC consumer warpgroups
+  static constexpr bool STORE = STORE_;
   static constexpr int BM = 64 * NC, NT = 128 * (NC + 1);
   static constexpr bool PING = PING_, PERSIST = PERSIST_;
   // 64K registers: 40 + 2 x 232 (x 128 threads) with two consumers, 24 + 3 x 160 with three
@@ -102,7 +105,7 @@ template <int D>
 struct FwdTmaTraits;
 template <> struct FwdTmaTraits<64> : FwdTmaCfg<64, 128, 4> {};    // 144 KiB
 template <> struct FwdTmaTraits<128> : FwdTmaCfg<128, 128, 2> {};  // 160 KiB
-template <> struct FwdTmaTraits<256> : FwdTmaCfg<256, 64, 2> {};   // 192 KiB (O takes 128 registers)
+template <> struct FwdTmaTraits<256> : FwdTmaCfg<256, 64, 2, true, 2, true, 0, 1, false> {};  // 192 KiB (O takes 128 registers; no room for an O tile)
 // D = 64 without a mask (no causal, no window) and queries of 4K and more: three consumer
 // warpgroups, 192 query rows (H200 runs 21 and 23: +5-12 % over two at T >= 4K; with a causal mask
 // the 192-row diagonal tiles cost more than they give, and at T <= 2K the partial last tile does).

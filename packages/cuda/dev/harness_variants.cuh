@@ -25,6 +25,9 @@ static void variants() {
       {"T1 tma d128 BN128 2st ping", kBF16, 128, launch_fwd_tma<BF, FwdTmaCfg<128, 128, 2, true>>, nullptr},
       // one CTA a tile (the default until session 6) against the persistent grid (T1, T4, T10)
       {"N1 T1 one CTA a tile", kBF16, 128, launch_fwd_tma<BF, FwdTmaCfg<128, 128, 2, true, 2, false>>, nullptr},
+      // O by the threads' own stores (the default until the TMA-store epilogue; session 6, not run yet)
+      {"S0 T1 threads store O", kBF16, 128, launch_fwd_tma<BF, FwdTmaCfg<128, 128, 2, true, 2, true, 0, 1, false>>, nullptr},
+      {"S0b T4 threads store O", kBF16, 64, launch_fwd_tma<BF, FwdTmaCfg<64, 128, 4, true, 2, true, 0, 1, false>>, nullptr},
       {"H0 T1 heads fastest", kBF16, 128, launch_fwd_tma<BF, FwdTmaCfg<128, 128, 2, true, 2, true, 0, 0>>, nullptr},
       {"H0b T4 heads fastest", kBF16, 64, launch_fwd_tma<BF, FwdTmaCfg<64, 128, 4, true, 2, true, 0, 0>>, nullptr},
       {"H0c T10 heads fastest", kBF16, 64, launch_fwd_tma<BF, FwdTmaCfg<64, 128, 4, true, 3, true, 0, 0>>, nullptr},
