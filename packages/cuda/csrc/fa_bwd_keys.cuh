@@ -48,9 +48,12 @@ struct WgBwdKeys {
       : a(a_), s(s_), ss(split_scales<E>(a_)), n0(n0_), kr(kr_), q_lo(q_lo_), lane(lane_) {
     scale_log2 = a.scale * kLog2e * ss.qk;
   }
+  template <bool MODS = true>
   __device__ __forceinline__ void head(int b, int h) {
-    slope = a.alibi ? a.alibi[b * a.H + h] : 0.f;
-    plain = a.softcap <= 0.f && slope == 0.f;
+    if constexpr (MODS) {
+      slope = a.alibi ? a.alibi[b * a.H + h] : 0.f;
+      plain = a.softcap <= 0.f && slope == 0.f;
+    }
   }
 
   // acc = K Q^T over D (or V dO^T): k_addr this warpgroup's 64 rows of plane 0 of a BN-row tile,
@@ -70,8 +73,9 @@ struct WgBwdKeys {
 
   // P^T and dS^T in place of S^T and dP^T for the query tile at m0 (lse, dsm: its BM rows of
   // LSE·log2 e and Dsum). UNSWITCH: two copies of the loop, plain scores without the soft-cap and
-  // ALiBi work (see BwdWgCfg); otherwise one loop that nvcc may split by itself.
-  template <bool UNSWITCH>
+  // ALiBi work (see BwdWgCfg); otherwise one loop that nvcc may split by itself. !MODS: the call has
+  // neither (only the plain copy is compiled).
+  template <bool UNSWITCH, bool MODS = true>
   __device__ __forceinline__ void p_ds(float* st, float* dp, int m0, const float* lse, const float* dsm) const {
     auto body = [&](auto plain_tag) {
       constexpr bool PLAIN = decltype(plain_tag)::value;
@@ -88,7 +92,8 @@ struct WgBwdKeys {
         dp[i] = ds;
       }
     };
-    if (UNSWITCH && plain) body(std::true_type{});
+    if constexpr (!MODS) body(std::true_type{});
+    else if (UNSWITCH && plain) body(std::true_type{});
     else body(std::false_type{});
     if (tile_needs_mask(a, s, m0, BM, n0, BN)) {  // (assignments: NaN scores of other sequences vanish)
       const int qb = m0 + q_lo + 2 * (lane & 3);  // element i is key n0 + kr + 8 ((i >> 1) & 1), query qb + 8 (i >> 2) + (i & 1)

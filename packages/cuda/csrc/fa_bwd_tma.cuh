@@ -40,7 +40,7 @@
 
 namespace fa {
 
-template <typename E, typename Tr>
+template <typename E, typename Tr, bool MODS = true>  // MODS: the call may have soft-cap or ALiBi
 __global__ void __launch_bounds__(384, 1)
     bwd_tma_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
                    const __grid_constant__ CUtensorMap map_do, FaArgs a, FaTensors t) {
@@ -57,9 +57,10 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int PARTS = Tr::PARTS;  // (dev timing only: parts left out)
   constexpr bool kAddDq = !(PARTS & 1), kDq = !(PARTS & 2), kMath = !(PARTS & 4), kDkDv = !(PARTS & 16);
   // DQ_BULK: per warpgroup with dQ columns (NH of them), a BM x 64 float block in shared memory,
-  // "full" (consumer -> writer warp) and "empty" (writer -> consumer) named barriers of 160 threads
-  constexpr bool kBulk = Tr::DQ_BULK;
-  constexpr int NH = D / 64, kDqFull = 2, kDqEmpty = 2 + NH, kDqBar = 128 + 32;
+  // "full" (consumer -> writer warp) and "empty" (writer -> consumer) named barriers of 160 threads.
+  // DQ_ALT (D = 64): the warpgroup of the step's parity computes dQ, into its own block (NB = 2).
+  constexpr bool kBulk = Tr::DQ_BULK, kAlt = Tr::DQ_ALT;
+  constexpr int NH = D / 64, NB = Tr::DQ_BLOCKS, kDqFull = 2, kDqEmpty = 2 + NB, kDqBar = 128 + 32;
   static_assert(!kBulk || BM == DqTiles::BM, "the tiled dQ layout is 64 rows a tile");
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -68,8 +69,8 @@ __global__ void __launch_bounds__(384, 1)
   T* sQ = sV + BN * D;                     // [ST][BM][D]
   T* sdO = sQ + ST * BM * D;               // [ST][BM][D]
   T* sdS = sdO + ST * BM * D;              // [2][BN keys][BM queries]
-  float* sdQ = reinterpret_cast<float*>(sdS + 2 * BN * BM);  // DQ_BULK: [NH][DqTiles::BLOCK]
-  float* sLse = sdQ + (kBulk ? NH * DqTiles::BLOCK : 0);      // [ST][BM]
+  float* sdQ = reinterpret_cast<float*>(sdS + 2 * BN * BM);  // DQ_BULK: [NB][DqTiles::BLOCK]
+  float* sLse = sdQ + NB * DqTiles::BLOCK;                    // [ST][BM]
   float* sDs = sLse + ST * BM;                                // [ST][BM]
   uint64_t* bars = reinterpret_cast<uint64_t*>(sDs + ST * BM);
   uint64_t* kv_full = bars;
@@ -137,14 +138,15 @@ __global__ void __launch_bounds__(384, 1)
       const bool lead = tid == 32, ordered = a.deterministic;
       if (writes)
 #pragma unroll
-        for (int w = 0; w < NH; ++w) tma::named_arrive(kDqEmpty + w, kDqBar);  // the blocks start empty
+        for (int w = 0; w < NB; ++w) tma::named_arrive(kDqEmpty + w, kDqBar);  // the blocks start empty
+      int qw = 0;  // steps so far (the consumers' qi: DQ_ALT's owner is its parity)
       for (int i = 0;; ++i) {
         const int tile = ring.read(i);
         if (tile >= total) break;
         Work wk;
         if (!writes || !work_of(tile, &wk)) continue;
         const SeqInfo& s = wk.s;
-        for (int it = 0; it < wk.total_it; ++it) {
+        for (int it = 0; it < wk.total_it; ++it, ++qw) {
           const int h = wk.hk * G + it / wk.nm, mb = wk.mb_lo + it % wk.nm;
           float* dst = a.dq_accum + DqTiles::tile_offset(s.q0, wk.b, mb, h, a.H, D);  // block w at + w * BLOCK
           int* sem = nullptr;
@@ -168,22 +170,34 @@ __global__ void __launch_bounds__(384, 1)
             __syncwarp();
             tma::fence_proxy_async_global();  // the earlier blocks' sums, before our bulk reads them
           }
-#pragma unroll
-          for (int w = 0; w < NH; ++w) {
+          if constexpr (kAlt) {
+            const int w = qw & 1;  // the block of this step's owner; both add columns 0..63
             tma::named_sync(kDqFull + w, kDqBar);
             if (lead && !(PARTS & 8)) {
-              tma::reduce_add_f32(dst + w * DqTiles::BLOCK, sdQ + w * DqTiles::BLOCK, DqTiles::BLOCK * sizeof(float));
+              tma::reduce_add_f32(dst, sdQ + w * DqTiles::BLOCK, DqTiles::BLOCK * sizeof(float));
               tma::bulk_commit();
+              tma::bulk_wait_read<0>();
             }
-          }
-          if constexpr (NH == 2) {
-            if (lead) tma::bulk_wait_read<1>();
             __syncwarp();
-            tma::named_arrive(kDqEmpty, kDqBar);
+            tma::named_arrive(kDqEmpty + w, kDqBar);
+          } else {
+#pragma unroll
+            for (int w = 0; w < NH; ++w) {
+              tma::named_sync(kDqFull + w, kDqBar);
+              if (lead && !(PARTS & 8)) {
+                tma::reduce_add_f32(dst + w * DqTiles::BLOCK, sdQ + w * DqTiles::BLOCK, DqTiles::BLOCK * sizeof(float));
+                tma::bulk_commit();
+              }
+            }
+            if constexpr (NH == 2) {
+              if (lead) tma::bulk_wait_read<1>();
+              __syncwarp();
+              tma::named_arrive(kDqEmpty, kDqBar);
+            }
+            if (lead) tma::bulk_wait_read<0>();
+            __syncwarp();
+            tma::named_arrive(kDqEmpty + NH - 1, kDqBar);
           }
-          if (lead) tma::bulk_wait_read<0>();
-          __syncwarp();
-          tma::named_arrive(kDqEmpty + NH - 1, kDqBar);
           if (ordered && lead) {
             tma::bulk_wait_all<0>();  // our sums are in global memory
             tma::fence_proxy_async_global();
@@ -251,7 +265,7 @@ __global__ void __launch_bounds__(384, 1)
     const uint32_t k_addr = smem_u32(sK) + cw * 64 * 128, v_addr = smem_u32(sV) + cw * 64 * 128;  // this warpgroup's 64 key rows
     const bool det = a.deterministic;
     const bool dq_here = kDq && (!det || (kBulk && a.dq_tiled));  // dQ in this kernel (deterministic: ordered bulk adds)
-    const bool has_dq = dq_here && cw * 64 < D;   // (D = 64: only the first consumer has dQ columns)
+    const bool dq_cols = dq_here && cw * 64 < D;  // (D = 64: only the first consumer has dQ columns, unless DQ_ALT)
     auto release = [&](uint64_t* bar) { if (lane == 0) tma::arrive(bar); };
     // Keeps a fragment's registers from being reused while a wgmma that reads them may run.
     auto fence_frag = [](typename Keys::Frag& f) {
@@ -275,7 +289,8 @@ __global__ void __launch_bounds__(384, 1)
       for (int it = 0; it < total_it; ++it, ++qi) {
         const int st = qi % ST, ph = (qi / ST) & 1;
         const int h = hk * G + it / nm, m0 = (mb_lo + it % nm) * BM;
-        keys.head(b, h);
+        keys.template head<MODS>(b, h);
+        const bool has_dq = kAlt ? dq_here && (qi & 1) == cw : dq_cols;
         const uint32_t q_addr = smem_u32(sQ + st * BM * D), do_addr = smem_u32(sdO + st * BM * D);
         T* ds_buf = sdS + (qi & 1) * BN * BM;
 
@@ -291,7 +306,7 @@ __global__ void __launch_bounds__(384, 1)
         wg::fence_operands<NS>(dp);
 
         // ---- P^T, dS^T; dS^T to shared memory --------------------------------------------------
-        if constexpr (kMath) keys.template p_ds<true>(sc, dp, m0, sLse + st * BM, sDs + st * BM);
+        if constexpr (kMath) keys.template p_ds<true, MODS>(sc, dp, m0, sLse + st * BM, sDs + st * BM);
         typename Keys::Frag pf, sf;
         keys.pack(sc, dp, pf, sf);
         if (dq_here) keys.store_ds(sf, ds_buf);
@@ -307,7 +322,7 @@ __global__ void __launch_bounds__(384, 1)
         }
         if (has_dq) {
           float dq[NQ];
-          Keys::issue_dq(dq, smem_u32(ds_buf), smem_u32(sK) + cw * BN * 128);
+          Keys::issue_dq(dq, smem_u32(ds_buf), smem_u32(sK) + (kAlt ? 0 : cw) * BN * 128);
           wg::commit();
           wg::wait<1>();  // dV retired: dO and P^T are no longer read
           fence_frag(pf);

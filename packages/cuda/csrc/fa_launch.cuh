@@ -226,15 +226,18 @@ cudaError_t launch_bwd_tma(FaArgs* a, const FaTensors& t, cudaStream_t st, bool*
   }
   cudaError_t e = bwd_pre<E>(a, t, st);
   if (e != cudaSuccess) return e;
+  // a call without soft-cap and ALiBi runs the instance whose loop has only the plain element math
+  const bool mods = !Tr::PLAIN_KERNEL || a->softcap > 0.f || a->alibi != nullptr;
+  auto kernel = mods ? bwd_tma_kernel<E, Tr, true> : bwd_tma_kernel<E, Tr, false>;
   const size_t smem = bwd_tma_smem_bytes<Tr>();
-  e = set_smem(bwd_tma_kernel<E, Tr>, smem);
+  e = set_smem(kernel, smem);
   if (e != cudaSuccess) return e;
   if (tiles > 0) {
     FaArgs k = *a;
     int64_t ctas;
     e = persistent_grid(&k, Tr::PERSIST, tiles, st, &ctas);
     if (e != cudaSuccess) return e;
-    bwd_tma_kernel<E, Tr><<<static_cast<unsigned>(ctas), 384, smem, st>>>(m.q, m.k, m.v, m.dout, k, t);
+    kernel<<<static_cast<unsigned>(ctas), 384, smem, st>>>(m.q, m.k, m.v, m.dout, k, t);
   }
   FA_CHECK_LAUNCH();
   return bwd_post<E, Tr::D>(a, t, st);  // (deterministic without tiles: bwd_post's dQ kernel)
