@@ -57,10 +57,9 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int PARTS = Tr::PARTS;  // (dev timing only: parts left out)
   constexpr bool kAddDq = !(PARTS & 1), kDq = !(PARTS & 2), kMath = !(PARTS & 4), kDkDv = !(PARTS & 16);
   // DQ_BULK: per warpgroup with dQ columns (NH of them), a BM x 64 float block in shared memory,
-  // "full" (consumer -> writer warp) and "empty" (writer -> consumer) named barriers of 160 threads.
-  // DQ_ALT (D = 64): the warpgroup of the step's parity computes dQ, into its own block (NB = 2).
-  constexpr bool kBulk = Tr::DQ_BULK, kAlt = Tr::DQ_ALT;
-  constexpr int NH = D / 64, NB = Tr::DQ_BLOCKS, kDqFull = 2, kDqEmpty = 2 + NB, kDqBar = 128 + 32;
+  // "full" (consumer -> writer warp) and "empty" (writer -> consumer) named barriers of 160 threads
+  constexpr bool kBulk = Tr::DQ_BULK;
+  constexpr int NH = D / 64, kDqFull = 2, kDqEmpty = 2 + NH, kDqBar = 128 + 32;
   static_assert(!kBulk || BM == DqTiles::BM, "the tiled dQ layout is 64 rows a tile");
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -69,8 +68,8 @@ __global__ void __launch_bounds__(384, 1)
   T* sQ = sV + BN * D;                     // [ST][BM][D]
   T* sdO = sQ + ST * BM * D;               // [ST][BM][D]
   T* sdS = sdO + ST * BM * D;              // [2][BN keys][BM queries]
-  float* sdQ = reinterpret_cast<float*>(sdS + 2 * BN * BM);  // DQ_BULK: [NB][DqTiles::BLOCK]
-  float* sLse = sdQ + NB * DqTiles::BLOCK;                    // [ST][BM]
+  float* sdQ = reinterpret_cast<float*>(sdS + 2 * BN * BM);  // DQ_BULK: [NH][DqTiles::BLOCK]
+  float* sLse = sdQ + (kBulk ? NH * DqTiles::BLOCK : 0);      // [ST][BM]
   float* sDs = sLse + ST * BM;                                // [ST][BM]
   uint64_t* bars = reinterpret_cast<uint64_t*>(sDs + ST * BM);
   uint64_t* kv_full = bars;
@@ -93,9 +92,16 @@ __global__ void __launch_bounds__(384, 1)
   const bool reversed = kBulk && a.deterministic && a.dq_tiled && a.win_right >= 0;
   const int nkb = (a.max_tk + BN - 1) / BN;
   const int total = nkb * a.Hkv * a.B;
+  // STAGGER (calls that are not deterministic): key block n walks its query tiles starting n tiles
+  // into its range (wrapping), so the CTAs of one head do not read and add the same tile together
+  const bool stagger = Tr::STAGGER && !a.deterministic;
   struct Work {
     SeqInfo s;
-    int n_block, hk, b, n0, mb_lo, nm, total_it;
+    int n_block, hk, b, n0, mb_lo, nm, total_it, shift;
+    __device__ __forceinline__ int mb(int it) const {  // query tile of step it (heads of the group outermost)
+      int r = it % nm + shift;
+      return mb_lo + (r >= nm ? r - nm : r);
+    }
   };
   auto work_of = [&](int tile, Work* w) -> bool {  // false: no keys here (past the sequence)
     const int nb = tile % nkb, r = tile / nkb;
@@ -109,6 +115,7 @@ __global__ void __launch_bounds__(384, 1)
     query_block_range(a, w->s, w->n0, BN, BM, &w->mb_lo, &mb_hi);
     w->nm = mb_hi - w->mb_lo;
     w->total_it = w->nm * G;
+    w->shift = stagger && w->nm > 0 ? w->n_block % w->nm : 0;
     return true;
   };
 
@@ -138,16 +145,15 @@ __global__ void __launch_bounds__(384, 1)
       const bool lead = tid == 32, ordered = a.deterministic;
       if (writes)
 #pragma unroll
-        for (int w = 0; w < NB; ++w) tma::named_arrive(kDqEmpty + w, kDqBar);  // the blocks start empty
-      int qw = 0;  // steps so far (the consumers' qi: DQ_ALT's owner is its parity)
+        for (int w = 0; w < NH; ++w) tma::named_arrive(kDqEmpty + w, kDqBar);  // the blocks start empty
       for (int i = 0;; ++i) {
         const int tile = ring.read(i);
         if (tile >= total) break;
         Work wk;
         if (!writes || !work_of(tile, &wk)) continue;
         const SeqInfo& s = wk.s;
-        for (int it = 0; it < wk.total_it; ++it, ++qw) {
-          const int h = wk.hk * G + it / wk.nm, mb = wk.mb_lo + it % wk.nm;
+        for (int it = 0; it < wk.total_it; ++it) {
+          const int h = wk.hk * G + it / wk.nm, mb = wk.mb(it);
           float* dst = a.dq_accum + DqTiles::tile_offset(s.q0, wk.b, mb, h, a.H, D);  // block w at + w * BLOCK
           int* sem = nullptr;
           if (ordered) {
@@ -170,34 +176,22 @@ __global__ void __launch_bounds__(384, 1)
             __syncwarp();
             tma::fence_proxy_async_global();  // the earlier blocks' sums, before our bulk reads them
           }
-          if constexpr (kAlt) {
-            const int w = qw & 1;  // the block of this step's owner; both add columns 0..63
+#pragma unroll
+          for (int w = 0; w < NH; ++w) {
             tma::named_sync(kDqFull + w, kDqBar);
             if (lead && !(PARTS & 8)) {
-              tma::reduce_add_f32(dst, sdQ + w * DqTiles::BLOCK, DqTiles::BLOCK * sizeof(float));
+              tma::reduce_add_f32(dst + w * DqTiles::BLOCK, sdQ + w * DqTiles::BLOCK, DqTiles::BLOCK * sizeof(float));
               tma::bulk_commit();
-              tma::bulk_wait_read<0>();
             }
-            __syncwarp();
-            tma::named_arrive(kDqEmpty + w, kDqBar);
-          } else {
-#pragma unroll
-            for (int w = 0; w < NH; ++w) {
-              tma::named_sync(kDqFull + w, kDqBar);
-              if (lead && !(PARTS & 8)) {
-                tma::reduce_add_f32(dst + w * DqTiles::BLOCK, sdQ + w * DqTiles::BLOCK, DqTiles::BLOCK * sizeof(float));
-                tma::bulk_commit();
-              }
-            }
-            if constexpr (NH == 2) {
-              if (lead) tma::bulk_wait_read<1>();
-              __syncwarp();
-              tma::named_arrive(kDqEmpty, kDqBar);
-            }
-            if (lead) tma::bulk_wait_read<0>();
-            __syncwarp();
-            tma::named_arrive(kDqEmpty + NH - 1, kDqBar);
           }
+          if constexpr (NH == 2) {
+            if (lead) tma::bulk_wait_read<1>();
+            __syncwarp();
+            tma::named_arrive(kDqEmpty, kDqBar);
+          }
+          if (lead) tma::bulk_wait_read<0>();
+          __syncwarp();
+          tma::named_arrive(kDqEmpty + NH - 1, kDqBar);
           if (ordered && lead) {
             tma::bulk_wait_all<0>();  // our sums are in global memory
             tma::fence_proxy_async_global();
@@ -245,7 +239,7 @@ __global__ void __launch_bounds__(384, 1)
       const bool q_tail_in_tensor = s.q0 + s.tq < a.total_q;  // rows after this sequence hold data
       // One Q-side tile (Q or dO) and its per-row statistic (LSE·log2 e or Dsum) into ring slot qi.
       auto load = [&](uint64_t* full, uint64_t* empty, T* tile_buf, const CUtensorMap* map, const void* src, float* srow, const float* grow, int it) {
-        const int st = qi % ST, h = hk * G + it / wk.nm, m0 = (wk.mb_lo + it % wk.nm) * BM;
+        const int st = qi % ST, h = hk * G + it / wk.nm, m0 = wk.mb(it) * BM;
         if (qi >= ST) tma::wait(empty + st, ((qi / ST) + 1) & 1);
         const float* g = grow + static_cast<int64_t>(h) * a.total_q + s.q0 + m0;
         for (int r = lane; r < BM; r += 32) srow[st * BM + r] = m0 + r < s.tq ? g[r] : 0.f;
@@ -265,7 +259,7 @@ __global__ void __launch_bounds__(384, 1)
     const uint32_t k_addr = smem_u32(sK) + cw * 64 * 128, v_addr = smem_u32(sV) + cw * 64 * 128;  // this warpgroup's 64 key rows
     const bool det = a.deterministic;
     const bool dq_here = kDq && (!det || (kBulk && a.dq_tiled));  // dQ in this kernel (deterministic: ordered bulk adds)
-    const bool dq_cols = dq_here && cw * 64 < D;  // (D = 64: only the first consumer has dQ columns, unless DQ_ALT)
+    const bool has_dq = dq_here && cw * 64 < D;   // (D = 64: only the first consumer has dQ columns)
     auto release = [&](uint64_t* bar) { if (lane == 0) tma::arrive(bar); };
     // Keeps a fragment's registers from being reused while a wgmma that reads them may run.
     auto fence_frag = [](typename Keys::Frag& f) {
@@ -280,7 +274,7 @@ __global__ void __launch_bounds__(384, 1)
       Work wk;
       if (!work_of(tile, &wk)) continue;
       const SeqInfo& s = wk.s;
-      const int n0 = wk.n0, hk = wk.hk, b = wk.b, nm = wk.nm, mb_lo = wk.mb_lo, total_it = wk.total_it;
+      const int n0 = wk.n0, hk = wk.hk, b = wk.b, nm = wk.nm, total_it = wk.total_it;
       Keys keys(a, s, n0, kr, 0, lane);
       float dk[NG], dv[NG];
 #pragma unroll
@@ -288,9 +282,8 @@ __global__ void __launch_bounds__(384, 1)
       if (total_it > 0) tma::wait(kv_full, nkv & 1);
       for (int it = 0; it < total_it; ++it, ++qi) {
         const int st = qi % ST, ph = (qi / ST) & 1;
-        const int h = hk * G + it / nm, m0 = (mb_lo + it % nm) * BM;
+        const int h = hk * G + it / nm, m0 = wk.mb(it) * BM;
         keys.template head<MODS>(b, h);
-        const bool has_dq = kAlt ? dq_here && (qi & 1) == cw : dq_cols;
         const uint32_t q_addr = smem_u32(sQ + st * BM * D), do_addr = smem_u32(sdO + st * BM * D);
         T* ds_buf = sdS + (qi & 1) * BN * BM;
 
@@ -322,7 +315,7 @@ __global__ void __launch_bounds__(384, 1)
         }
         if (has_dq) {
           float dq[NQ];
-          Keys::issue_dq(dq, smem_u32(ds_buf), smem_u32(sK) + (kAlt ? 0 : cw) * BN * 128);
+          Keys::issue_dq(dq, smem_u32(ds_buf), smem_u32(sK) + cw * BN * 128);
           wg::commit();
           wg::wait<1>();  // dV retired: dO and P^T are no longer read
           fence_frag(pf);

@@ -180,21 +180,18 @@ template <> struct BwdWgTraits<128, true> : BwdWgCfg<128, 64, 64, 2> {};
 // PERSIST: one CTA per SM taking tiles from a counter (FaArgs::tile_counter) instead of one CTA a tile.
 // PLAIN_KERNEL: calls without soft-cap and ALiBi run an instance whose loop holds only the plain
 // element math (the other instance keeps both copies, chosen per head at run time).
-// DQ_ALT (D = 64, DQ_BULK): the warpgroup that computes a step's dQ alternates with the step
-// (one 64 x 64 block each, two blocks in shared memory) instead of always the first.
+// STAGGER: key block n starts its walk over the query tiles n tiles in (non-deterministic calls).
 template <int D_, int BM_, int STAGES_ = 2, bool DQ_BULK_ = true, int PARTS_ = 0, bool PERSIST_ = true, bool PLAIN_KERNEL_ = false,
-          bool DQ_ALT_ = false>
+          bool STAGGER_ = false>
 struct BwdTmaCfg {
   static constexpr int D = D_, BN = 128, BM = BM_, STAGES = STAGES_, PARTS = PARTS_;
-  static constexpr bool DQ_BULK = DQ_BULK_, PERSIST = PERSIST_, PLAIN_KERNEL = PLAIN_KERNEL_;
-  static constexpr bool DQ_ALT = DQ_ALT_ && D_ == 64 && DQ_BULK_;
+  static constexpr bool DQ_BULK = DQ_BULK_, PERSIST = PERSIST_, PLAIN_KERNEL = PLAIN_KERNEL_, STAGGER = STAGGER_;
   static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
-  static constexpr int DQ_BLOCKS = DQ_BULK_ ? (DQ_ALT ? 2 : D_ / 64) : 0;  // 64 x 64 float blocks in shared memory
 };
 template <int D>
 struct BwdTmaTraits;
-template <> struct BwdTmaTraits<64> : BwdTmaCfg<64, 64, 2, true, 0, true, true, true> {};  // 129 KiB
-template <> struct BwdTmaTraits<128> : BwdTmaCfg<128, 64, 2, true, 0, true, true> {};      // 193 KiB
+template <> struct BwdTmaTraits<64> : BwdTmaCfg<64, 64, 2> {};                     // 113 KiB
+template <> struct BwdTmaTraits<128> : BwdTmaCfg<128, 64, 2, true, 0, true, true> {};  // 193 KiB
 constexpr bool has_tma_bwd(int D) { return D == 64 || D == 128; }
 // Which calls run it: sm_90, f16/bf16 (split f32 keeps fa_bwd_wgmma.cuh), D = 64 and 128, unless
 // the call asks for the mma.sync backward. FA_NO_TMA_BWD builds without it.
