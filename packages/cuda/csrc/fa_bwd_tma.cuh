@@ -19,6 +19,8 @@
 //                                             [wait all -> release the Q stage]
 // dS^T is double-buffered, so a warpgroup may write step i+1's dS^T while the other still reads
 // step i's in its dQ product; the barrier of step i+1 keeps step i+2 from overwriting step i's.
+// A key block with few query tiles (Tr::STAGGER) walks them starting at its own block index
+// (Work::mb), so the CTAs of one head spread over the tiles instead of meeting on each.
 // Deterministic calls: with DQ_BULK the writer adds a tile only after the key blocks that precede
 // its own in a fixed order have (a counter per tile and head, FaArgs::dq_sem: acquire, add, wait
 // for completion, release), so each dQ element is summed in one order run to run. The order is
@@ -92,9 +94,9 @@ __global__ void __launch_bounds__(384, 1)
   const bool reversed = kBulk && a.deterministic && a.dq_tiled && a.win_right >= 0;
   const int nkb = (a.max_tk + BN - 1) / BN;
   const int total = nkb * a.Hkv * a.B;
-  // STAGGER (calls that are not deterministic): key block n walks its query tiles starting n tiles
-  // into its range (wrapping), so the CTAs of one head do not read and add the same tile together
-  const bool stagger = Tr::STAGGER && !a.deterministic;
+  // STAGGER (calls that are not deterministic, key blocks with few query tiles): key block n walks
+  // its query tiles starting n tiles into its range (wrapping)
+  const bool stagger = Tr::STAGGER > 0 && !a.deterministic;
   struct Work {
     SeqInfo s;
     int n_block, hk, b, n0, mb_lo, nm, total_it, shift;
@@ -115,7 +117,7 @@ __global__ void __launch_bounds__(384, 1)
     query_block_range(a, w->s, w->n0, BN, BM, &w->mb_lo, &mb_hi);
     w->nm = mb_hi - w->mb_lo;
     w->total_it = w->nm * G;
-    w->shift = stagger && w->nm > 0 ? w->n_block % w->nm : 0;
+    w->shift = stagger && w->nm > 1 && w->nm <= Tr::STAGGER ? w->n_block % w->nm : 0;
     return true;
   };
 
