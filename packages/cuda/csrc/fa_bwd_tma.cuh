@@ -154,6 +154,11 @@ __global__ void __launch_bounds__(384, 1)
         Work wk;
         if (!writes || !work_of(tile, &wk)) continue;
         const SeqInfo& s = wk.s;
+        // DET_PIPE: a step's counter is released after the next step's adds are issued (its own adds
+        // complete meanwhile). Only within a key block: every step adds a different (tile, head), and a
+        // block only waits for blocks before it, so a late release holds back later blocks only; before
+        // the next key block (which may wait for this one) everything is released.
+        int* pending = nullptr;
         for (int it = 0; it < wk.total_it; ++it) {
           const int h = wk.hk * G + it / wk.nm, mb = wk.mb(it);
           float* dst = a.dq_accum + DqTiles::tile_offset(s.q0, wk.b, mb, h, a.H, D);  // block w at + w * BLOCK
@@ -195,10 +200,24 @@ __global__ void __launch_bounds__(384, 1)
           __syncwarp();
           tma::named_arrive(kDqEmpty + NH - 1, kDqBar);
           if (ordered && lead) {
-            tma::bulk_wait_all<0>();  // our sums are in global memory
-            tma::fence_proxy_async_global();
-            tma::add_release(sem, 1);
+            if constexpr (Tr::DET_PIPE) {
+              if (pending) {
+                tma::bulk_wait_all<NH>();  // the previous step's sums are in global memory (this step's NH groups may run)
+                tma::fence_proxy_async_global();
+                tma::add_release(pending, 1);
+              }
+              pending = sem;
+            } else {
+              tma::bulk_wait_all<0>();  // our sums are in global memory
+              tma::fence_proxy_async_global();
+              tma::add_release(sem, 1);
+            }
           }
+        }
+        if (pending && lead) {
+          tma::bulk_wait_all<0>();
+          tma::fence_proxy_async_global();
+          tma::add_release(pending, 1);
         }
       }
       if (lead) tma::bulk_wait_all<0>();

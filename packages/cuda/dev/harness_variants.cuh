@@ -69,6 +69,9 @@ static void variants() {
       {"L1 U1 late rows", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, true, 0, true, true, 32, false>>},
       {"L2 U2 late rows", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, true, 0, true, false, 32, false>>},
       {"L3 U3b late rows det", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, true, 0, true, false, 32, false>>, true},
+      // deterministic: each step's counter released only after its own adds completed (session 6)
+      {"K1 U3 det unpipelined", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, true, 0, true, true, 32, true, false>>, true},
+      {"K2 U3b det unpipelined", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, true, 0, true, false, 32, true, false>>, true},
       // parts left out (timing only; the checks FAIL by design): KERNEL_NOTES "Where a backward step's time goes"
       {"P8 U1 bulk hand-over, no reduce", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, true, 8>>},
       {"P1 U1 no dQ atomics", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, false, 1>>},
