@@ -58,10 +58,14 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int kDsReady = 1;  // named barrier: both warpgroups' dS^T are in shared memory
   constexpr int PARTS = Tr::PARTS;  // (dev timing only: parts left out)
   constexpr bool kAddDq = !(PARTS & 1), kDq = !(PARTS & 2), kMath = !(PARTS & 4), kDkDv = !(PARTS & 16);
-  // DQ_BULK: per warpgroup with dQ columns (NH of them), a BM x 64 float block in shared memory,
-  // "full" (consumer -> writer warp) and "empty" (writer -> consumer) named barriers of 160 threads
+  // DQ_BULK: per warpgroup with dQ columns (NH of them) and per writer warp (NW: steps alternate
+  // between them), a BM x 64 float block in shared memory, "full" (consumer -> writer warp) and
+  // "empty" (writer -> consumer) named barriers of 160 threads: block (p, w) of step parity p.
   constexpr bool kBulk = Tr::DQ_BULK;
-  constexpr int NH = D / 64, kDqFull = 2, kDqEmpty = 2 + NH, kDqBar = 128 + 32;
+  constexpr int NH = D / 64, NW = Tr::DQ_WRITERS, kDqBar = 128 + 32;
+  static_assert(NW == 1 || NW == 2, "one or two dQ writer warps");
+  auto dq_full = [](int p, int w) { return 2 + p * NH + w; };
+  auto dq_empty = [](int p, int w) { return 2 + NW * NH + p * NH + w; };
   static_assert(!kBulk || BM == DqTiles::BM, "the tiled dQ layout is 64 rows a tile");
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -70,8 +74,8 @@ __global__ void __launch_bounds__(384, 1)
   T* sQ = sV + BN * D;                     // [ST][BM][D]
   T* sdO = sQ + ST * BM * D;               // [ST][BM][D]
   T* sdS = sdO + ST * BM * D;              // [2][BN keys][BM queries]
-  float* sdQ = reinterpret_cast<float*>(sdS + 2 * BN * BM);  // DQ_BULK: [NH][DqTiles::BLOCK]
-  float* sLse = sdQ + (kBulk ? NH * DqTiles::BLOCK : 0);      // [ST][BM]
+  float* sdQ = reinterpret_cast<float*>(sdS + 2 * BN * BM);  // DQ_BULK: [NW][NH][DqTiles::BLOCK]
+  float* sLse = sdQ + (kBulk ? NW * NH * DqTiles::BLOCK : 0);  // [ST][BM]
   float* sDs = sLse + ST * BM;                                // [ST][BM]
   uint64_t* bars = reinterpret_cast<uint64_t*>(sDs + ST * BM);
   uint64_t* kv_full = bars;
@@ -139,27 +143,27 @@ __global__ void __launch_bounds__(384, 1)
   if (wgi == 0) {
     // ---- producer ------------------------------------------------------------------------------
     tma::regs_dec<Tr::PRODUCER_REGS>();
-    if (tid >= 64) return;
+    if (tid >= 32 + 32 * NW) return;
     if (tid >= 32) {
-      // ---- warp 1: dQ blocks -> the tiled accumulator --------------------------------------------
+      // ---- warps 1..NW: dQ blocks -> the tiled accumulator, writer p taking the steps of parity p
+      // (two writers: a deterministic step's wait for its turn and for its adds' completion
+      // overlaps the other writer's step) --------------------------------------------------------
       constexpr bool kWriter = kBulk && kDq && kAddDq;
       const bool writes = kWriter && !(a.deterministic && !a.dq_tiled);  // (no counters: the dQ kernel adds dQ)
-      const bool lead = tid == 32, ordered = a.deterministic;
+      const int p = tid / 32 - 1, wl = tid % 32;
+      const bool lead = wl == 0, ordered = a.deterministic;
       if (writes)
 #pragma unroll
-        for (int w = 0; w < NH; ++w) tma::named_arrive(kDqEmpty + w, kDqBar);  // the blocks start empty
+        for (int w = 0; w < NH; ++w) tma::named_arrive(dq_empty(p, w), kDqBar);  // the blocks start empty
+      int qw = 0;  // steps so far (the consumers' qi)
       for (int i = 0;; ++i) {
         const int tile = ring.read(i);
         if (tile >= total) break;
         Work wk;
         if (!writes || !work_of(tile, &wk)) continue;
         const SeqInfo& s = wk.s;
-        // DET_PIPE: a step's counter is released after the next step's adds are issued (its own adds
-        // complete meanwhile). Only within a key block: every step adds a different (tile, head), and a
-        // block only waits for blocks before it, so a late release holds back later blocks only; before
-        // the next key block (which may wait for this one) everything is released.
-        int* pending = nullptr;
         for (int it = 0; it < wk.total_it; ++it) {
+          if (qw++ % NW != p) continue;
           const int h = wk.hk * G + it / wk.nm, mb = wk.mb(it);
           float* dst = a.dq_accum + DqTiles::tile_offset(s.q0, wk.b, mb, h, a.H, D);  // block w at + w * BLOCK
           int* sem = nullptr;
@@ -171,7 +175,7 @@ __global__ void __launch_bounds__(384, 1)
             const bool above = reversed;
             const int nblocks = min((s.tk + BN - 1) / BN, nkb);  // (a max_tk too small must not hang)
             int before = 0;
-            for (int nb = tid - 32; nb < nblocks; nb += 32) {
+            for (int nb = wl; nb < nblocks; nb += 32) {
               int lo, hi;
               query_block_range(a, s, nb * BN, BN, BM, &lo, &hi);
               before += (above ? nb > wk.n_block : nb < wk.n_block) && lo <= mb && mb < hi;
@@ -185,39 +189,25 @@ __global__ void __launch_bounds__(384, 1)
           }
 #pragma unroll
           for (int w = 0; w < NH; ++w) {
-            tma::named_sync(kDqFull + w, kDqBar);
+            tma::named_sync(dq_full(p, w), kDqBar);
             if (lead && !(PARTS & 8)) {
-              tma::reduce_add_f32(dst + w * DqTiles::BLOCK, sdQ + w * DqTiles::BLOCK, DqTiles::BLOCK * sizeof(float));
+              tma::reduce_add_f32(dst + w * DqTiles::BLOCK, sdQ + (p * NH + w) * DqTiles::BLOCK, DqTiles::BLOCK * sizeof(float));
               tma::bulk_commit();
             }
           }
           if constexpr (NH == 2) {
             if (lead) tma::bulk_wait_read<1>();
             __syncwarp();
-            tma::named_arrive(kDqEmpty, kDqBar);
+            tma::named_arrive(dq_empty(p, 0), kDqBar);
           }
           if (lead) tma::bulk_wait_read<0>();
           __syncwarp();
-          tma::named_arrive(kDqEmpty + NH - 1, kDqBar);
+          tma::named_arrive(dq_empty(p, NH - 1), kDqBar);
           if (ordered && lead) {
-            if constexpr (Tr::DET_PIPE) {
-              if (pending) {
-                tma::bulk_wait_all<NH>();  // the previous step's sums are in global memory (this step's NH groups may run)
-                tma::fence_proxy_async_global();
-                tma::add_release(pending, 1);
-              }
-              pending = sem;
-            } else {
-              tma::bulk_wait_all<0>();  // our sums are in global memory
-              tma::fence_proxy_async_global();
-              tma::add_release(sem, 1);
-            }
+            tma::bulk_wait_all<0>();  // our sums are in global memory
+            tma::fence_proxy_async_global();
+            tma::add_release(sem, 1);
           }
-        }
-        if (pending && lead) {
-          tma::bulk_wait_all<0>();
-          tma::fence_proxy_async_global();
-          tma::add_release(pending, 1);
         }
       }
       if (lead) tma::bulk_wait_all<0>();
@@ -355,15 +345,16 @@ __global__ void __launch_bounds__(384, 1)
           wg::fence_operands<NQ>(dq);
           if constexpr (kAddDq && kBulk) {
             // this warpgroup's block: float4 n of thread t at n * 128 + t (fa_dq_tiles.cuh)
-            float4* blk = reinterpret_cast<float4*>(sdQ + cw * DqTiles::BLOCK);
+            const int p = qi % NW;  // the writer of this step
+            float4* blk = reinterpret_cast<float4*>(sdQ + (p * NH + cw) * DqTiles::BLOCK);
             const int t4 = tid % 128;
-            tma::named_sync(kDqEmpty + cw, kDqBar);  // the writer has read the previous step's block
+            tma::named_sync(dq_empty(p, cw), kDqBar);  // the writer has read its previous step's block
 #pragma unroll
             for (int n = 0; n < DqTiles::F4; ++n) blk[n * 128 + t4] = make_float4(dq[4 * n], dq[4 * n + 1], dq[4 * n + 2], dq[4 * n + 3]);
             // the bulk copy reads these stores through the async proxy; (the fence and arrival after
             // dK retired were 7 % slower: here they run under dK)
             wg::fence_proxy_async();
-            tma::named_arrive(kDqFull + cw, kDqBar);
+            tma::named_arrive(dq_full(p, cw), kDqBar);
           } else if constexpr (kAddDq) {
             keys.add_dq(dq, m0, h, warp, cw * 64);
           }

@@ -36,7 +36,7 @@ constexpr size_t bwd_wg_smem_bytes() {
 template <typename Tr>
 constexpr size_t bwd_tma_smem_bytes() {
   return static_cast<size_t>(2 * Tr::BN * Tr::D + 2 * Tr::STAGES * Tr::BM * Tr::D + 2 * Tr::BN * Tr::BM) * 2 +
-         (Tr::DQ_BULK ? Tr::D / 64 * Tr::BM * 64 * sizeof(float) : 0) + 2 * Tr::STAGES * Tr::BM * sizeof(float) + (2 + 4 * Tr::STAGES + tma::TileRing::kBars) * 8 +
+         (Tr::DQ_BULK ? Tr::DQ_WRITERS * Tr::D / 64 * Tr::BM * 64 * sizeof(float) : 0) + 2 * Tr::STAGES * Tr::BM * sizeof(float) + (2 + 4 * Tr::STAGES + tma::TileRing::kBars) * 8 +
          tma::TileRing::kSlots * sizeof(int);  // mbarriers: K/V full/empty, 4 per stage, the tile ring's; its slots
 }
 template <int D, bool SPLIT>

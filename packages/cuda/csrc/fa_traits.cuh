@@ -185,20 +185,20 @@ template <> struct BwdWgTraits<128, true> : BwdWgCfg<128, 64, 64, 2> {};
 // add the same tile at the same moment (run 55: +5-15 % at T 1K-2K, +-3 % at 4K-16K: not there).
 // EARLY_ROWS: the producer reads a step's LSE and Dsum rows (plain loads) before it waits for the
 // ring slot they go to, not after.
-// DET_PIPE (deterministic calls): the dQ writer releases a step's tile counter after issuing the
-// next step's adds instead of waiting for its own adds to complete before going on.
+// DQ_WRITERS (DQ_BULK): dQ writer warps, taking steps in turn, each with its own dQ blocks in shared
+// memory (D = 128 with two: 225 KiB).
 template <int D_, int BM_, int STAGES_ = 2, bool DQ_BULK_ = true, int PARTS_ = 0, bool PERSIST_ = true, bool PLAIN_KERNEL_ = false,
-          int STAGGER_ = 0, bool EARLY_ROWS_ = true, bool DET_PIPE_ = true>
+          int STAGGER_ = 0, bool EARLY_ROWS_ = true, int DQ_WRITERS_ = 1>
 struct BwdTmaCfg {
-  static constexpr int D = D_, BN = 128, BM = BM_, STAGES = STAGES_, PARTS = PARTS_, STAGGER = STAGGER_;
-  static constexpr bool DQ_BULK = DQ_BULK_, PERSIST = PERSIST_, PLAIN_KERNEL = PLAIN_KERNEL_, EARLY_ROWS = EARLY_ROWS_, DET_PIPE = DET_PIPE_;
+  static constexpr int D = D_, BN = 128, BM = BM_, STAGES = STAGES_, PARTS = PARTS_, STAGGER = STAGGER_, DQ_WRITERS = DQ_WRITERS_;
+  static constexpr bool DQ_BULK = DQ_BULK_, PERSIST = PERSIST_, PLAIN_KERNEL = PLAIN_KERNEL_, EARLY_ROWS = EARLY_ROWS_;
   static_assert(BM % 32 == 0, "the producer warp reads BM / 32 statistics a lane");
   static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
 };
 template <int D>
 struct BwdTmaTraits;
-template <> struct BwdTmaTraits<64> : BwdTmaCfg<64, 64, 2, true, 0, true, false, 32> {};   // 113 KiB
-template <> struct BwdTmaTraits<128> : BwdTmaCfg<128, 64, 2, true, 0, true, true, 32> {};  // 193 KiB
+template <> struct BwdTmaTraits<64> : BwdTmaCfg<64, 64, 2, true, 0, true, false, 32, true, 2> {};   // 129 KiB
+template <> struct BwdTmaTraits<128> : BwdTmaCfg<128, 64, 2, true, 0, true, true, 32, true, 2> {};  // 225 KiB
 constexpr bool has_tma_bwd(int D) { return D == 64 || D == 128; }
 // Which calls run it: sm_90, f16/bf16 (split f32 keeps fa_bwd_wgmma.cuh), D = 64 and 128, unless
 // the call asks for the mma.sync backward. FA_NO_TMA_BWD builds without it.

@@ -66,12 +66,14 @@ static void variants() {
       {"Z2 U2 staggered query walk", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, true, 0, true, false, 1 << 30>>},
       {"Z3 U2 no stagger", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2>>},
       // the statistics rows read after the slot wait (session 6's producer) against U1/U2 (before it)
-      {"L1 U1 late rows", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, true, 0, true, true, 32, false>>},
-      {"L2 U2 late rows", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, true, 0, true, false, 32, false>>},
-      {"L3 U3b late rows det", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, true, 0, true, false, 32, false>>, true},
-      // deterministic: each step's counter released only after its own adds completed (session 6)
-      {"K1 U3 det unpipelined", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, true, 0, true, true, 32, true, false>>, true},
-      {"K2 U3b det unpipelined", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, true, 0, true, false, 32, true, false>>, true},
+      {"L1 U1 late rows", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, true, 0, true, true, 32, false, 1>>},
+      {"L2 U2 late rows", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, true, 0, true, false, 32, false, 1>>},
+      {"L3 U3b late rows det", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, true, 0, true, false, 32, false, 1>>, true},
+      // one dQ writer warp (session 6) against two taking turns (U1-U3b)
+      {"K1 U1 one writer", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, true, 0, true, true, 32, true, 1>>},
+      {"K2 U2 one writer", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, true, 0, true, false, 32, true, 1>>},
+      {"K3 U3 det one writer", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, true, 0, true, true, 32, true, 1>>, true},
+      {"K4 U3b det one writer", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, true, 0, true, false, 32, true, 1>>, true},
       // parts left out (timing only; the checks FAIL by design): KERNEL_NOTES "Where a backward step's time goes"
       {"P8 U1 bulk hand-over, no reduce", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, true, 8>>},
       {"P1 U1 no dQ atomics", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, false, 1>>},
