@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(384, 1)
   if (tid == 0) {
     tma::bar_init(kv_full, 1);
     tma::bar_init(kv_empty, 8);  // one arrival per consumer warp
-    ring.init(9);  // the consumer warps and the dQ writer warp
+    ring.init(8 + NW);  // the consumer warps and the dQ writer warps
 #pragma unroll
     for (int i = 0; i < ST; ++i) {
       tma::bar_init(q_full + i, 1);
