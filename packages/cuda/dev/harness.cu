@@ -32,6 +32,10 @@ static std::vector<Case> test_cases() {
       c = Case(); c.dtype = dt; c.d = d; c.name = "mqa det"; c.Hkv = 1; c.det = true; c.tq = 129; c.tk = 513; cs.push_back(c);
       c = Case(); c.dtype = dt; c.d = d; c.name = "decode split"; c.B = 1; c.H = 2; c.Hkv = 1; c.tq = 3; c.tk = 5000; c.alibi = true; cs.push_back(c);
       c = Case(); c.dtype = dt; c.d = d; c.name = "window left only, det"; c.wl = 50; c.det = true; c.causal = true; c.tq = 400; c.tk = 400; cs.push_back(c);
+      if (d <= 128) {  // the persistent kernels' tile ring and writer turns over several tiles a CTA (~4)
+        c = Case(); c.dtype = dt; c.d = d; c.name = "many tiles a CTA"; c.B = 8; c.H = c.Hkv = 32; c.tq = c.tk = 200; cs.push_back(c);
+        c.name = "many tiles a CTA, det causal"; c.det = true; c.causal = true; cs.push_back(c);
+      }
     }
     // head dims off the kernels' buckets: multiples of 8 run zero-padded in the bucket, the
     // others are first copied (f16/bf16) or split (f32) into a layout padded to a multiple of 8
