@@ -22,7 +22,7 @@
 
 namespace fa {
 
-template <typename E, int D, int BN, int BM, int QW>
+template <typename E, int D, int BN, int BM, int QW, bool STSM = true>  // STSM: dS^T stored by stmatrix
 struct WgBwdKeys {
   using T = typename E::T;
   static constexpr int NP = E::NP;
@@ -115,18 +115,34 @@ struct WgBwdKeys {
       }
   }
 
-  // dS^T to a [NP][BN keys][BM queries] swizzled tile for dQ = dS K.
+  // dS^T to a [NP][BN keys][BM queries] swizzled tile for dQ = dS K: one stmatrix per k-step and
+  // plane. Register r of a k-step is the 8 x 8 block (rows 8 (r & 1), columns 8 (r >> 1)) of the
+  // warp's 16 x 16 fragment in the mma layout stmatrix expects; lane l gives the address of row
+  // l & 7 of block l >> 3 (16 contiguous bytes of the swizzled row).
   __device__ __forceinline__ void store_ds(const Frag& sf, T* sdS) const {
+    if constexpr (!STSM) {  // (dev harness: session 6's 4-byte stores)
+#pragma unroll
+      for (int p = 0; p < NP; ++p)
+#pragma unroll
+        for (int ks = 0; ks < QW / 16; ++ks)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int row = kr + (r & 1) * 8, col = q_lo + ks * 16 + (r >> 1) * 8 + 2 * (lane & 3);
+            *reinterpret_cast<uint32_t*>(sdS + p * BN * BM + swz128<BN>(row, col)) = sf[p][ks][r];
+          }
+      return;
+    }
+    const int row = kr - (lane >> 2) + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
     for (int p = 0; p < NP; ++p)
 #pragma unroll
-      for (int ks = 0; ks < QW / 16; ++ks)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          // register r of k-step ks holds (row kr + 8*(r&1), cols 16ks + 8*(r>>1) + 2*(lane&3) + 0..1)
-          const int row = kr + (r & 1) * 8, col = q_lo + ks * 16 + (r >> 1) * 8 + 2 * (lane & 3);
-          *reinterpret_cast<uint32_t*>(sdS + p * BN * BM + swz128<BN>(row, col)) = sf[p][ks][r];
-        }
+      for (int ks = 0; ks < QW / 16; ++ks) {
+        const int col = q_lo + ks * 16 + (lane >> 4) * 8;
+        const uint32_t addr = smem_u32(sdS + p * BN * BM + swz128<BN>(row, col));
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(sf[p][ks][0]), "r"(sf[p][ks][1]),
+                     "r"(sf[p][ks][2]), "r"(sf[p][ks][3])
+                     : "memory");
+      }
   }
 
   // acc += F^T-fragments · X: dV += P^T dO (x_addr: dO) or dK += dS^T Q (x_addr: Q), X read

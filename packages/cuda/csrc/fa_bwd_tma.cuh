@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(384, 1)
   static_assert(BN == 128 && BM == 64, "two consumer warpgroups of 64 keys; dQ = dS K is one m64 product per step");
   constexpr int CB = D / 64;  // 64-column boxes per tile row
   constexpr uint32_t KV_BYTES = BN * D * 2;
-  using Keys = WgBwdKeys<E, D, BN, BM, BM>;
+  using Keys = WgBwdKeys<E, D, BN, BM, BM, Tr::STSM>;
   constexpr int NS = Keys::NS, NG = Keys::NG, NQ = Keys::NQ;
   constexpr int kDsReady = 1;  // named barrier: both warpgroups' dS^T are in shared memory
   constexpr int PARTS = Tr::PARTS;  // (dev timing only: parts left out)

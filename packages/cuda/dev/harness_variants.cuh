@@ -74,6 +74,9 @@ static void variants() {
       {"K2 U2 one writer", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, true, 0, true, false, 32, true, 1>>},
       {"K3 U3 det one writer", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, true, 0, true, true, 32, true, 1>>, true},
       {"K4 U3b det one writer", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, true, 0, true, false, 32, true, 1>>, true},
+      // dS^T by 4-byte stores (session 6) against stmatrix (U1, U2)
+      {"M1 U1 dS by st.shared", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, true, 0, true, true, 32, true, 2, false>>},
+      {"M2 U2 dS by st.shared", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, true, 0, true, false, 32, true, 2, false>>},
       // parts left out (timing only; the checks FAIL by design): KERNEL_NOTES "Where a backward step's time goes"
       {"P8 U1 bulk hand-over, no reduce", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, true, 8>>},
       {"P1 U1 no dQ atomics", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, false, 1>>},
