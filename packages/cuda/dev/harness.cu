@@ -12,9 +12,11 @@
 // bench32:  the same for f32 at D = 128 (and D = 64 at 16K): tensor-core split and FFMA paths.
 // big:      one head, T = 100 000, D = 128, bf16: forward and backward time and extra memory.
 // variants: kernel variants (dev/harness_variants.cuh); tcrate: f16 vs tf32 wgmma rate.
+// calltime: a backward call's time outside its main kernel (dev/harness_calltime.cuh).
 #include "harness_problem.cuh"
 #include "harness_tcrate.cuh"
 #include "harness_variants.cuh"
+#include "harness_calltime.cuh"
 
 static std::vector<Case> test_cases() {
   std::vector<Case> cs;
@@ -177,6 +179,7 @@ int main(int argc, char** argv) {
     if (!strcmp(argv[i], "big")) g = true;
     if (!strcmp(argv[i], "tcrate")) tcrate();
     if (!strcmp(argv[i], "variants")) variants();
+    if (!strcmp(argv[i], "calltime")) calltime();
     if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     if (!strcmp(argv[i], "--json32") && i + 1 < argc) json32 = argv[++i];
   }
