@@ -6,8 +6,9 @@
 //              mbarrier), then Q and dO tiles into STAGES-deep rings, each stage guarded by a
 //              "full" mbarrier (TMA bytes, plus the warp's own stores of the tile's LSE·log2 e
 //              and Dsum rows) and an "empty" one (one arrival per consumer warp).
-//              Warp 1 (DQ_BULK) adds each step's dQ blocks to the tiled accumulator
-//              (fa_dq_tiles.cuh): one bulk reduction per block, handed over on named barriers.
+//              Warps 1..DQ_WRITERS (DQ_BULK) take the steps in turn and add each step's dQ blocks
+//              to the tiled accumulator (fa_dq_tiles.cuh): one bulk reduction per block, handed
+//              over on named barriers, each writer with its own blocks.
 //   consumers  warpgroups 1 and 2 (key groups of 64 keys), registers raised to CONSUMER_REGS, the
 //              per-step math of WgBwdKeys (fa_bwd_keys.cuh). No CTA barrier in the loop: the two
 //              consumers meet once per step on a named barrier, where dS^T is published for dQ.

@@ -15,6 +15,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "fa_api.h"
 #include "fa_tile.cuh"
 #include "fa_traits.cuh"
@@ -339,6 +341,7 @@ __device__ __forceinline__ void store_forward_rows_smem(const FaArgs& a, const F
                                                         int lane, const float* o4, const float* row_max, const float* row_sum, float unscale,
                                                         typename E::T* sO) {
   using T = typename E::T;
+  static_assert(std::is_same<T, typename E::TO>::value, "the TMA store writes the output in the operands' 16-bit type");
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
     const float l = quad_sum(row_sum[rr]);

@@ -103,13 +103,13 @@ struct FwdTmaCfg {
 };
 template <int D>
 struct FwdTmaTraits;
-template <> struct FwdTmaTraits<64> : FwdTmaCfg<64, 128, 4> {};    // 144 KiB
-template <> struct FwdTmaTraits<128> : FwdTmaCfg<128, 128, 2> {};  // 160 KiB
+template <> struct FwdTmaTraits<64> : FwdTmaCfg<64, 128, 4> {};    // 160 KiB with the O tile
+template <> struct FwdTmaTraits<128> : FwdTmaCfg<128, 128, 2> {};  // 192 KiB with the O tile
 template <> struct FwdTmaTraits<256> : FwdTmaCfg<256, 64, 2, true, 2, true, 0, 1, false> {};  // 192 KiB (O takes 128 registers; no room for an O tile)
 // D = 64 without a mask (no causal, no window) and queries of 4K and more: three consumer
 // warpgroups, 192 query rows (H200 runs 21 and 23: +5-12 % over two at T >= 4K; with a causal mask
 // the 192-row diagonal tiles cost more than they give, and at T <= 2K the partial last tile does).
-struct FwdTmaWide64 : FwdTmaCfg<64, 128, 4, true, 3> {};  // 152 KiB
+struct FwdTmaWide64 : FwdTmaCfg<64, 128, 4, true, 3> {};  // 176 KiB with the O tile
 constexpr bool tma_fwd_wide(int D, int win_left, int win_right, int max_tq) {
   return D == 64 && win_left < 0 && win_right < 0 && max_tq >= 4096;
 }
