@@ -261,10 +261,8 @@ cudaError_t bwd(FaArgs* a, const FaTensors& t, void* ws, cudaStream_t st) {
   FaTensors kt = t;
   kt.dout_src = t.dout;
   if (p.ffma) {
-    if (a->total_q > 0) {
-      bwd_preprocess_kernel<float><<<static_cast<unsigned>((static_cast<int64_t>(a->total_q) * a->H + 7) / 8), 256, 0, st>>>(k, kt);
-      FA_CHECK_LAUNCH();
-    }
+    cudaError_t e = launch_bwd_preprocess<float>(k, kt, st);
+    if (e != cudaSuccess) return e;
     return ffma_bwd(&k, kt, st);
   }
   if (prep_size(*a, p, true) > 0) {

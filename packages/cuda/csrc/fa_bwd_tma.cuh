@@ -90,15 +90,27 @@ __global__ void __launch_bounds__(384, 1)
 
   const int tid = threadIdx.x, wgi = tid / 128;
   const int G = a.H / a.Hkv;
-  // Tiles: t = (key block fastest, then kv head, then sequence), one CTA a tile or (persistent, a
-  // counter in FaArgs::tile_counter) one CTA per SM taking the next tile when it finishes one: the
-  // producer loads the next K and V while the consumers store dK and dV. A deterministic call that
+  // Tiles: t = (key block fastest, then kv head, then sequence; but see the tail below), one CTA a
+  // tile or (persistent, a counter in FaArgs::tile_counter) one CTA per SM taking the next tile when
+  // it finishes one: the producer loads the next K and V while the consumers store dK and dV. A
+  // deterministic call that
   // orders its dQ adds by descending key block (causal, windows: see the writer) walks its key
   // blocks in that order too, so a tile only ever waits for tiles taken before it (running or
   // done): no deadlock, whatever fits on the GPU.
   const bool reversed = kBulk && a.deterministic && a.dq_tiled && a.win_right >= 0;
   const int nkb = (a.max_tk + BN - 1) / BN;
   const int total = nkb * a.Hkv * a.B;
+  // The tail (Tr::ORDER = k > 0; masked calls that are not deterministic): key blocks have walks of
+  // different lengths (causal: key block 0 the longest), and with key blocks fastest the grid ended
+  // on the last head's long walk while the other SMs idled (~6 % at 4K causal, by a model of the
+  // counter). So the last tail_heads (kv head, sequence) pairs, enough for k tiles an SM, walk kv
+  // heads fastest: every one of their first key blocks before any second, and the grid ends on short
+  // walks. Only the last ones: kv heads fastest throughout lost up to 14 % (run 64: the CTAs running
+  // together then spread over every head, and Q, dO and dQ no longer stay in L2 between them).
+  const int heads = a.Hkv * a.B;
+  const bool masked = a.win_left >= 0 || a.win_right >= 0;
+  const int tail_heads = Tr::ORDER > 0 && masked && !a.deterministic ? min(heads, (Tr::ORDER * max(a.num_sms, 1) + nkb - 1) / nkb) : 0;
+  const int tail0 = (heads - tail_heads) * nkb;  // the tail's first tile
   // STAGGER (calls that are not deterministic, key blocks with few query tiles): key block n walks
   // its query tiles starting n tiles into its range (wrapping)
   const bool stagger = Tr::STAGGER > 0 && !a.deterministic;
@@ -111,7 +123,15 @@ __global__ void __launch_bounds__(384, 1)
     }
   };
   auto work_of = [&](int tile, Work* w) -> bool {  // false: no keys here (past the sequence)
-    const int nb = tile % nkb, r = tile / nkb;
+    int nb, r;  // key block, (kv head, sequence) pair
+    if (tile < tail0) {
+      nb = tile % nkb;
+      r = tile / nkb;
+    } else {
+      const int th = max(tail_heads, 1);  // (tail_heads > 0 here)
+      nb = (tile - tail0) / th;
+      r = heads - th + (tile - tail0) % th;
+    }
     w->n_block = reversed ? nkb - 1 - nb : nb;
     w->hk = r % a.Hkv;
     w->b = r / a.Hkv;

@@ -81,6 +81,7 @@ inline cudaError_t persistent_grid(FaArgs* k, bool persist, int64_t tiles, cudaS
   if (!k->tile_counter) return cudaSuccess;
   int sms = k->num_sms, dev = 0;
   if (sms <= 0 && (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)) sms = 1;
+  k->num_sms = sms;  // (the backward's tile order reads it)
   *ctas = std::min<int64_t>(tiles, std::max(1, sms));
   return cudaMemsetAsync(k->tile_counter, 0, sizeof(int), st);
 }
@@ -139,21 +140,19 @@ cudaError_t launch_fwd(FaArgs* a, const FaTensors& t, cudaStream_t st) {
 
 template <typename E>
 cudaError_t bwd_pre(FaArgs* a, const FaTensors& t, cudaStream_t st) {
-  const int64_t items = static_cast<int64_t>(a->total_q) * a->H;
-  if (items > 0) {
-    bwd_preprocess_kernel<typename E::TO><<<static_cast<unsigned>((items + 7) / 8), 256, 0, st>>>(*a, t);
-    FA_CHECK_LAUNCH();
-  }
-  return cudaSuccess;
+  return launch_bwd_preprocess<typename E::TO>(*a, t, st);
 }
 template <typename E, int D>
 cudaError_t bwd_post(FaArgs* a, const FaTensors& t, cudaStream_t st) {
   const int64_t items = static_cast<int64_t>(a->total_q) * a->H;
-  if (a->dq_tiled) {
-    dim3 grid((a->max_tq + DqTiles::BM - 1) / DqTiles::BM, a->H, a->B);
-    if (a->max_tq > 0) {
-      bwd_convert_dq_tiled_kernel<E, D><<<grid, 256, 0, st>>>(*a, t);
-      FA_CHECK_LAUNCH();
+  if (a->dq_tiled) {  // (only the TMA backward tiles its accumulator: 16-bit operands)
+    if constexpr (sizeof(typename E::TO) != 2) return cudaErrorNotSupported;
+    else {
+      dim3 grid((a->max_tq + DqTiles::BM - 1) / DqTiles::BM, a->H, a->B);
+      if (a->max_tq > 0) {
+        bwd_convert_dq_tiled_kernel<E, D><<<grid, 256, 0, st>>>(*a, t);
+        FA_CHECK_LAUNCH();
+      }
     }
   } else if (a->deterministic) {
     using Tq = DqTraits<D, E::SPLIT>;

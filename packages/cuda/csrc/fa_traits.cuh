@@ -186,6 +186,9 @@ template <> struct BwdWgTraits<128, true> : BwdWgCfg<128, 64, 64, 2> {};
 // EARLY_ROWS: the producer reads a step's LSE and Dsum rows (plain loads) before it waits for the
 // ring slot they go to, not after.
 // STSM: dS^T goes to shared memory by stmatrix (4 per k-step and warp) instead of 4-byte stores.
+// ORDER k (masked calls that are not deterministic): the tile list ends with kv heads fastest over
+// enough heads for k tiles an SM, so that the grid ends on short walks (fa_bwd_tma.cuh); 0: key
+// blocks fastest throughout.
 // DQ_WRITERS (DQ_BULK): dQ writer warps, taking steps in turn, each with its own dQ blocks in shared
 // memory (D = 128 with two: 225 KiB).
 template <int D_, int BM_, int STAGES_ = 2, bool DQ_BULK_ = true, int PARTS_ = 0, bool PERSIST_ = true, bool PLAIN_KERNEL_ = false,
@@ -194,7 +197,7 @@ struct BwdTmaCfg {
   static constexpr int D = D_, BN = 128, BM = BM_, STAGES = STAGES_, PARTS = PARTS_, STAGGER = STAGGER_, DQ_WRITERS = DQ_WRITERS_;
   static constexpr bool DQ_BULK = DQ_BULK_, PERSIST = PERSIST_, PLAIN_KERNEL = PLAIN_KERNEL_, EARLY_ROWS = EARLY_ROWS_, STSM = STSM_;
   static_assert(BM % 32 == 0, "the producer warp reads BM / 32 statistics a lane");
-  static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
+  static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240, ORDER = 2;
 };
 template <int D>
 struct BwdTmaTraits;

@@ -17,6 +17,12 @@ struct BwdTmaRegs : Cfg {
   static constexpr int PRODUCER_REGS = P, CONSUMER_REGS = C;
 };
 
+// A TMA backward configuration with another tile order (Tr::ORDER).
+template <typename Cfg, int O>
+struct BwdTmaOrder : Cfg {
+  static constexpr int ORDER = O;
+};
+
 static void variants() {
   using BF = ElemBF16;
   using F32 = ElemF32;
@@ -78,6 +84,12 @@ static void variants() {
       // dS^T by 4-byte stores (session 6) against stmatrix (U1, U2)
       {"M1 U1 dS by st.shared", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, true, 0, true, true, 32, true, 2, false>>},
       {"M2 U2 dS by st.shared", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaCfg<64, 64, 2, true, 0, true, false, 32, true, 2, false>>},
+      // session 8: the tile list's tail kv heads fastest over 2 tiles an SM (U1-U3) against 0 and 1
+      {"O1 U1 no tail order", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaOrder<BwdTmaTraits<128>, 0>>},
+      {"O2 U2 no tail order", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaOrder<BwdTmaTraits<64>, 0>>},
+      {"O4 U1 tail 1 tile an SM", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaOrder<BwdTmaTraits<128>, 1>>},
+      {"O5 U1 tail 4 tiles an SM", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaOrder<BwdTmaTraits<128>, 4>>},
+      {"O6 U2 tail 4 tiles an SM", kBF16, 64, nullptr, launch_bwd_tma<BF, BwdTmaOrder<BwdTmaTraits<64>, 4>>},
       // parts left out (timing only; the checks FAIL by design): KERNEL_NOTES "Where a backward step's time goes"
       {"P8 U1 bulk hand-over, no reduce", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, true, 8>>},
       {"P1 U1 no dQ atomics", kBF16, 128, nullptr, launch_bwd_tma<BF, BwdTmaCfg<128, 64, 2, false, 1>>},
