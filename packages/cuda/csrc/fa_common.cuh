@@ -296,6 +296,18 @@ __device__ __forceinline__ int64_t lse_index(const FaArgs& a, int b, int h, int 
   return a.varlen ? static_cast<int64_t>(h) * a.total_q + q0 + i : (static_cast<int64_t>(b) * a.H + h) * a.max_tq + i;
 }
 
+// The end of one online-softmax row: its sum over the quad (row_sum holds this thread's part),
+// the factor that normalises the accumulator (`unscale` turns it into P·V) and the row's LSE (row_max
+// in log2 units). An empty row (every key masked: sum 0) has O = 0 and LSE = -inf; NaN stays NaN.
+struct RowEnd {
+  float inv, lse;
+};
+__device__ __forceinline__ RowEnd row_end(float row_max, float row_sum, float unscale) {
+  const float l = quad_sum(row_sum);
+  const float m_use = row_max == -INFINITY ? 0.f : row_max;
+  return {l == 0.f ? 0.f : unscale / l, l == 0.f ? -INFINITY : (m_use + log2f(l)) * kLn2};
+}
+
 // ---------------------------------------------------------------------------------------------
 // The forward epilogue shared by fwd_kernel and fwd_wgmma_kernel: normalises one thread's two
 // rows of the O accumulator and writes O (caller's layout and dtype) and the LSE, or, split-KV,
@@ -310,25 +322,22 @@ __device__ __forceinline__ void store_forward_rows(const FaArgs& a, const FaTens
   const int64_t ldo = static_cast<int64_t>(a.H) * a.d_out;
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
-    const float l = quad_sum(row_sum[rr]);
-    const float inv = l == 0.f ? 0.f : unscale / l;  // NaN stays NaN
-    const float m_use = row_max[rr] == -INFINITY ? 0.f : row_max[rr];
-    const float lse = l == 0.f ? -INFINITY : (m_use + log2f(l)) * kLn2;
+    const RowEnd e = row_end(row_max[rr], row_sum[rr], unscale);
     const int i = r + rr * 8;
     if (i >= s.tq) continue;
     const int64_t row = s.q0 + i;
     if (a.num_splits == 1) {
       TO* Og = static_cast<TO*>(t.o) + row * ldo + static_cast<int64_t>(h) * a.d_out;
-      store_row<NTD>(Og, 0, lane, a.d_out, [&](int n, int j) { return o4[4 * n + 2 * rr + j] * inv; });
-      if ((lane & 3) == 0) t.lse[lse_index(a, b, h, s.q0, i)] = lse;
+      store_row<NTD>(Og, 0, lane, a.d_out, [&](int n, int j) { return o4[4 * n + 2 * rr + j] * e.inv; });
+      if ((lane & 3) == 0) t.lse[lse_index(a, b, h, s.q0, i)] = e.lse;
     } else {
       float* Oa = a.oaccum + ((static_cast<int64_t>(split) * a.total_q + row) * a.H + h) * a.d;
 #pragma unroll
       for (int n = 0; n < NTD; ++n) {
         const int c = n * 8 + 2 * (lane & 3);
-        if (c < a.d) *reinterpret_cast<float2*>(Oa + c) = make_float2(o4[4 * n + 2 * rr] * inv, o4[4 * n + 2 * rr + 1] * inv);
+        if (c < a.d) *reinterpret_cast<float2*>(Oa + c) = make_float2(o4[4 * n + 2 * rr] * e.inv, o4[4 * n + 2 * rr + 1] * e.inv);
       }
-      if ((lane & 3) == 0) a.lseaccum[(static_cast<int64_t>(split) * a.H + h) * a.total_q + row] = lse;
+      if ((lane & 3) == 0) a.lseaccum[(static_cast<int64_t>(split) * a.H + h) * a.total_q + row] = e.lse;
     }
   }
 }
@@ -344,17 +353,14 @@ __device__ __forceinline__ void store_forward_rows_smem(const FaArgs& a, const F
   static_assert(std::is_same<T, typename E::TO>::value, "the TMA store writes the output in the operands' 16-bit type");
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
-    const float l = quad_sum(row_sum[rr]);
-    const float inv = l == 0.f ? 0.f : unscale / l;  // NaN stays NaN
-    const float m_use = row_max[rr] == -INFINITY ? 0.f : row_max[rr];
-    const float lse = l == 0.f ? -INFINITY : (m_use + log2f(l)) * kLn2;
+    const RowEnd e = row_end(row_max[rr], row_sum[rr], unscale);
     const int i = r + rr * 8, rl = r_loc + rr * 8;
 #pragma unroll
     for (int n = 0; n < NTD; ++n) {
       const int c = n * 8 + 2 * (lane & 3);
-      *reinterpret_cast<uint32_t*>(sO + swz128<64>(rl, c)) = Mma<T>::pack(o4[4 * n + 2 * rr] * inv, o4[4 * n + 2 * rr + 1] * inv);
+      *reinterpret_cast<uint32_t*>(sO + swz128<64>(rl, c)) = Mma<T>::pack(o4[4 * n + 2 * rr] * e.inv, o4[4 * n + 2 * rr + 1] * e.inv);
     }
-    if ((lane & 3) == 0) t.lse[lse_index(a, b, h, s.q0, i)] = lse;
+    if ((lane & 3) == 0) t.lse[lse_index(a, b, h, s.q0, i)] = e.lse;
   }
 }
 
