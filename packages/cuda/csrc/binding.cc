@@ -86,6 +86,8 @@ struct CtxState {
       cudaSetDevice(device);
       cudaStreamSynchronize(stream);
       cudaStreamDestroy(stream);
+      cudaMemPool_t pool;  // what the default pool kept for this context's calls goes back (KeepPoolMemory)
+      if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) cudaMemPoolTrimTo(pool, 0);
     }
     if (kv_flag_host) cudaFreeHost(kv_flag_host);
   }
@@ -239,6 +241,41 @@ std::vector<E> CopyTyped(Napi::Env env, Napi::Value v, napi_typedarray_type type
 // ---------------------------------------------------------------------------------------------
 // One stream-ordered allocation (cudaMallocAsync) that an operation owns: freed on its stream
 // (cudaFreeAsync) when the owner goes out of scope, so every exit path frees it. Moves, no copies.
+// The device's default memory pool (cudaMallocAsync's) keeps what is freed for the next call
+// instead of handing it back to the driver at every stream synchronisation (its default release
+// threshold is 0): each call synchronises, so every call used to map its outputs and workspace
+// afresh, ~0.2-0.7 ms a call at the bench shapes (run 68). MallocPooled gives the pool's unused
+// memory back and retries once when an allocation fails; memInfo() counts it as free.
+static void KeepPoolMemory(int device) {
+  cudaMemPool_t pool;
+  if (cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess) return;
+  uint64_t keep = UINT64_MAX;
+  cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+}
+static void TrimPool(int device) {
+  cudaMemPool_t pool;
+  if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) cudaMemPoolTrimTo(pool, 0);
+}
+// Bytes the default pool holds but no allocation uses.
+static size_t PoolIdleBytes(int device) {
+  cudaMemPool_t pool;
+  uint64_t reserved = 0, used = 0;
+  if (cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess || cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used) != cudaSuccess)
+    return 0;
+  return reserved > used ? static_cast<size_t>(reserved - used) : 0;
+}
+static cudaError_t MallocPooled(void** p, size_t n, cudaStream_t stream) {
+  cudaError_t e = cudaMallocAsync(p, n, stream);
+  if (e != cudaErrorMemoryAllocation) return e;
+  cudaGetLastError();
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return e;
+  cudaStreamSynchronize(stream);  // (what this stream freed is then free to trim)
+  TrimPool(device);
+  return cudaMallocAsync(p, n, stream);
+}
+
 class DeviceScratch {
  public:
   DeviceScratch() = default;
@@ -260,7 +297,7 @@ class DeviceScratch {
     Free();
     stream_ = stream;
     if (n == 0) return cudaSuccess;
-    cudaError_t e = cudaMallocAsync(&ptr_, n, stream);
+    cudaError_t e = MallocPooled(&ptr_, n, stream);
     if (e != cudaSuccess) ptr_ = nullptr;
     return e;
   }
@@ -605,6 +642,7 @@ class Context : public Napi::ObjectWrap<Context> {
       state_->name = prop.name;
       e = cudaStreamCreateWithFlags(&state_->stream, cudaStreamNonBlocking);
       if (e != cudaSuccess) Throw(env, CudaCode(e), "cudaStreamCreate: " + CudaText(e));
+      KeepPoolMemory(state_->device);
     }
     g_live_contexts.insert(this);
   }
@@ -629,7 +667,7 @@ class Context : public Napi::ObjectWrap<Context> {
     void* p = nullptr;
     if (bytes > 0 && !state_->dry) {
       cudaSetDevice(state_->device);
-      cudaError_t e = cudaMallocAsync(&p, bytes, state_->stream);
+      cudaError_t e = MallocPooled(&p, bytes, state_->stream);
       if (e != cudaSuccess) {
         cudaGetLastError();
         Throw(env, CudaCode(e), "cudaMallocAsync(" + std::to_string(bytes) + " bytes): " + CudaText(e));
@@ -960,6 +998,7 @@ class Context : public Napi::ObjectWrap<Context> {
       cudaSetDevice(state_->device);
       cudaError_t e = cudaMemGetInfo(&f, &t);
       if (e != cudaSuccess) Throw(env, "E_DEVICE", "cudaMemGetInfo: " + CudaText(e));
+      f = std::min(t, f + PoolIdleBytes(state_->device));  // kept by the pool for the next call, used by nothing
     }
     Napi::Object r = Napi::Object::New(env);
     r.Set("free", Napi::Number::New(env, static_cast<double>(f)));
