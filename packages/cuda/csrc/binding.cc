@@ -78,19 +78,12 @@ struct CtxState {
   std::mutex mu;
   std::condition_variable cv;
   uint64_t next_ticket = 0, serving = 0;
-  // The sequence offsets (cu_q then cu_k) of the last attention call on the device, reused while
-  // a call's are the same (every call of a fixed-shape loop). Copying them from pageable memory
-  // synchronises the stream first, which would keep a call from queueing behind the one before.
-  void* offsets_dev = nullptr;
-  size_t offsets_cap = 0;
-  std::vector<int> offsets_host;
   // KV-cache calls: a mapped host int the kernels set when a device index is out of range.
   int* kv_flag_host = nullptr;
   int* kv_flag_dev = nullptr;
   ~CtxState() {
     if (stream) {
       cudaSetDevice(device);
-      if (offsets_dev) cudaFreeAsync(offsets_dev, stream);
       cudaStreamSynchronize(stream);
       cudaStreamDestroy(stream);
       cudaMemPool_t pool;  // what the default pool kept for this context's calls goes back (KeepPoolMemory)
@@ -373,19 +366,12 @@ class Op : public Napi::AsyncWorker {
       cudaError_t e = cudaSetDevice(ctx_->device);
       ok = e == cudaSuccess ? Run() : Fail(e, "cudaSetDevice");
     }
-    PassTurn();
-    if (!ok) SetError(msg_);
-  }
-  // Lets the next operation start; an operation whose stream work is all queued may pass its turn
-  // before that work has finished (stream order keeps the two in sequence on the GPU).
-  void PassTurn() {
-    if (passed_) return;
-    passed_ = true;
     {
       std::lock_guard<std::mutex> lk(ctx_->mu);
       ctx_->serving++;
     }
     ctx_->cv.notify_all();
+    if (!ok) SetError(msg_);
   }
   void Finish() {
     for (Buffer* b : held_) {
@@ -424,7 +410,6 @@ class Op : public Napi::AsyncWorker {
   std::vector<Napi::ObjectReference> refs_;
   std::string code_ = "E_DEVICE", msg_;
   uint64_t ticket_ = 0;
-  bool passed_ = false;
 };
 
 class CopyOp : public Op {
@@ -483,85 +468,46 @@ class AttnOp : public Op {
   int splits_ = 1;
 
  protected:
-  // The call's offsets on the device (CtxState::offsets_dev), copied only when they changed.
-  cudaError_t Offsets() {
-    std::vector<int> offs(cuq);
-    offs.insert(offs.end(), cuk.begin(), cuk.end());
-    if (offs == ctx_->offsets_host && ctx_->offsets_dev) return cudaSuccess;
-    const size_t bytes = offs.size() * sizeof(int);
-    ctx_->offsets_host.clear();  // (stale until the copy below is queued)
-    if (bytes > ctx_->offsets_cap) {
-      if (ctx_->offsets_dev) cudaFreeAsync(ctx_->offsets_dev, ctx_->stream);
-      ctx_->offsets_dev = nullptr;
-      ctx_->offsets_cap = 0;
-      cudaError_t e = MallocPooled(&ctx_->offsets_dev, std::max<size_t>(bytes, 256), ctx_->stream);
-      if (e != cudaSuccess) {
-        ctx_->offsets_dev = nullptr;
-        return e;
-      }
-      ctx_->offsets_cap = std::max<size_t>(bytes, 256);
-    }
-    // from pageable memory: the stream is synchronised first, so no queued call still reads the old offsets
-    cudaError_t e = cudaMemcpyAsync(ctx_->offsets_dev, offs.data(), bytes, cudaMemcpyHostToDevice, ctx_->stream);
-    if (e == cudaSuccess) ctx_->offsets_host = std::move(offs);
-    return e;
-  }
-
   bool Run() override {
-    SyncOnExit sync(ctx_->stream);  // on a failure, after the scratch below is freed
-    cudaEvent_t done = nullptr;
-    const char* what = backward_ ? "attention backward" : "attention forward";
-    {
-      DeviceScratch dalibi, ws;
-      cudaError_t e = Offsets();
-      if (e != cudaSuccess) return Fail(e, "copying sequence offsets");
-      args.cu_q = static_cast<const int*>(ctx_->offsets_dev);
-      args.cu_k = args.cu_q + cuq.size();
-      args.alibi = nullptr;
-      if (!alibi.empty()) {
-        e = dalibi.Alloc(alibi.size() * sizeof(float), ctx_->stream);
-        if (e == cudaSuccess) e = cudaMemcpyAsync(dalibi.get(), alibi.data(), alibi.size() * sizeof(float), cudaMemcpyHostToDevice, ctx_->stream);
-        if (e != cudaSuccess) return Fail(e, "copying ALiBi slopes");
-        args.alibi = static_cast<const float*>(dalibi.get());
+    SyncOnExit sync(ctx_->stream);  // on every path, after the scratch below is freed
+    DeviceScratch dsmall, ws;
+    const size_t small = (cuq.size() + cuk.size()) * sizeof(int) + alibi.size() * sizeof(float);
+    cudaError_t e = dsmall.Alloc(small, ctx_->stream);
+    if (e != cudaSuccess) return Fail(e, "allocating sequence offsets");
+    std::vector<uint8_t> host(small);
+    std::memcpy(host.data(), cuq.data(), cuq.size() * sizeof(int));
+    std::memcpy(host.data() + cuq.size() * sizeof(int), cuk.data(), cuk.size() * sizeof(int));
+    if (!alibi.empty()) std::memcpy(host.data() + (cuq.size() + cuk.size()) * sizeof(int), alibi.data(), alibi.size() * sizeof(float));
+    e = cudaMemcpyAsync(dsmall.get(), host.data(), small, cudaMemcpyHostToDevice, ctx_->stream);
+    if (e != cudaSuccess) return Fail(e, "copying sequence offsets");
+    args.cu_q = static_cast<const int*>(dsmall.get());
+    args.cu_k = args.cu_q + cuq.size();
+    args.alibi = alibi.empty() ? nullptr : reinterpret_cast<const float*>(args.cu_k + cuk.size());
+    args.num_sms = ctx_->sms;
+    // Escape hatches (documented in README.md): FA_CUDA_NO_WGMMA=1 runs the mma.sync kernels
+    // everywhere, FA_CUDA_NO_WGMMA_BWD=1 only for the backward.
+    args.arch = EnvFlag("FA_CUDA_NO_WGMMA") ? 0 : ctx_->arch;
+    args.no_wgmma_bwd = EnvFlag("FA_CUDA_NO_WGMMA_BWD") ? 1 : 0;
+    args.smem_limit = ctx_->smem_optin;
+    {  // supports() declines these first; this keeps a direct binding call from a launch failure
+      const fa::SmemNeeds need = fa::smem_needs(args);
+      const size_t n = !backward_ ? need.fwd : args.deterministic ? need.bwd_deterministic : need.bwd;
+      if (n > ctx_->smem_optin) {
+        code_ = "E_UNSUPPORTED";
+        msg_ = std::string("head dim ") + std::to_string(args.d) + ": the " + (backward_ ? "backward" : "forward") + " kernel needs " +
+               std::to_string(n) + " bytes of shared memory per block; this GPU allows " + std::to_string(ctx_->smem_optin);
+        return false;
       }
-      args.num_sms = ctx_->sms;
-      // Escape hatches (documented in README.md): FA_CUDA_NO_WGMMA=1 runs the mma.sync kernels
-      // everywhere, FA_CUDA_NO_WGMMA_BWD=1 only for the backward.
-      args.arch = EnvFlag("FA_CUDA_NO_WGMMA") ? 0 : ctx_->arch;
-      args.no_wgmma_bwd = EnvFlag("FA_CUDA_NO_WGMMA_BWD") ? 1 : 0;
-      args.smem_limit = ctx_->smem_optin;
-      {  // supports() declines these first; this keeps a direct binding call from a launch failure
-        const fa::SmemNeeds need = fa::smem_needs(args);
-        const size_t n = !backward_ ? need.fwd : args.deterministic ? need.bwd_deterministic : need.bwd;
-        if (n > ctx_->smem_optin) {
-          code_ = "E_UNSUPPORTED";
-          msg_ = std::string("head dim ") + std::to_string(args.d) + ": the " + (backward_ ? "backward" : "forward") + " kernel needs " +
-                 std::to_string(n) + " bytes of shared memory per block; this GPU allows " + std::to_string(ctx_->smem_optin);
-          return false;
-        }
-      }
-      const size_t wsb = backward_ ? fa::bwd_workspace_bytes(&args) : fa::fwd_workspace_bytes(&args);
-      e = ws.Alloc(wsb, ctx_->stream);
-      if (e != cudaSuccess) return Fail(e, "allocating the workspace (" + std::to_string(wsb) + " bytes)");
-      splits_ = args.num_splits;
-      e = backward_ ? fa::bwd(&args, tens, ws.get(), ctx_->stream) : fa::fwd(&args, tens, ws.get(), ctx_->stream);
-      if (e != cudaSuccess) return Fail(e, what);
-      e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
-      if (e != cudaSuccess) return Fail(e, what);
-    }  // (the scratch is freed in stream order, behind the kernels)
-    cudaError_t e = cudaEventRecord(done, ctx_->stream);
-    if (e != cudaSuccess) {
-      cudaEventDestroy(done);
-      return Fail(e, what);
     }
-    // Everything of this call is queued: the next call may queue its work behind it while this
-    // one runs (its host work then overlaps our kernels), and we wait for ours alone.
-    sync.Cancel();
-    PassTurn();
-    e = cudaEventSynchronize(done);
-    cudaEventDestroy(done);
+    const size_t wsb = backward_ ? fa::bwd_workspace_bytes(&args) : fa::fwd_workspace_bytes(&args);
+    e = ws.Alloc(wsb, ctx_->stream);
+    if (e != cudaSuccess) return Fail(e, "allocating the workspace (" + std::to_string(wsb) + " bytes)");
+    splits_ = args.num_splits;
+    e = backward_ ? fa::bwd(&args, tens, ws.get(), ctx_->stream) : fa::fwd(&args, tens, ws.get(), ctx_->stream);
+    if (e != cudaSuccess) return Fail(e, backward_ ? "attention backward" : "attention forward");
+    e = cudaStreamSynchronize(ctx_->stream);
     if (e == cudaSuccess) e = cudaGetLastError();
-    if (e != cudaSuccess) return Fail(e, what);
+    if (e != cudaSuccess) return Fail(e, backward_ ? "attention backward" : "attention forward");
     return true;
   }
   Napi::Value Result(Napi::Env env) override {
