@@ -239,12 +239,10 @@ std::vector<E> CopyTyped(Napi::Env env, Napi::Value v, napi_typedarray_type type
 // ---------------------------------------------------------------------------------------------
 // an operation's device scratch
 // ---------------------------------------------------------------------------------------------
-// One stream-ordered allocation (cudaMallocAsync) that an operation owns: freed on its stream
-// (cudaFreeAsync) when the owner goes out of scope, so every exit path frees it. Moves, no copies.
 // The device's default memory pool (cudaMallocAsync's) keeps what is freed for the next call
 // instead of handing it back to the driver at every stream synchronisation (its default release
 // threshold is 0): each call synchronises, so every call used to map its outputs and workspace
-// afresh, ~0.2-0.7 ms a call at the bench shapes (run 68). MallocPooled gives the pool's unused
+// afresh: 0.4-0.9 ms a call at 16K tokens (runs 68 and 70). MallocPooled gives the pool's unused
 // memory back and retries once when an allocation fails; memInfo() counts it as free.
 static void KeepPoolMemory(int device) {
   cudaMemPool_t pool;
@@ -276,6 +274,8 @@ static cudaError_t MallocPooled(void** p, size_t n, cudaStream_t stream) {
   return cudaMallocAsync(p, n, stream);
 }
 
+// One stream-ordered allocation (cudaMallocAsync) that an operation owns: freed on its stream
+// (cudaFreeAsync) when the owner goes out of scope, so every exit path frees it. Moves, no copies.
 class DeviceScratch {
  public:
   DeviceScratch() = default;

@@ -93,10 +93,9 @@ __global__ void __launch_bounds__(384, 1)
   // Tiles: t = (key block fastest, then kv head, then sequence; but see the tail below), one CTA a
   // tile or (persistent, a counter in FaArgs::tile_counter) one CTA per SM taking the next tile when
   // it finishes one: the producer loads the next K and V while the consumers store dK and dV. A
-  // deterministic call that
-  // orders its dQ adds by descending key block (causal, windows: see the writer) walks its key
-  // blocks in that order too, so a tile only ever waits for tiles taken before it (running or
-  // done): no deadlock, whatever fits on the GPU.
+  // deterministic call that orders its dQ adds by descending key block (causal, windows: see the
+  // writer) walks its key blocks in that order too, so a tile only ever waits for tiles taken
+  // before it (running or done): no deadlock, whatever fits on the GPU.
   const bool reversed = kBulk && a.deterministic && a.dq_tiled && a.win_right >= 0;
   const int nkb = (a.max_tk + BN - 1) / BN;
   const int total = nkb * a.Hkv * a.B;
