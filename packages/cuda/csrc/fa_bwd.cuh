@@ -39,9 +39,10 @@ __global__ void __launch_bounds__(256) bwd_preprocess_kernel(FaArgs a, FaTensors
   const bool live = item < static_cast<int64_t>(a.total_q) * a.H;
   const int row = static_cast<int>(item / a.H), h = static_cast<int>(item % a.H);
   const int64_t base = (static_cast<int64_t>(row) * a.H + h) * a.d_out;
+  const void* dout = t.dout_src ? t.dout_src : t.dout;
   const TO* O = static_cast<const TO*>(t.o) + base;
-  const TO* dO = static_cast<const TO*>(t.dout_src ? t.dout_src : t.dout) + base;
-  const bool vec = a.d_out % VEC == 0 && ((reinterpret_cast<uintptr_t>(t.o) | reinterpret_cast<uintptr_t>(dO - base)) & 15) == 0;
+  const TO* dO = static_cast<const TO*>(dout) + base;
+  const bool vec = a.d_out % VEC == 0 && ((reinterpret_cast<uintptr_t>(t.o) | reinterpret_cast<uintptr_t>(dout)) & 15) == 0;
   float acc = 0.f;
   if (live && vec) {
     for (int c = sub * VEC; c < a.d_out; c += lanes * VEC) {
