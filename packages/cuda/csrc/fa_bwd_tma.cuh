@@ -272,14 +272,15 @@ __global__ void __launch_bounds__(384, 1)
       auto load = [&](uint64_t* full, uint64_t* empty, T* tile_buf, const CUtensorMap* map, const void* src, float* srow, const float* grow, int it) {
         const int st = qi % ST, h = hk * G + it / wk.nm, m0 = wk.mb(it) * BM;
         const float* g = grow + static_cast<int64_t>(h) * a.total_q + s.q0 + m0;
+        auto stat = [&](int r) { return m0 + lane + 32 * r < s.tq ? g[lane + 32 * r] : 0.f; };
         float row[BM / 32];  // EARLY_ROWS: read before waiting for the slot, so the read's latency hides under the wait
         if constexpr (Tr::EARLY_ROWS)
 #pragma unroll
-          for (int r = 0; r < BM / 32; ++r) row[r] = m0 + lane + 32 * r < s.tq ? g[lane + 32 * r] : 0.f;
+          for (int r = 0; r < BM / 32; ++r) row[r] = stat(r);
         if (qi >= ST) tma::wait(empty + st, ((qi / ST) + 1) & 1);
 #pragma unroll
         for (int r = 0; r < BM / 32; ++r) {
-          if constexpr (!Tr::EARLY_ROWS) row[r] = m0 + lane + 32 * r < s.tq ? g[lane + 32 * r] : 0.f;
+          if constexpr (!Tr::EARLY_ROWS) row[r] = stat(r);
           srow[st * BM + lane + 32 * r] = row[r];
         }
         // (load_tile's __syncwarp also orders the row statistics above before the arrival)
