@@ -31,6 +31,9 @@
 #include <cstdlib>
 #include <condition_variable>
 #include <cstring>
+#include <exception>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -112,13 +115,28 @@ struct CtxState {
   // order, so the earliest ticket is always running).
   std::mutex mu;
   std::condition_variable cv;
-  uint64_t next_ticket = 0, serving = 0;
+  // An attention call may pass its turn once its work is queued (Op::PassTurn); `completed` then
+  // keeps the operations settling in the order they were issued.
+  uint64_t next_ticket = 0, serving = 0, completed = 0;
+  // Main thread only: promises settled so far, and those waiting for an earlier one (Op::Settle).
+  uint64_t settled = 0;
+  std::map<uint64_t, std::function<void()>> parked;
+  // The small inputs of the last attention call on the device (sequence offsets, ALiBi slopes),
+  // reused while a call's are the same (every call of a fixed-shape loop): a copy from pageable
+  // memory may synchronise with the stream (CUDA: "might be synchronous"), which would keep a
+  // call from queueing behind the one before, and would block the main thread (Op::Start).
+  // Overwriting them is safe: the copy is queued on the same stream, behind every kernel that
+  // reads the old ones.
+  void* small_dev = nullptr;
+  size_t small_cap = 0;
+  std::vector<int> small_host;
   // KV-cache calls: a mapped host int the kernels set when a device index is out of range.
   int* kv_flag_host = nullptr;
   int* kv_flag_dev = nullptr;
   ~CtxState() {
     if (stream) {
       cudaSetDevice(device);
+      if (small_dev) cudaFreeAsync(small_dev, stream);
       cudaStreamSynchronize(stream);
       cudaStreamDestroy(stream);
       TrimPool(device);  // what the default pool kept for this context's calls goes back (KeepPoolMemory)
@@ -341,36 +359,86 @@ class Op : public Napi::AsyncWorker {
     refs_.push_back(Napi::Persistent(b->Value()));
   }
   Napi::Promise Promise() { return deferred_.Promise(); }
+  // Takes the operation's place in issue order. An operation that can queue its work on the
+  // calling thread (LaunchesHere) does so when every earlier one has queued its own (the turn is
+  // free): stream order is then issue order, and the call skips the hop to a worker thread and
+  // back before its kernels start (0.1-0.2 ms a call awaited, KERNEL_NOTES "Calls through Node").
+  // The worker then only waits for the work to finish and settles the promise.
   void Start() {
-    ticket_ = ctx_->next_ticket++;
+    {
+      std::lock_guard<std::mutex> lk(ctx_->mu);
+      ticket_ = ctx_->next_ticket++;
+      here_ = LaunchesHere() && ctx_->serving == ticket_ && !EnvFlag("FA_CUDA_LAUNCH_ON_WORKER");
+    }
+    if (here_) {
+      here_ok_ = Guarded([this] { return Run(); });
+      PassTurn();
+    }
     Queue();
   }
 
  protected:
-  // Runs on a worker thread. Returns false (after setting code_/msg_) on failure.
+  // Queues the operation's work while it holds the turn (no other operation queues meanwhile);
+  // may wait for it too. Runs on a worker thread, or on the main thread when LaunchesHere.
+  // Returns false (after setting code_/msg_) on failure.
   virtual bool Run() = 0;
+  // Waits for what Run queued without holding the turn, once every earlier operation settled.
+  virtual bool Await() { return true; }
+  // Whether Run may run on the main thread: it never blocks there except on a failure path.
+  virtual bool LaunchesHere() const { return false; }
   virtual Napi::Value Result(Napi::Env env) { return env.Undefined(); }
   bool Fail(cudaError_t e, const std::string& what) {
     code_ = CudaCode(e);
     msg_ = "CUDA error in " + what + ": " + CudaText(e);
     return false;
   }
-  void Execute() override {
-    {
-      std::unique_lock<std::mutex> lk(ctx_->mu);
-      ctx_->cv.wait(lk, [&] { return ctx_->serving == ticket_; });
-    }
-    bool ok = true;
-    if (!ctx_->dry) {
+  // Runs f on this thread with the context's device current; a dry run skips it.
+  template <class F>
+  bool Guarded(F f) {
+    if (ctx_->dry) return true;
+    try {
+      cudaGetLastError();  // (a failure left on this thread by an earlier operation is not ours)
       cudaError_t e = cudaSetDevice(ctx_->device);
-      ok = e == cudaSuccess ? Run() : Fail(e, "cudaSetDevice");
+      return e == cudaSuccess ? f() : Fail(e, "cudaSetDevice");
+    } catch (const std::exception& x) {  // (bad_alloc): the turn must still pass, or every later call waits forever
+      code_ = "E_DEVICE";
+      msg_ = std::string("internal error: ") + x.what();
+      return false;
     }
+  }
+  void Execute() override {
+    bool ok = here_ok_;
+    if (!here_) {
+      {
+        std::unique_lock<std::mutex> lk(ctx_->mu);
+        ctx_->cv.wait(lk, [&] { return ctx_->serving == ticket_; });
+      }
+      ok = Guarded([this] { return Run(); });
+    }
+    PassTurn();
+    {  // settle in issue order: an operation that passed its turn early may finish after a later one
+      std::unique_lock<std::mutex> lk(ctx_->mu);
+      ctx_->cv.wait(lk, [&] { return ctx_->completed == ticket_; });
+    }
+    // (only the oldest unsettled operation waits on the GPU, so one thread at most spins)
+    if (ok) ok = Guarded([this] { return Await(); });
+    {
+      std::lock_guard<std::mutex> lk(ctx_->mu);
+      ctx_->completed++;
+    }
+    ctx_->cv.notify_all();
+    if (!ok) SetError(msg_);
+  }
+  // Lets the next operation start; an operation whose stream work is all queued may pass its turn
+  // before that work has finished (stream order keeps the two in sequence on the GPU).
+  void PassTurn() {
+    if (passed_) return;
+    passed_ = true;
     {
       std::lock_guard<std::mutex> lk(ctx_->mu);
       ctx_->serving++;
     }
     ctx_->cv.notify_all();
-    if (!ok) SetError(msg_);
   }
   void Finish() {
     for (Buffer* b : held_) {
@@ -390,17 +458,35 @@ class Op : public Napi::AsyncWorker {
       r = Result(env);
     } catch (const Napi::Error& e) {
       Finish();
-      deferred_.Reject(e.Value());
+      Settle(false, e.Value());
       return;
     }
     Finish();
-    deferred_.Resolve(r);
+    Settle(true, r);
   }
   void OnError(const Napi::Error&) override {
     Napi::Env env = Env();
     Napi::HandleScope scope(env);
     Finish();
-    deferred_.Reject(MakeError(env, code_, msg_).Value());
+    Settle(false, MakeError(env, code_, msg_).Value());
+  }
+  // Resolves or rejects the promise once every earlier operation's has been: the workers finish in
+  // issue order (Execute), but libuv may run two completions on the main thread the other way round.
+  void Settle(bool ok, Napi::Value v) {
+    Napi::Env env = Env();
+    std::shared_ptr<Napi::Reference<Napi::Value>> ref;
+    if (!v.IsUndefined()) ref = std::make_shared<Napi::Reference<Napi::Value>>(Napi::Persistent(v));
+    Napi::Promise::Deferred d = deferred_;
+    ctx_->parked.emplace(ticket_, [env, d, ref, ok]() mutable {
+      Napi::Value x = ref ? ref->Value() : env.Undefined();
+      ok ? d.Resolve(x) : d.Reject(x);
+    });
+    while (!ctx_->parked.empty() && ctx_->parked.begin()->first == ctx_->settled) {
+      std::function<void()> f = std::move(ctx_->parked.begin()->second);
+      ctx_->parked.erase(ctx_->parked.begin());
+      ctx_->settled++;
+      f();
+    }
   }
 
   Napi::Promise::Deferred deferred_;
@@ -409,6 +495,8 @@ class Op : public Napi::AsyncWorker {
   std::vector<Napi::ObjectReference> refs_;
   std::string code_ = "E_DEVICE", msg_;
   uint64_t ticket_ = 0;
+  bool passed_ = false;
+  bool here_ = false, here_ok_ = false;  // Run ran on the main thread (Start), and how it went
 };
 
 class CopyOp : public Op {
@@ -459,29 +547,54 @@ class CopyOp : public Op {
 class AttnOp : public Op {
  public:
   AttnOp(Napi::Env env, std::shared_ptr<CtxState> ctx, bool backward) : Op(env, std::move(ctx)), backward_(backward) {}
+  ~AttnOp() override {
+    if (done_) cudaEventDestroy(done_);
+  }
   fa::FaArgs args{};
   fa::FaTensors tens{};
   std::vector<int> cuq, cuk;
   std::vector<float> alibi;
   bool backward_;
   int splits_ = 1;
+  // The call's small inputs in the order they sit on the device (CtxState::small_dev): cu_q,
+  // cu_k, then the ALiBi slopes' bits. Parse packs them.
+  std::vector<int> small;
+  void PackSmall() {
+    small = cuq;
+    small.insert(small.end(), cuk.begin(), cuk.end());
+    small.resize(small.size() + alibi.size());
+    if (!alibi.empty()) std::memcpy(small.data() + cuq.size() + cuk.size(), alibi.data(), alibi.size() * sizeof(float));
+  }
 
  protected:
+  // Copies the small inputs to the device unless the last call's were the same.
+  cudaError_t SmallInputs() {
+    if (small == ctx_->small_host && ctx_->small_dev) return cudaSuccess;
+    const size_t bytes = small.size() * sizeof(int);
+    ctx_->small_host.clear();  // (stale until the copy below is queued)
+    if (bytes > ctx_->small_cap) {
+      if (ctx_->small_dev) cudaFreeAsync(ctx_->small_dev, ctx_->stream);
+      ctx_->small_dev = nullptr;
+      ctx_->small_cap = 0;
+      cudaError_t e = MallocPooled(&ctx_->small_dev, std::max<size_t>(bytes, 256), ctx_->stream);
+      if (e != cudaSuccess) {
+        ctx_->small_dev = nullptr;
+        return e;
+      }
+      ctx_->small_cap = std::max<size_t>(bytes, 256);
+    }
+    // (queued behind every kernel that reads the old values: same stream)
+    cudaError_t e = cudaMemcpyAsync(ctx_->small_dev, small.data(), bytes, cudaMemcpyHostToDevice, ctx_->stream);
+    if (e == cudaSuccess) ctx_->small_host = small;
+    return e;
+  }
+
+  // On the main thread only when no copy is needed (its wait would block JavaScript): read with
+  // the turn free (Start), so no operation is changing the cache meanwhile.
+  bool LaunchesHere() const override { return ctx_->dry || (ctx_->small_dev && small == ctx_->small_host); }
+  // Queues the kernels and an event behind them, then passes the turn: the next call may queue
+  // its work while ours runs (its host work then overlaps our kernels).
   bool Run() override {
-    SyncOnExit sync(ctx_->stream);  // on every path, after the scratch below is freed
-    DeviceScratch dsmall, ws;
-    const size_t small = (cuq.size() + cuk.size()) * sizeof(int) + alibi.size() * sizeof(float);
-    cudaError_t e = dsmall.Alloc(small, ctx_->stream);
-    if (e != cudaSuccess) return Fail(e, "allocating sequence offsets");
-    std::vector<uint8_t> host(small);
-    std::memcpy(host.data(), cuq.data(), cuq.size() * sizeof(int));
-    std::memcpy(host.data() + cuq.size() * sizeof(int), cuk.data(), cuk.size() * sizeof(int));
-    if (!alibi.empty()) std::memcpy(host.data() + (cuq.size() + cuk.size()) * sizeof(int), alibi.data(), alibi.size() * sizeof(float));
-    e = cudaMemcpyAsync(dsmall.get(), host.data(), small, cudaMemcpyHostToDevice, ctx_->stream);
-    if (e != cudaSuccess) return Fail(e, "copying sequence offsets");
-    args.cu_q = static_cast<const int*>(dsmall.get());
-    args.cu_k = args.cu_q + cuq.size();
-    args.alibi = alibi.empty() ? nullptr : reinterpret_cast<const float*>(args.cu_k + cuk.size());
     args.num_sms = ctx_->sms;
     // Escape hatches (documented in README.md): FA_CUDA_NO_WGMMA=1 runs the mma.sync kernels
     // everywhere, FA_CUDA_NO_WGMMA_BWD=1 only for the backward.
@@ -489,6 +602,7 @@ class AttnOp : public Op {
     args.no_wgmma_bwd = EnvFlag("FA_CUDA_NO_WGMMA_BWD") ? 1 : 0;
     args.smem_limit = ctx_->smem_optin;
     {  // supports() declines these first; this keeps a direct binding call from a launch failure
+      // (checked before anything is queued: a decline then waits for no one)
       const fa::SmemNeeds need = fa::smem_needs(args);
       const size_t n = !backward_ ? need.fwd : args.deterministic ? need.bwd_deterministic : need.bwd;
       if (n > ctx_->smem_optin) {
@@ -498,17 +612,39 @@ class AttnOp : public Op {
         return false;
       }
     }
-    const size_t wsb = backward_ ? fa::bwd_workspace_bytes(&args) : fa::fwd_workspace_bytes(&args);
-    e = ws.Alloc(wsb, ctx_->stream);
-    if (e != cudaSuccess) return Fail(e, "allocating the workspace (" + std::to_string(wsb) + " bytes)");
-    splits_ = args.num_splits;
-    e = backward_ ? fa::bwd(&args, tens, ws.get(), ctx_->stream) : fa::fwd(&args, tens, ws.get(), ctx_->stream);
-    if (e != cudaSuccess) return Fail(e, backward_ ? "attention backward" : "attention forward");
-    e = cudaStreamSynchronize(ctx_->stream);
-    if (e == cudaSuccess) e = cudaGetLastError();
-    if (e != cudaSuccess) return Fail(e, backward_ ? "attention backward" : "attention forward");
+    SyncOnExit sync(ctx_->stream);  // on a failure, after the scratch below is freed
+    {
+      DeviceScratch ws;
+      cudaError_t e = SmallInputs();
+      if (e != cudaSuccess) return Fail(e, "copying sequence offsets and ALiBi slopes");
+      args.cu_q = static_cast<const int*>(ctx_->small_dev);
+      args.cu_k = args.cu_q + cuq.size();
+      args.alibi = alibi.empty() ? nullptr : reinterpret_cast<const float*>(args.cu_k + cuk.size());
+      const size_t wsb = backward_ ? fa::bwd_workspace_bytes(&args) : fa::fwd_workspace_bytes(&args);
+      e = ws.Alloc(wsb, ctx_->stream);
+      if (e != cudaSuccess) return Fail(e, "allocating the workspace (" + std::to_string(wsb) + " bytes)");
+      splits_ = args.num_splits;
+      e = backward_ ? fa::bwd(&args, tens, ws.get(), ctx_->stream) : fa::fwd(&args, tens, ws.get(), ctx_->stream);
+      if (e != cudaSuccess) return Fail(e, What());
+      e = cudaEventCreateWithFlags(&done_, cudaEventDisableTiming);
+      if (e != cudaSuccess) {
+        done_ = nullptr;
+        return Fail(e, What());
+      }
+    }  // (the workspace is freed in stream order, behind the kernels)
+    cudaError_t e = cudaEventRecord(done_, ctx_->stream);
+    if (e != cudaSuccess) return Fail(e, What());
+    sync.Cancel();
     return true;
   }
+  // (the launches were checked as they were made; a fault of any kernel in flight fails every
+  // call waiting on the stream, this one included)
+  bool Await() override {
+    cudaError_t e = cudaEventSynchronize(done_);
+    return e == cudaSuccess ? true : Fail(e, What());
+  }
+  const char* What() const { return backward_ ? "attention backward" : "attention forward"; }
+  cudaEvent_t done_ = nullptr;
   Napi::Value Result(Napi::Env env) override {
     Napi::Object r = Napi::Object::New(env);
     r.Set("splits", Napi::Number::New(env, splits_));
@@ -796,6 +932,7 @@ class Context : public Napi::ObjectWrap<Context> {
     op->cuq = std::move(cuq);
     op->cuk = std::move(cuk);
     op->alibi = std::move(alibi);
+    op->PackSmall();
     return op.release();
   }
   Napi::Value Forward(const Napi::CallbackInfo& info) { return Attn(info, false); }

@@ -166,6 +166,35 @@ describe.skipIf(!native.ok)('TypeScript wrapper over a dry-run context (no CUDA 
     await expect(b.forward(q, k, v)).rejects.toMatchObject({ code: 'E_DEVICE', message: expect.stringMatching(/disposed/) });
   });
 
+  it('operations settle in the order they were issued, launched on the calling thread or on a worker', async () => {
+    if (!native.ok) throw new Error('unreachable');
+    // An attention call queues its work on the calling thread when the turn is free, on a worker
+    // behind an upload or download that holds it (binding.cc, Op::Start); either way promises
+    // settle in issue order (CtxState::completed).
+    const ctx = new native.binding.Context({ dryRun: true });
+    const B = 2, T = 64, H = 4, D = 64, n = B * T * H * D * 2;
+    const cu = Int32Array.from({ length: B + 1 }, (_, i) => i * T);
+    const [q, k, v] = [ctx.alloc(n), ctx.alloc(n), ctx.alloc(n)];
+    const spec = () => ({ dtype: 'bf16' as const, B, H, Hkv: H, d: D, totalQ: B * T, totalK: B * T, varlen: false, cuSeqlensQ: cu, cuSeqlensK: cu, alibi: null, scale: 0.125, softcap: 0, windowLeft: -1, windowRight: 0, deterministic: false, q, k, v, out: ctx.alloc(n), lse: ctx.alloc(B * T * H * 4) });
+    for (let round = 0; round < 20; round++) {
+      const settled: number[] = [];
+      const calls: Promise<unknown>[] = [];
+      const add = (p: Promise<unknown>) => {
+        const i = calls.length;
+        calls.push(p.then(() => settled.push(i)));
+      };
+      for (let i = 0; i < 24; i++) {
+        const r = (i * 7 + round) % 5;
+        if (r === 0) add(ctx.upload(q, new Uint16Array(n / 2)));
+        else if (r === 1) add(ctx.download(k, new Uint16Array(n / 2)));
+        else if (r === 2) add(ctx.synchronize());
+        else add(ctx.forward(spec()));
+      }
+      await Promise.all(calls);
+      expect(settled).toEqual(calls.map((_, i) => i));
+    }
+  });
+
   it('varlen with an empty segment and zero-length problems', async () => {
     const b = mk();
     const q = tensor(rand(9 * 2 * 32), [9, 2, 32], 'f16');
