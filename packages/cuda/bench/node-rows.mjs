@@ -7,11 +7,12 @@
 // Writes two JSON files in ratio.py's format (the harness's `bench --json`):
 //   node .fa-device/run/node-rows.mjs AWAITED.json PIPELINED.json
 // FA_BENCH_D (default 128) picks the head dim, FA_NODE_T the sequence lengths, FA_NODE_REPS
-// (default 10) the calls a row.
+// (default 10) the awaited calls a row, FA_NODE_PIPE (default 30) the calls issued back to back
+// (the first call's launch and the last one's completion are spread over them).
 import { writeFileSync } from 'node:fs';
 import { createCudaBackend } from '@fa/cuda';
 
-const D = Number(process.env.FA_BENCH_D ?? 128), REPS = Number(process.env.FA_NODE_REPS ?? 10);
+const D = Number(process.env.FA_BENCH_D ?? 128), REPS = Number(process.env.FA_NODE_REPS ?? 10), PIPE = Number(process.env.FA_NODE_PIPE ?? 30);
 const TOKENS = 16384, HIDDEN = 2048, H = HIDDEN / D;
 const b = await createCudaBackend();
 // bf16 values of both signs with magnitudes 0.125-2 (an LCG's bits straight into the fields)
@@ -47,11 +48,11 @@ for (const causal of [false, true]) {
       bA.push(performance.now() - t0);
     }
     let t0 = performance.now();
-    (await Promise.all(Array.from({ length: REPS }, () => b.forward(q, k, v, opts)))).forEach(dispose);
-    const fP = (performance.now() - t0) / REPS;
+    (await Promise.all(Array.from({ length: PIPE }, () => b.forward(q, k, v, opts)))).forEach(dispose);
+    const fP = (performance.now() - t0) / PIPE;
     t0 = performance.now();
-    (await Promise.all(Array.from({ length: REPS }, () => b.backward(q, k, v, fwd.out, dO, fwd.lse, opts)))).forEach(dispose);
-    const bP = (performance.now() - t0) / REPS;
+    (await Promise.all(Array.from({ length: PIPE }, () => b.backward(q, k, v, fwd.out, dO, fwd.lse, opts)))).forEach(dispose);
+    const bP = (performance.now() - t0) / PIPE;
     awaited.push({ D, causal, T, B, H, fwd: tf(median(fA), 1), bwd: tf(median(bA), 2.5) });
     pipelined.push({ D, causal, T, B, H, fwd: tf(fP, 1), bwd: tf(bP, 2.5) });
     console.log(`D=${D} causal=${causal} T=${T}: awaited fwd ${median(fA).toFixed(3)} ms bwd ${median(bA).toFixed(3)} ms; pipelined fwd ${fP.toFixed(3)} ms bwd ${bP.toFixed(3)} ms`);
