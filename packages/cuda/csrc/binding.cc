@@ -368,7 +368,8 @@ class Op : public Napi::AsyncWorker {
     {
       std::lock_guard<std::mutex> lk(ctx_->mu);
       ticket_ = ctx_->next_ticket++;
-      here_ = LaunchesHere() && ctx_->serving == ticket_ && !EnvFlag("FA_CUDA_LAUNCH_ON_WORKER");
+      // (the turn first: LaunchesHere may read what an operation holding it is changing)
+      here_ = ctx_->serving == ticket_ && LaunchesHere() && !EnvFlag("FA_CUDA_LAUNCH_ON_WORKER");
     }
     if (here_) {
       here_ok_ = Guarded([this] { return Run(); });
