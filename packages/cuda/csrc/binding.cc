@@ -27,6 +27,7 @@
 #include <napi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <condition_variable>
@@ -365,6 +366,7 @@ class Op : public Napi::AsyncWorker {
   // back before its kernels start (0.1-0.2 ms a call awaited, KERNEL_NOTES "Calls through Node").
   // The worker then only waits for the work to finish and settles the promise.
   void Start() {
+    stamp_[0] = NowUs();
     {
       std::lock_guard<std::mutex> lk(ctx_->mu);
       ticket_ = ctx_->next_ticket++;
@@ -373,6 +375,7 @@ class Op : public Napi::AsyncWorker {
     }
     if (here_) {
       here_ok_ = Guarded([this] { return Run(); });
+      stamp_[1] = NowUs();
       PassTurn();
     }
     Queue();
@@ -408,6 +411,7 @@ class Op : public Napi::AsyncWorker {
     }
   }
   void Execute() override {
+    stamp_[2] = NowUs();
     bool ok = here_ok_;
     if (!here_) {
       {
@@ -415,6 +419,7 @@ class Op : public Napi::AsyncWorker {
         ctx_->cv.wait(lk, [&] { return ctx_->serving == ticket_; });
       }
       ok = Guarded([this] { return Run(); });
+      stamp_[1] = NowUs();
     }
     PassTurn();
     {  // settle in issue order: an operation that passed its turn early may finish after a later one
@@ -423,6 +428,7 @@ class Op : public Napi::AsyncWorker {
     }
     // (only the oldest unsettled operation waits on the GPU, so one thread at most spins)
     if (ok) ok = Guarded([this] { return Await(); });
+    stamp_[3] = NowUs();
     {
       std::lock_guard<std::mutex> lk(ctx_->mu);
       ctx_->completed++;
@@ -452,6 +458,7 @@ class Op : public Napi::AsyncWorker {
     refs_.clear();
   }
   void OnOK() override {
+    stamp_[4] = NowUs();
     Napi::Env env = Env();
     Napi::HandleScope scope(env);
     Napi::Value r;
@@ -498,6 +505,10 @@ class Op : public Napi::AsyncWorker {
   uint64_t ticket_ = 0;
   bool passed_ = false;
   bool here_ = false, here_ok_ = false;  // Run ran on the main thread (Start), and how it went
+  // Where the call's time went, in µs of the monotonic clock (process.hrtime's): called, work
+  // queued, worker started, work finished, back on the main thread. Attention calls return it.
+  double stamp_[5] = {0, 0, 0, 0, 0};
+  static double NowUs() { return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 };
 
 class CopyOp : public Op {
@@ -649,6 +660,9 @@ class AttnOp : public Op {
   Napi::Value Result(Napi::Env env) override {
     Napi::Object r = Napi::Object::New(env);
     r.Set("splits", Napi::Number::New(env, splits_));
+    Napi::Array tr = Napi::Array::New(env, 5);
+    for (uint32_t i = 0; i < 5; ++i) tr.Set(i, Napi::Number::New(env, stamp_[i]));
+    r.Set("trace", tr);
     return r;
   }
 };

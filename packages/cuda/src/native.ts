@@ -107,6 +107,17 @@ export interface NativeKvSpec {
   lse: NativeBuffer;
 }
 
+/** What an attention call resolves with. */
+export interface NativeAttnResult {
+  /** Key splits the forward ran (1 for the backward). */
+  splits: number;
+  /**
+   * Where the call's time went, µs of the monotonic clock (`process.hrtime`'s): called, work
+   * queued, worker started, work finished on the GPU, back on the main thread.
+   */
+  trace: [number, number, number, number, number];
+}
+
 export interface NativeContext {
   readonly device: string;
   readonly sms: number;
@@ -114,8 +125,8 @@ export interface NativeContext {
   alloc(bytes: number): NativeBuffer;
   upload(buf: NativeBuffer, data: ArrayBufferView): Promise<void>;
   download(buf: NativeBuffer, data: ArrayBufferView): Promise<void>;
-  forward(spec: NativeAttnSpec): Promise<{ splits: number }>;
-  backward(spec: NativeAttnSpec): Promise<void>;
+  forward(spec: NativeAttnSpec): Promise<NativeAttnResult>;
+  backward(spec: NativeAttnSpec): Promise<NativeAttnResult>;
   /** KV-cache append + attention; resolves with the number of key splits it ran. */
   kvForward(spec: NativeKvSpec): Promise<{ splits: number }>;
   memInfo(): { free: number; total: number };
