@@ -4,14 +4,16 @@ import { createCudaBackend } from '@fa/cuda';
 
 const T = Number(process.env.FA_BIG_T ?? 100000), D = 128;
 const b = await createCudaBackend();
+// uniform values in (-1, 1) rounded to bf16 (one float32 array, read back through its bits)
 const rnd = (n, seed) => {
-  const u = new Uint16Array(n);
+  const f = new Float32Array(n);
   let s = seed;
   for (let i = 0; i < n; i++) {
     s = (s * 1103515245 + 12345) >>> 0;
-    const f = ((s >>> 8) / 16777216) * 2 - 1 || 1e-3;
-    u[i] = new Uint32Array(new Float32Array([f]).buffer)[0] >>> 16;
+    f[i] = ((s >>> 8) / 16777216) * 2 - 1 || 1e-3;
   }
+  const bits = new Uint32Array(f.buffer), u = new Uint16Array(n);
+  for (let i = 0; i < n; i++) u[i] = bits[i] >>> 16;
   return u;
 };
 const shape = [1, T, 1, D];

@@ -8,7 +8,8 @@
 //   node .fa-device/run/node-rows.mjs AWAITED.json PIPELINED.json
 // FA_BENCH_D (default 128) picks the head dim, FA_NODE_T the sequence lengths, FA_NODE_REPS
 // (default 10) the awaited calls a row, FA_NODE_PIPE (default 30) the calls issued back to back
-// (the first call's launch and the last one's completion are spread over them).
+// (the first call's launch and the last one's completion are spread over them). FA_NODE_DET=1 also
+// times the deterministic backward (fields bwdDet, TFLOP/s) and prints its ratio to the default.
 import { writeFileSync } from 'node:fs';
 import { createCudaBackend } from '@fa/cuda';
 
@@ -55,7 +56,24 @@ for (const causal of [false, true]) {
     const bP = (performance.now() - t0) / PIPE;
     awaited.push({ D, causal, T, B, H, fwd: tf(median(fA), 1), bwd: tf(median(bA), 2.5) });
     pipelined.push({ D, causal, T, B, H, fwd: tf(fP, 1), bwd: tf(bP, 2.5) });
-    console.log(`D=${D} causal=${causal} T=${T}: awaited fwd ${median(fA).toFixed(3)} ms bwd ${median(bA).toFixed(3)} ms; pipelined fwd ${fP.toFixed(3)} ms bwd ${bP.toFixed(3)} ms`);
+    let det = '';
+    if (process.env.FA_NODE_DET === '1') {
+      const dopts = { causal, deterministic: true };
+      for (let i = 0; i < 2; i++) dispose(await b.backward(q, k, v, fwd.out, dO, fwd.lse, dopts));
+      const dA = [];
+      for (let i = 0; i < REPS; i++) {
+        const t1 = performance.now();
+        dispose(await b.backward(q, k, v, fwd.out, dO, fwd.lse, dopts));
+        dA.push(performance.now() - t1);
+      }
+      const t1 = performance.now();
+      (await Promise.all(Array.from({ length: PIPE }, () => b.backward(q, k, v, fwd.out, dO, fwd.lse, dopts)))).forEach(dispose);
+      const dP = (performance.now() - t1) / PIPE;
+      awaited.at(-1).bwdDet = tf(median(dA), 2.5);
+      pipelined.at(-1).bwdDet = tf(dP, 2.5);
+      det = `; deterministic bwd awaited ${median(dA).toFixed(3)} ms (${(median(bA) / median(dA)).toFixed(2)}x of the default), pipelined ${dP.toFixed(3)} ms (${(bP / dP).toFixed(2)}x)`;
+    }
+    console.log(`D=${D} causal=${causal} T=${T}: awaited fwd ${median(fA).toFixed(3)} ms bwd ${median(bA).toFixed(3)} ms; pipelined fwd ${fP.toFixed(3)} ms bwd ${bP.toFixed(3)} ms${det}`);
     dispose(fwd);
     for (const t of [q, k, v, dO]) b.disposeTensor(t);
   }

@@ -176,6 +176,21 @@ export class CudaBackend implements AttentionBackend {
     return b;
   }
 
+  /**
+   * The device buffers of ts (as #dev), in order. Synchronous when every tensor is already on
+   * this device: an attention call on device tensors then reaches the binding without yielding
+   * to the event loop's microtasks, so its kernels are queued (binding.cc, Op::Start) before
+   * anything else runs.
+   */
+  #devAll(ts: readonly (readonly [Tensor, string])[], temps: NativeBuffer[]): NativeBuffer[] | Promise<NativeBuffer[]> {
+    if (ts.every(([t]) => isDeviceTensor(t))) return ts.map(([t, what]) => this.#own(t, what).handle);
+    return (async () => {
+      const r: NativeBuffer[] = [];
+      for (const [t, what] of ts) r.push(await this.#dev(t, what, temps));
+      return r;
+    })();
+  }
+
   // ---- KV cache (issue 12): the kernels are csrc/fa_kvcache.cuh, the call is kvcache.ts ----
   supportsKVCache(p: KVCacheProblem): Support {
     const common = commonSupport(p);
@@ -280,7 +295,8 @@ export class CudaBackend implements AttentionBackend {
     const temps: NativeBuffer[] = [];
     const outs: NativeBuffer[] = [];
     try {
-      const [bq, bk, bv] = [await this.#dev(q, 'q', temps), await this.#dev(k, 'k', temps), await this.#dev(v, 'v', temps)];
+      const bufs = this.#devAll([[q, 'q'], [k, 'k'], [v, 'v']], temps);
+      const [bq, bk, bv] = Array.isArray(bufs) ? bufs : await bufs;
       const out = this.#alloc(bytesOf(p.dtype, p.qShape), outs);
       const lse = this.#alloc(numel(p.lseShape) * 4, outs);
       if (p.batch > 0 && p.totalQ > 0) await this.#ctx.forward({ ...this.#spec(p), q: bq, k: bk, v: bv, out, lse });
@@ -307,12 +323,8 @@ export class CudaBackend implements AttentionBackend {
     const temps: NativeBuffer[] = [];
     const outs: NativeBuffer[] = [];
     try {
-      const bq = await this.#dev(q, 'q', temps);
-      const bk = await this.#dev(k, 'k', temps);
-      const bv = await this.#dev(v, 'v', temps);
-      const bo = await this.#dev(out, 'out', temps);
-      const bdo = await this.#dev(dOut, 'dOut', temps);
-      const bl = await this.#dev(lse, 'lse', temps);
+      const bufs = this.#devAll([[q, 'q'], [k, 'k'], [v, 'v'], [out, 'out'], [dOut, 'dOut'], [lse, 'lse']], temps);
+      const [bq, bk, bv, bo, bdo, bl] = Array.isArray(bufs) ? bufs : await bufs;
       const dq = this.#alloc(bytesOf(p.dtype, p.qShape), outs);
       const dk = this.#alloc(bytesOf(p.dtype, p.kShape), outs);
       const dv = this.#alloc(bytesOf(p.dtype, p.kShape), outs);
