@@ -25,7 +25,7 @@ import { check, FAError } from './errors.js';
 import type { DType } from './dtype.js';
 import type { Tensor } from './tensor.js';
 import { describeValue } from './tensor.js';
-import { boundWindows, checkTensorLike, resolveScores, shapeOnlyTensor, shapeStr, toInt32, type ResolvedScores } from './validate.js';
+import { boundWindows, checkTensorLike, resolveScores, sameShape, shapeOnlyTensor, shapeStr, toInt32, type ResolvedScores } from './validate.js';
 
 /**
  * An engine's copy of an int32 index array (cache lengths, a block table), made with
@@ -146,9 +146,9 @@ export function kvLseIndex(p: KVCacheProblem, b: number, h: number, i: number): 
 // ------------------------------------------------------------------------- index inputs
 
 function checkIndexTensor(t: DeviceIndexTensor, what: string, backend: string | undefined): Int32Array {
-  check(!t.disposed, 'E_ARG', `${what} is an index tensor that was already disposed`);
-  if (backend !== undefined) check(t.backend === backend, 'E_ARG', `${what} is an index tensor of backend "${t.backend}"; make it with this backend's uploadIndex (backend "${backend}")`);
-  check(t.mirror instanceof Int32Array, 'E_ARG', `${what}: index tensor without its int32 mirror`);
+  check(!t.disposed, 'E_ARG', () => `${what} is an index tensor that was already disposed`);
+  if (backend !== undefined) check(t.backend === backend, 'E_ARG', () => `${what} is an index tensor of backend "${t.backend}"; make it with this backend's uploadIndex (backend "${backend}")`);
+  check(t.mirror instanceof Int32Array, 'E_ARG', () => `${what}: index tensor without its int32 mirror`);
   return t.mirror;
 }
 
@@ -156,7 +156,7 @@ function checkIndexTensor(t: DeviceIndexTensor, what: string, backend: string | 
 function indexVector(x: unknown, what: string, backend: string | undefined): Int32Array {
   if (isDeviceIndexTensor(x)) {
     const m = checkIndexTensor(x, what, backend);
-    check(x.shape.length === 1, 'E_SHAPE', `${what} must be 1-D [B], got an index tensor of shape ${shapeStr(x.shape)}`);
+    check(x.shape.length === 1, 'E_SHAPE', () => `${what} must be 1-D [B], got an index tensor of shape ${shapeStr(x.shape)}`);
     return m;
   }
   return toInt32(x, what);
@@ -166,19 +166,19 @@ function indexVector(x: unknown, what: string, backend: string | undefined): Int
 function indexMatrix(x: unknown, rows: number, what: string, backend: string | undefined): { data: Int32Array; cols: number } {
   if (isDeviceIndexTensor(x)) {
     const m = checkIndexTensor(x, what, backend);
-    check(x.shape.length === 2 && x.shape[0] === rows, 'E_SHAPE', `${what} must have shape [B, maxBlocksPerSeq] with B = ${rows}, got an index tensor of shape ${shapeStr(x.shape)}`);
+    check(x.shape.length === 2 && x.shape[0] === rows, 'E_SHAPE', () => `${what} must have shape [B, maxBlocksPerSeq] with B = ${rows}, got an index tensor of shape ${shapeStr(x.shape)}`);
     return { data: m, cols: x.shape[1] };
   }
   if (Array.isArray(x) && x.length > 0 && Array.isArray(x[0])) {
     const rowsIn = x as unknown[][];
-    check(rowsIn.length === rows, 'E_SHAPE', `${what} must have B = ${rows} rows, got ${rowsIn.length}`);
+    check(rowsIn.length === rows, 'E_SHAPE', () => `${what} must have B = ${rows} rows, got ${rowsIn.length}`);
     const cols = rowsIn[0].length;
-    check(rowsIn.every((r) => Array.isArray(r) && r.length === cols), 'E_SHAPE', `${what}: every row must have the same number of blocks (${cols})`);
+    check(rowsIn.every((r) => Array.isArray(r) && r.length === cols), 'E_SHAPE', () => `${what}: every row must have the same number of blocks (${cols})`);
     return { data: toInt32(rowsIn.flat(), what), cols };
   }
   const data = toInt32(x, what);
   if (rows === 0) return { data, cols: 0 };
-  check(data.length % rows === 0 && data.length > 0, 'E_SHAPE', `${what} has ${data.length} entries, not a multiple of B = ${rows}: give it as [B, maxBlocksPerSeq], row-major`);
+  check(data.length % rows === 0 && data.length > 0, 'E_SHAPE', () => `${what} has ${data.length} entries, not a multiple of B = ${rows}: give it as [B, maxBlocksPerSeq], row-major`);
   return { data, cols: data.length / rows };
 }
 
@@ -186,9 +186,9 @@ function indexMatrix(x: unknown, rows: number, what: string, backend: string | u
 export function checkIndexUpload(data: unknown, shape?: readonly number[]): { data: Int32Array; shape: number[] } {
   const d = Int32Array.from(toInt32(data, 'uploadIndex data'));
   const s = shape === undefined ? [d.length] : [...shape];
-  check(s.length >= 1 && s.length <= 2 && s.every((x) => Number.isSafeInteger(x) && x >= 0), 'E_SHAPE', `uploadIndex: shape must be [n] or [rows, cols] of non-negative integers, got ${JSON.stringify(shape)}`);
+  check(s.length >= 1 && s.length <= 2 && s.every((x) => Number.isSafeInteger(x) && x >= 0), 'E_SHAPE', () => `uploadIndex: shape must be [n] or [rows, cols] of non-negative integers, got ${JSON.stringify(shape)}`);
   const n = s.reduce((a, b) => a * b, 1);
-  check(n === d.length, 'E_SHAPE', `uploadIndex: shape ${shapeStr(s)} needs ${n} entries, the data has ${d.length}`);
+  check(n === d.length, 'E_SHAPE', () => `uploadIndex: shape ${shapeStr(s)} needs ${n} entries, the data has ${d.length}`);
   return { data: d, shape: s };
 }
 
@@ -197,12 +197,12 @@ export function checkIndexUpload(data: unknown, shape?: readonly number[]): { da
  * and fit at `offset`) and returns the data as an Int32Array.
  */
 export function checkIndexWrite(t: unknown, data: unknown, offset: unknown, backend: string): Int32Array {
-  check(isDeviceIndexTensor(t), 'E_ARG', `writeIndex: the target must be an index tensor made with uploadIndex, got ${describeValue(t)}`);
+  check(isDeviceIndexTensor(t), 'E_ARG', () => `writeIndex: the target must be an index tensor made with uploadIndex, got ${describeValue(t)}`);
   checkIndexTensor(t, 'writeIndex target', backend);
   const d = toInt32(data, 'writeIndex data');
-  check(Number.isSafeInteger(offset) && (offset as number) >= 0, 'E_ARG', `writeIndex: offset must be an integer >= 0, got ${String(offset)}`);
+  check(Number.isSafeInteger(offset) && (offset as number) >= 0, 'E_ARG', () => `writeIndex: offset must be an integer >= 0, got ${String(offset)}`);
   const o = offset as number;
-  check(o + d.length <= t.mirror.length, 'E_SHAPE', `writeIndex: ${d.length} entries at offset ${o} do not fit an index tensor of ${t.mirror.length} entries`);
+  check(o + d.length <= t.mirror.length, 'E_SHAPE', () => `writeIndex: ${d.length} entries at offset ${o} do not fit an index tensor of ${t.mirror.length} entries`);
   return d;
 }
 
@@ -240,18 +240,18 @@ export function describeKVCacheProblem(qIn: unknown, kCacheIn: unknown, vCacheIn
   const q = checkTensorLike(qIn, 'q');
   const kc = checkTensorLike(kCacheIn, 'kCache');
   const vc = checkTensorLike(vCacheIn, 'vCache');
-  check(q.dtype === kc.dtype && kc.dtype === vc.dtype, 'E_DTYPE', `q, kCache, vCache must share one dtype; got ${q.dtype}, ${kc.dtype}, ${vc.dtype}`);
-  check(q.shape.length === 4, 'E_SHAPE', `q must have rank 4, layout [B, Tq, H, D]; got shape ${shapeStr(q.shape)}`);
-  check(shapeStr(kc.shape) === shapeStr(vc.shape), 'E_SHAPE', `kCache and vCache must have the same shape; got ${shapeStr(kc.shape)} and ${shapeStr(vc.shape)}`);
+  check(q.dtype === kc.dtype && kc.dtype === vc.dtype, 'E_DTYPE', () => `q, kCache, vCache must share one dtype; got ${q.dtype}, ${kc.dtype}, ${vc.dtype}`);
+  check(q.shape.length === 4, 'E_SHAPE', () => `q must have rank 4, layout [B, Tq, H, D]; got shape ${shapeStr(q.shape)}`);
+  check(sameShape(kc.shape, vc.shape), 'E_SHAPE', () => `kCache and vCache must have the same shape; got ${shapeStr(kc.shape)} and ${shapeStr(vc.shape)}`);
   const paged = o.blockTable !== undefined;
   const layout = paged ? '[numBlocks, blockSize, Hkv, D] (paged)' : '[B, capacity, Hkv, D]';
-  check(kc.shape.length === 4, 'E_SHAPE', `kCache must have rank 4, layout ${layout}; got shape ${shapeStr(kc.shape)}`);
+  check(kc.shape.length === 4, 'E_SHAPE', () => `kCache must have rank 4, layout ${layout}; got shape ${shapeStr(kc.shape)}`);
   const [batch, tq, h, d] = q.shape;
   const [nBlk, rows, hkv, dk] = kc.shape;
-  check(d >= 1, 'E_SHAPE', `head dim D must be at least 1; q has shape ${shapeStr(q.shape)}`);
-  check(h >= 1 && hkv >= 1, 'E_SHAPE', `q and the cache need at least one head; got H=${h}, Hkv=${hkv}`);
-  check(dk === d, 'E_SHAPE', `q and the cache must have the same head dim D; got ${d} and ${dk}`);
-  check(h % hkv === 0, 'E_SHAPE', `H (${h}) must be a multiple of Hkv (${hkv}) for MQA/GQA`);
+  check(d >= 1, 'E_SHAPE', () => `head dim D must be at least 1; q has shape ${shapeStr(q.shape)}`);
+  check(h >= 1 && hkv >= 1, 'E_SHAPE', () => `q and the cache need at least one head; got H=${h}, Hkv=${hkv}`);
+  check(dk === d, 'E_SHAPE', () => `q and the cache must have the same head dim D; got ${d} and ${dk}`);
+  check(h % hkv === 0, 'E_SHAPE', () => `H (${h}) must be a multiple of Hkv (${hkv}) for MQA/GQA`);
 
   let tnew = 0;
   check((o.kNew === undefined) === (o.vNew === undefined), 'E_ARG', 'give both kNew and vNew to append, or neither');
@@ -259,28 +259,28 @@ export function describeKVCacheProblem(qIn: unknown, kCacheIn: unknown, vCacheIn
   if (o.kNew !== undefined) {
     const kn = checkTensorLike(o.kNew, 'kNew');
     const vn = checkTensorLike(o.vNew, 'vNew');
-    check(kn.dtype === q.dtype && vn.dtype === q.dtype, 'E_DTYPE', `kNew and vNew must have the cache's dtype ${q.dtype}; got ${kn.dtype} and ${vn.dtype}`);
+    check(kn.dtype === q.dtype && vn.dtype === q.dtype, 'E_DTYPE', () => `kNew and vNew must have the cache's dtype ${q.dtype}; got ${kn.dtype} and ${vn.dtype}`);
     const want = `[${batch}, Tnew, ${hkv}, ${d}]`;
     for (const [name, t] of [['kNew', kn], ['vNew', vn]] as const) {
-      check(t.shape.length === 4 && t.shape[0] === batch && t.shape[2] === hkv && t.shape[3] === d, 'E_SHAPE', `${name} must have shape [B, Tnew, Hkv, D] = ${want}; got ${shapeStr(t.shape)}`);
+      check(t.shape.length === 4 && t.shape[0] === batch && t.shape[2] === hkv && t.shape[3] === d, 'E_SHAPE', () => `${name} must have shape [B, Tnew, Hkv, D] = ${want}; got ${shapeStr(t.shape)}`);
     }
-    check(kn.shape[1] === vn.shape[1], 'E_SHAPE', `kNew and vNew must have the same shape; got ${shapeStr(kn.shape)} and ${shapeStr(vn.shape)}`);
+    check(kn.shape[1] === vn.shape[1], 'E_SHAPE', () => `kNew and vNew must have the same shape; got ${shapeStr(kn.shape)} and ${shapeStr(vn.shape)}`);
     tnew = kn.shape[1];
     newShape[1] = tnew;
   }
 
   const lens = indexVector(o.cacheSeqlens, 'cacheSeqlens', backend);
-  check(lens.length === batch, 'E_SHAPE', `cacheSeqlens must have B = ${batch} entries (one per sequence of q), got ${lens.length}`);
+  check(lens.length === batch, 'E_SHAPE', () => `cacheSeqlens must have B = ${batch} entries (one per sequence of q), got ${lens.length}`);
   let blockSize: number, numBlocks: number, maxBlocks: number, table: Int32Array;
   if (paged) {
     const m = indexMatrix(o.blockTable, batch, 'blockTable', backend);
-    check(rows >= 1, 'E_SHAPE', `a paged cache needs blockSize >= 1; kCache has shape ${shapeStr(kc.shape)}`);
+    check(rows >= 1, 'E_SHAPE', () => `a paged cache needs blockSize >= 1; kCache has shape ${shapeStr(kc.shape)}`);
     blockSize = rows;
     numBlocks = nBlk;
     maxBlocks = m.cols;
     table = Int32Array.from(m.data);
   } else {
-    check(nBlk === batch, 'E_SHAPE', `a contiguous cache [B, capacity, Hkv, D] needs B = ${batch} (q's batch), got shape ${shapeStr(kc.shape)}; for a paged cache pass blockTable`);
+    check(nBlk === batch, 'E_SHAPE', () => `a contiguous cache [B, capacity, Hkv, D] needs B = ${batch} (q's batch), got shape ${shapeStr(kc.shape)}; for a paged cache pass blockTable`);
     blockSize = rows;
     numBlocks = batch;
     maxBlocks = 1;

@@ -5,7 +5,7 @@
  */
 import { check } from './errors.js';
 import type { DType } from './dtype.js';
-import { boundWindows, checkTensorLike, resolveScores, shapeOnlyTensor, shapeStr, toInt32, type ResolvedScores } from './validate.js';
+import { boundWindows, checkTensorLike, resolveScores, sameShape, shapeOnlyTensor, shapeStr, toInt32, type ResolvedScores } from './validate.js';
 
 export interface AttentionOptions {
   /** Bottom-right aligned causal mask: query i sees key j iff j <= i + Tk - Tq. */
@@ -68,8 +68,8 @@ export function lseIndex(p: AttentionProblem, b: number, h: number, i: number): 
 }
 
 function checkCuSeqlens(cu: Int32Array, total: number, what: string): void {
-  check(cu.length >= 2, 'E_SHAPE', `${what} must have length B+1 >= 2, got length ${cu.length}`);
-  check(cu[0] === 0, 'E_ARG', `${what} must start at 0, got ${cu[0]}`);
+  check(cu.length >= 2, 'E_SHAPE', () => `${what} must have length B+1 >= 2, got length ${cu.length}`);
+  check(cu[0] === 0, 'E_ARG', () => `${what} must start at 0, got ${cu[0]}`);
   for (let i = 1; i < cu.length; i++) {
     check(cu[i] >= cu[i - 1], 'E_ARG', () => `${what} must be non-decreasing: entry ${i} is ${cu[i]} after ${cu[i - 1]}`);
   }
@@ -85,8 +85,8 @@ export function describeProblem(qIn: unknown, kIn: unknown, vIn: unknown, opts: 
   const q = checkTensorLike(qIn, 'q');
   const k = checkTensorLike(kIn, 'k');
   const v = checkTensorLike(vIn, 'v');
-  check(q.dtype === k.dtype && k.dtype === v.dtype, 'E_DTYPE', `q, k, v must share one dtype; got ${q.dtype}, ${k.dtype}, ${v.dtype}`);
-  check(shapeStr(k.shape) === shapeStr(v.shape), 'E_SHAPE', `k and v must have the same shape; got ${shapeStr(k.shape)} and ${shapeStr(v.shape)}`);
+  check(q.dtype === k.dtype && k.dtype === v.dtype, 'E_DTYPE', () => `q, k, v must share one dtype; got ${q.dtype}, ${k.dtype}, ${v.dtype}`);
+  check(sameShape(k.shape, v.shape), 'E_SHAPE', () => `k and v must have the same shape; got ${shapeStr(k.shape)} and ${shapeStr(v.shape)}`);
   const hasCuQ = opts.cuSeqlensQ !== undefined;
   const hasCuK = opts.cuSeqlensK !== undefined;
   check(hasCuQ === hasCuK, 'E_ARG', 'varlen needs both cuSeqlensQ and cuSeqlensK');
@@ -94,14 +94,14 @@ export function describeProblem(qIn: unknown, kIn: unknown, vIn: unknown, opts: 
   const rank = varlen ? 3 : 4;
   const layout = varlen ? '[totalT, H, D] (varlen)' : '[B, T, H, D]';
   for (const [name, t] of [['q', q], ['k', k], ['v', v]] as const) {
-    check(t.shape.length === rank, 'E_SHAPE', `${name} must have rank ${rank}, layout ${layout}; got shape ${shapeStr(t.shape)}`);
+    check(t.shape.length === rank, 'E_SHAPE', () => `${name} must have rank ${rank}, layout ${layout}; got shape ${shapeStr(t.shape)}`);
   }
   const [h, d] = q.shape.slice(-2);
   const [hkv, dk] = k.shape.slice(-2);
-  check(d >= 1, 'E_SHAPE', `head dim D must be at least 1; q has shape ${shapeStr(q.shape)}`);
-  check(h >= 1 && hkv >= 1, 'E_SHAPE', `q and k need at least one head; got H=${h}, Hkv=${hkv}`);
-  check(dk === d, 'E_SHAPE', `q and k must have the same head dim D; got ${d} and ${dk}`);
-  check(h % hkv === 0, 'E_SHAPE', `H (${h}) must be a multiple of Hkv (${hkv}) for MQA/GQA`);
+  check(d >= 1, 'E_SHAPE', () => `head dim D must be at least 1; q has shape ${shapeStr(q.shape)}`);
+  check(h >= 1 && hkv >= 1, 'E_SHAPE', () => `q and k need at least one head; got H=${h}, Hkv=${hkv}`);
+  check(dk === d, 'E_SHAPE', () => `q and k must have the same head dim D; got ${d} and ${dk}`);
+  check(h % hkv === 0, 'E_SHAPE', () => `H (${h}) must be a multiple of Hkv (${hkv}) for MQA/GQA`);
 
   let batch: number, tq: number, tk: number, totalQ: number, totalK: number;
   let cuQ: Int32Array, cuK: Int32Array;
@@ -110,7 +110,7 @@ export function describeProblem(qIn: unknown, kIn: unknown, vIn: unknown, opts: 
     totalK = k.shape[0];
     cuQ = toInt32(opts.cuSeqlensQ, 'cuSeqlensQ');
     cuK = toInt32(opts.cuSeqlensK, 'cuSeqlensK');
-    check(cuQ.length === cuK.length, 'E_SHAPE', `cuSeqlensQ and cuSeqlensK must both have length B+1; got ${cuQ.length} and ${cuK.length}`);
+    check(cuQ.length === cuK.length, 'E_SHAPE', () => `cuSeqlensQ and cuSeqlensK must both have length B+1; got ${cuQ.length} and ${cuK.length}`);
     checkCuSeqlens(cuQ, totalQ, 'cuSeqlensQ');
     checkCuSeqlens(cuK, totalK, 'cuSeqlensK');
     batch = cuQ.length - 1;
@@ -121,7 +121,7 @@ export function describeProblem(qIn: unknown, kIn: unknown, vIn: unknown, opts: 
       tk = Math.max(tk, cuK[b + 1] - cuK[b]);
     }
   } else {
-    check(q.shape[0] === k.shape[0], 'E_SHAPE', `q and k must have the same batch B; got ${q.shape[0]} and ${k.shape[0]}`);
+    check(q.shape[0] === k.shape[0], 'E_SHAPE', () => `q and k must have the same batch B; got ${q.shape[0]} and ${k.shape[0]}`);
     batch = q.shape[0];
     tq = q.shape[1];
     tk = k.shape[1];
@@ -165,11 +165,11 @@ export function describeBackward(q: unknown, k: unknown, v: unknown, out: unknow
   const dO = checkTensorLike(dOut, 'dOut');
   const l = checkTensorLike(lse, 'lse');
   for (const [name, t] of [['out', o], ['dOut', dO]] as const) {
-    check(t.dtype === p.dtype, 'E_DTYPE', `${name} must have the inputs' dtype ${p.dtype}, got ${t.dtype}`);
-    check(shapeStr(t.shape) === shapeStr(p.qShape), 'E_SHAPE', `${name} must have q's shape ${shapeStr(p.qShape)}, got ${shapeStr(t.shape)}`);
+    check(t.dtype === p.dtype, 'E_DTYPE', () => `${name} must have the inputs' dtype ${p.dtype}, got ${t.dtype}`);
+    check(sameShape(t.shape, p.qShape), 'E_SHAPE', () => `${name} must have q's shape ${shapeStr(p.qShape)}, got ${shapeStr(t.shape)}`);
   }
-  check(l.dtype === 'f32', 'E_DTYPE', `lse must be f32, got ${l.dtype}`);
-  check(shapeStr(l.shape) === shapeStr(p.lseShape), 'E_SHAPE', `lse must have shape ${shapeStr(p.lseShape)}, got ${shapeStr(l.shape)}`);
+  check(l.dtype === 'f32', 'E_DTYPE', () => `lse must be f32, got ${l.dtype}`);
+  check(sameShape(l.shape, p.lseShape), 'E_SHAPE', () => `lse must have shape ${shapeStr(p.lseShape)}, got ${shapeStr(l.shape)}`);
   return p;
 }
 

@@ -43,9 +43,9 @@ export function isDeviceTensor(t: unknown): t is DeviceTensor {
 }
 
 function checkShape(shape: readonly number[], what: string): void {
-  check(Array.isArray(shape), 'E_SHAPE', `${what}: shape must be an array of non-negative integers`);
+  check(Array.isArray(shape), 'E_SHAPE', () => `${what}: shape must be an array of non-negative integers`);
   for (const s of shape) {
-    check(Number.isSafeInteger(s) && s >= 0, 'E_SHAPE', `${what}: shape [${shape.join(', ')}] has an extent that is not a non-negative integer`);
+    check(Number.isSafeInteger(s) && s >= 0, 'E_SHAPE', () => `${what}: shape [${shape.join(', ')}] has an extent that is not a non-negative integer`);
   }
 }
 

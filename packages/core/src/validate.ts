@@ -9,6 +9,12 @@ import { isDType, type DType } from './dtype.js';
 import { checkHostData, describeValue, isDeviceTensor, isHostTensor, type DeviceTensor, type Tensor } from './tensor.js';
 
 export const shapeStr = (s: readonly number[]) => `[${s.join(', ')}]`;
+/** Whether two shapes are equal (without building their strings: this runs on every call). */
+export function sameShape(a: readonly number[], b: readonly number[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
 
 /** An Int32Array as it is, or an array of int32-range integers copied into one. */
 export function toInt32(x: unknown, what: string): Int32Array {
@@ -21,12 +27,12 @@ export function toInt32(x: unknown, what: string): Int32Array {
 export function checkTensorLike(t: unknown, what: string): Tensor {
   if (isHostTensor(t)) {
     checkHostData(t.data, t.shape, t.dtype, what);
-    check(isDType(t.dtype), 'E_DTYPE', `${what}: unknown dtype ${JSON.stringify(t.dtype)}`);
+    check(isDType(t.dtype), 'E_DTYPE', () => `${what}: unknown dtype ${JSON.stringify(t.dtype)}`);
     return t;
   }
   if (isDeviceTensor(t)) {
-    check(!t.disposed, 'E_ARG', `${what} is a device tensor that was already disposed`);
-    check(isDType(t.dtype), 'E_DTYPE', `${what}: unknown dtype ${JSON.stringify(t.dtype)}`);
+    check(!t.disposed, 'E_ARG', () => `${what} is a device tensor that was already disposed`);
+    check(isDType(t.dtype), 'E_DTYPE', () => `${what}: unknown dtype ${JSON.stringify(t.dtype)}`);
     return t;
   }
   throw new FAError('E_ARG', `${what} must be a tensor (use tensor(data, shape, dtype)), got ${describeValue(t)}`);
@@ -84,37 +90,37 @@ export function boundWindows(sc: ResolvedScores, tq: number, tk: number): Resolv
 export function resolveScores(opts: ScoreOptions, batch: number, h: number, d: number): ResolvedScores {
   let scale = 1 / Math.sqrt(d);
   if (opts.scale !== undefined) {
-    check(typeof opts.scale === 'number' && Number.isFinite(opts.scale), 'E_ARG', `scale must be a finite number, got ${String(opts.scale)}`);
+    check(typeof opts.scale === 'number' && Number.isFinite(opts.scale), 'E_ARG', () => `scale must be a finite number, got ${String(opts.scale)}`);
     scale = opts.scale;
   }
-  check(opts.causal === undefined || typeof opts.causal === 'boolean', 'E_ARG', `causal must be true or false, got ${String(opts.causal)}`);
+  check(opts.causal === undefined || typeof opts.causal === 'boolean', 'E_ARG', () => `causal must be true or false, got ${String(opts.causal)}`);
   const causal = opts.causal === true;
   let left = -1;
   let right = -1;
   if (opts.window !== undefined) {
     const w = opts.window as unknown;
-    check(Array.isArray(w) && w.length === 2, 'E_ARG', `window must be [left, right], got ${JSON.stringify(w)}`);
+    check(Array.isArray(w) && w.length === 2, 'E_ARG', () => `window must be [left, right], got ${JSON.stringify(w)}`);
     for (const x of w as number[]) {
-      check(Number.isSafeInteger(x) && x >= -1, 'E_ARG', `window entries must be integers >= -1 (-1 = unbounded), got [${(w as number[]).join(', ')}]`);
+      check(Number.isSafeInteger(x) && x >= -1, 'E_ARG', () => `window entries must be integers >= -1 (-1 = unbounded), got [${(w as number[]).join(', ')}]`);
     }
     [left, right] = w as [number, number];
   }
   if (causal) right = 0;
   let softcap = 0;
   if (opts.softcap !== undefined) {
-    check(typeof opts.softcap === 'number' && Number.isFinite(opts.softcap) && opts.softcap > 0, 'E_ARG', `softcap must be a finite number > 0 (leave it out for none), got ${String(opts.softcap)}`);
+    check(typeof opts.softcap === 'number' && Number.isFinite(opts.softcap) && opts.softcap > 0, 'E_ARG', () => `softcap must be a finite number > 0 (leave it out for none), got ${String(opts.softcap)}`);
     softcap = opts.softcap;
   }
   let alibi: Float32Array | undefined;
   if (opts.alibiSlopes !== undefined) {
     const s = opts.alibiSlopes as unknown;
-    check(s instanceof Float32Array || Array.isArray(s), 'E_DTYPE', `alibiSlopes must be a Float32Array or an array of numbers, got ${describeValue(s)}`);
+    check(s instanceof Float32Array || Array.isArray(s), 'E_DTYPE', () => `alibiSlopes must be a Float32Array or an array of numbers, got ${describeValue(s)}`);
     const arr = s as ArrayLike<number>;
-    check(arr.length === h || arr.length === batch * h, 'E_SHAPE', `alibiSlopes must have H (${h}) or B*H (${batch * h}) entries, got ${arr.length}`);
+    check(arr.length === h || arr.length === batch * h, 'E_SHAPE', () => `alibiSlopes must have H (${h}) or B*H (${batch * h}) entries, got ${arr.length}`);
     alibi = new Float32Array(batch * h);
     for (let i = 0; i < alibi.length; i++) {
       const x = arr.length === h ? arr[i % h] : arr[i];
-      check(typeof x === 'number' && Number.isFinite(x), 'E_ARG', `alibiSlopes must be finite numbers; entry ${i % arr.length} is ${String(x)}`);
+      check(typeof x === 'number' && Number.isFinite(x), 'E_ARG', () => `alibiSlopes must be finite numbers; entry ${i % arr.length} is ${String(x)}`);
       alibi[i] = x;
     }
   }
