@@ -88,6 +88,7 @@ export class CudaBackend implements AttentionBackend {
   /** Which kernels compute f32 problems (CudaBackendOptions.f32). */
   readonly f32Path: NativeF32Path;
   #ctx: NativeContext;
+  readonly #smemNeeds = new Map<string, ReturnType<NativeContext['smemNeeds']>>();
   #disposed = false;
   /** What kvcache.ts uses of this backend: made once, not on every decode step. */
   readonly #kv: KvEngine;
@@ -133,7 +134,10 @@ export class CudaBackend implements AttentionBackend {
    * than this GPU offers is declined with both numbers.
    */
   #fitsSharedMemory(p: AttentionProblem): Support {
-    const n = this.#ctx.smemNeeds(p.d, p.dtype, this.f32Path);
+    // (a native call that sat in every forward/backward: the needs depend only on these two here)
+    const key = `${p.d}/${p.dtype}`;
+    let n = this.#smemNeeds.get(key);
+    if (n === undefined) this.#smemNeeds.set(key, (n = this.#ctx.smemNeeds(p.d, p.dtype, this.f32Path)));
     if (n.limit <= 0) return { ok: true };
     const bwd = p.deterministic ? n.bwdDeterministic : n.bwd;
     const kb = (x: number) => `${(x / 1024).toFixed(1)} KiB`;
