@@ -111,6 +111,11 @@ struct CtxState {
   int arch = 0;
   size_t smem_optin = 0;  // cudaDeviceProp::sharedMemPerBlockOptin
   std::string name;
+  // Escape hatches (README.md), read once when the context is made: FA_CUDA_NO_WGMMA=1 runs the
+  // mma.sync kernels everywhere, FA_CUDA_NO_WGMMA_BWD=1 only for the backward;
+  // FA_CUDA_LAUNCH_ON_WORKER=1 queues every call from a worker thread (Op::Start).
+  bool no_wgmma = EnvFlag("FA_CUDA_NO_WGMMA"), no_wgmma_bwd = EnvFlag("FA_CUDA_NO_WGMMA_BWD"),
+       launch_on_worker = EnvFlag("FA_CUDA_LAUNCH_ON_WORKER");
   // Operations run one at a time, in the order JavaScript issued them: each takes a ticket on
   // the main thread when queued, and its worker waits for its turn (libuv starts work in FIFO
   // order, so the earliest ticket is always running).
@@ -311,11 +316,12 @@ class DeviceScratch {
   }
   ~DeviceScratch() { Free(); }
   // n bytes on `stream` (n == 0: none, get() stays null); on failure get() is null.
-  cudaError_t Alloc(size_t n, cudaStream_t stream) {
+  // Without retry, a failed allocation is not retried after a synchronise (MallocPooled).
+  cudaError_t Alloc(size_t n, cudaStream_t stream, bool retry = true) {
     Free();
     stream_ = stream;
     if (n == 0) return cudaSuccess;
-    cudaError_t e = MallocPooled(&ptr_, n, stream);
+    cudaError_t e = retry ? MallocPooled(&ptr_, n, stream) : cudaMallocAsync(&ptr_, n, stream);
     if (e != cudaSuccess) ptr_ = nullptr;
     return e;
   }
@@ -370,16 +376,24 @@ class Op : public Napi::AsyncWorker {
     {
       std::lock_guard<std::mutex> lk(ctx_->mu);
       ticket_ = ctx_->next_ticket++;
-      // (the turn first: LaunchesHere may read what an operation holding it is changing)
-      here_ = ctx_->serving == ticket_ && LaunchesHere() && !EnvFlag("FA_CUDA_LAUNCH_ON_WORKER");
+      // (the turn first: LaunchesHere may read what an operation holding it is changing; and no
+      // deeper than kMainAhead unfinished calls, past which a launch itself may wait for the GPU)
+      here_ = ctx_->serving == ticket_ && ticket_ - ctx_->completed < kMainAhead && !ctx_->launch_on_worker && LaunchesHere();
     }
     if (here_) {
       here_ok_ = Guarded([this] { return Run(); });
       stamp_[1] = NowUs();
-      PassTurn();
+      if (to_worker_) {  // Run queued nothing and asks for the worker (it keeps the turn)
+        here_ = false;
+        code_ = "E_DEVICE";
+        msg_.clear();
+      } else {
+        PassTurn();
+      }
     }
     Queue();
   }
+  static constexpr uint64_t kMainAhead = 64;
 
  protected:
   // Queues the operation's work while it holds the turn (no other operation queues meanwhile);
@@ -388,8 +402,11 @@ class Op : public Napi::AsyncWorker {
   virtual bool Run() = 0;
   // Waits for what Run queued without holding the turn, once every earlier operation settled.
   virtual bool Await() { return true; }
-  // Whether Run may run on the main thread: it never blocks there except on a failure path.
+  // Whether Run may run on the main thread. There it must not wait for the GPU: where it would
+  // (an allocation to retry after a synchronise), it queues nothing and sets to_worker_, and the
+  // worker runs it again; a failure after something was queued is synchronised by the worker.
   virtual bool LaunchesHere() const { return false; }
+  bool OnMain() const { return here_; }
   virtual Napi::Value Result(Napi::Env env) { return env.Undefined(); }
   bool Fail(cudaError_t e, const std::string& what) {
     code_ = CudaCode(e);
@@ -413,6 +430,7 @@ class Op : public Napi::AsyncWorker {
   void Execute() override {
     stamp_[2] = NowUs();
     bool ok = here_ok_;
+    if (here_ && !ok && !ctx_->dry) cudaStreamSynchronize(ctx_->stream);  // (settle a failure once the GPU is done with it)
     if (!here_) {
       {
         std::unique_lock<std::mutex> lk(ctx_->mu);
@@ -482,6 +500,15 @@ class Op : public Napi::AsyncWorker {
   // issue order (Execute), but libuv may run two completions on the main thread the other way round.
   void Settle(bool ok, Napi::Value v) {
     Napi::Env env = Env();
+    if (ticket_ == ctx_->settled && ctx_->parked.empty()) {  // in order: no reference needed
+      ctx_->settled++;
+      ok ? deferred_.Resolve(v) : deferred_.Reject(v);
+      return;
+    }
+    if (!v.IsUndefined() && !v.IsObject()) {  // (a reference holds objects only)
+      ok = false;
+      v = MakeError(env, "E_DEVICE", "internal error: an operation settled with a value that is not an object").Value();
+    }
     std::shared_ptr<Napi::Reference<Napi::Value>> ref;
     if (!v.IsUndefined()) ref = std::make_shared<Napi::Reference<Napi::Value>>(Napi::Persistent(v));
     Napi::Promise::Deferred d = deferred_;
@@ -489,11 +516,18 @@ class Op : public Napi::AsyncWorker {
       Napi::Value x = ref ? ref->Value() : env.Undefined();
       ok ? d.Resolve(x) : d.Reject(x);
     });
+    Drain();
+  }
+  // Settles the parked promises whose predecessors have all settled.
+  void Drain() {
     while (!ctx_->parked.empty() && ctx_->parked.begin()->first == ctx_->settled) {
       std::function<void()> f = std::move(ctx_->parked.begin()->second);
       ctx_->parked.erase(ctx_->parked.begin());
       ctx_->settled++;
-      f();
+      try {
+        f();
+      } catch (const Napi::Error&) {  // (the environment going away): the rest still settle
+      }
     }
   }
 
@@ -505,6 +539,7 @@ class Op : public Napi::AsyncWorker {
   uint64_t ticket_ = 0;
   bool passed_ = false;
   bool here_ = false, here_ok_ = false;  // Run ran on the main thread (Start), and how it went
+  bool to_worker_ = false;               // Run on the main thread handed the call to the worker
   // Where the call's time went, in µs of the monotonic clock (process.hrtime's): called, work
   // queued, worker started, work finished, back on the main thread. Attention calls return it.
   double stamp_[5] = {0, 0, 0, 0, 0};
@@ -608,10 +643,8 @@ class AttnOp : public Op {
   // its work while ours runs (its host work then overlaps our kernels).
   bool Run() override {
     args.num_sms = ctx_->sms;
-    // Escape hatches (documented in README.md): FA_CUDA_NO_WGMMA=1 runs the mma.sync kernels
-    // everywhere, FA_CUDA_NO_WGMMA_BWD=1 only for the backward.
-    args.arch = EnvFlag("FA_CUDA_NO_WGMMA") ? 0 : ctx_->arch;
-    args.no_wgmma_bwd = EnvFlag("FA_CUDA_NO_WGMMA_BWD") ? 1 : 0;
+    args.arch = ctx_->no_wgmma ? 0 : ctx_->arch;
+    args.no_wgmma_bwd = ctx_->no_wgmma_bwd ? 1 : 0;
     args.smem_limit = ctx_->smem_optin;
     {  // supports() declines these first; this keeps a direct binding call from a launch failure
       // (checked before anything is queued: a decline then waits for no one)
@@ -624,7 +657,9 @@ class AttnOp : public Op {
         return false;
       }
     }
-    SyncOnExit sync(ctx_->stream);  // on a failure, after the scratch below is freed
+    // On a failure, after the scratch below is freed, wait for the GPU (the worker does, when this
+    // runs on the main thread: Execute).
+    SyncOnExit sync(OnMain() ? nullptr : ctx_->stream);
     {
       DeviceScratch ws;
       cudaError_t e = SmallInputs();
@@ -633,7 +668,12 @@ class AttnOp : public Op {
       args.cu_k = args.cu_q + cuq.size();
       args.alibi = alibi.empty() ? nullptr : reinterpret_cast<const float*>(args.cu_k + cuk.size());
       const size_t wsb = backward_ ? fa::bwd_workspace_bytes(&args) : fa::fwd_workspace_bytes(&args);
-      e = ws.Alloc(wsb, ctx_->stream);
+      e = ws.Alloc(wsb, ctx_->stream, /*retry=*/!OnMain());
+      if (e == cudaErrorMemoryAllocation && OnMain()) {  // (nothing queued yet: SmallInputs had nothing to copy)
+        cudaGetLastError();
+        to_worker_ = true;
+        return false;
+      }
       if (e != cudaSuccess) return Fail(e, "allocating the workspace (" + std::to_string(wsb) + " bytes)");
       splits_ = args.num_splits;
       e = backward_ ? fa::bwd(&args, tens, ws.get(), ctx_->stream) : fa::fwd(&args, tens, ws.get(), ctx_->stream);
@@ -1123,8 +1163,8 @@ class Context : public Napi::ObjectWrap<Context> {
     a.d = static_cast<int>(d);
     a.dtype = info.Length() > 1 && !info[1].IsUndefined() ? ParseDtype(env, info[1]) : fa::kBF16;
     a.f32_path = info.Length() > 2 ? ParseF32Path(env, info[2]) : fa::kF32Auto;
-    a.arch = EnvFlag("FA_CUDA_NO_WGMMA") ? 0 : state_->arch;
-    a.no_wgmma_bwd = EnvFlag("FA_CUDA_NO_WGMMA_BWD") ? 1 : 0;
+    a.arch = state_->no_wgmma ? 0 : state_->arch;
+    a.no_wgmma_bwd = state_->no_wgmma_bwd ? 1 : 0;
     a.smem_limit = state_->smem_optin;
     if (info.Length() > 3 && !info[3].IsUndefined()) {  // plan as if the GPU allowed this many bytes (tests)
       if (!info[3].IsNumber()) Throw(env, "E_ARG", "smemNeeds: limit must be a number");

@@ -2,8 +2,9 @@
 // cudaShardOps (src/parallel/ops.ts). Each call validates its arguments on the main thread —
 // dtypes, exact byte sizes of every buffer against the counts it describes, one context for
 // all buffers, no output aliasing an input — holds the buffers, and runs on a worker thread:
-// the kernel goes on the owning context's stream (ordered after the attention calls issued
-// before it), then the call waits for its own event. Buffers of a dry-run context are
+// the kernel goes on the owning context's stream (after whatever that stream holds when the
+// worker runs it: the TypeScript callers await the attention calls whose outputs it reads), then
+// the call waits for its own event. Buffers of a dry-run context are
 // validated and never touched.
 //
 //   shardOps.fill(buf, count, value)                          f32
