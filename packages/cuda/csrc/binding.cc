@@ -383,10 +383,8 @@ class Op : public Napi::AsyncWorker {
     if (here_) {
       here_ok_ = Guarded([this] { return Run(); });
       stamp_[1] = NowUs();
-      if (to_worker_) {  // Run queued nothing and asks for the worker (it keeps the turn)
+      if (to_worker_) {  // Run queued nothing and set no error; the worker runs it (it keeps the turn)
         here_ = false;
-        code_ = "E_DEVICE";
-        msg_.clear();
       } else {
         PassTurn();
       }
@@ -599,18 +597,20 @@ class AttnOp : public Op {
   }
   fa::FaArgs args{};
   fa::FaTensors tens{};
-  std::vector<int> cuq, cuk;
-  std::vector<float> alibi;
   bool backward_;
   int splits_ = 1;
-  // The call's small inputs in the order they sit on the device (CtxState::small_dev): cu_q,
-  // cu_k, then the ALiBi slopes' bits. Parse packs them.
+  // The call's small inputs in the order they sit on the device (CtxState::small_dev): cu_q and
+  // cu_k (n_cu = B + 1 entries each), then the ALiBi slopes' bits when there are any.
   std::vector<int> small;
-  void PackSmall() {
-    small = cuq;
+  size_t n_cu = 0;
+  bool has_alibi = false;
+  void SetSmall(std::vector<int> cuq, const std::vector<int>& cuk, const std::vector<float>& alibi) {
+    n_cu = cuq.size();
+    has_alibi = !alibi.empty();
+    small = std::move(cuq);
     small.insert(small.end(), cuk.begin(), cuk.end());
-    small.resize(small.size() + alibi.size());
-    if (!alibi.empty()) std::memcpy(small.data() + cuq.size() + cuk.size(), alibi.data(), alibi.size() * sizeof(float));
+    small.resize(2 * n_cu + alibi.size());
+    if (has_alibi) std::memcpy(small.data() + 2 * n_cu, alibi.data(), alibi.size() * sizeof(float));
   }
 
  protected:
@@ -665,8 +665,8 @@ class AttnOp : public Op {
       cudaError_t e = SmallInputs();
       if (e != cudaSuccess) return Fail(e, "copying sequence offsets and ALiBi slopes");
       args.cu_q = static_cast<const int*>(ctx_->small_dev);
-      args.cu_k = args.cu_q + cuq.size();
-      args.alibi = alibi.empty() ? nullptr : reinterpret_cast<const float*>(args.cu_k + cuk.size());
+      args.cu_k = args.cu_q + n_cu;
+      args.alibi = has_alibi ? reinterpret_cast<const float*>(args.cu_k + n_cu) : nullptr;
       const size_t wsb = backward_ ? fa::bwd_workspace_bytes(&args) : fa::fwd_workspace_bytes(&args);
       e = ws.Alloc(wsb, ctx_->stream, /*retry=*/!OnMain());
       if (e == cudaErrorMemoryAllocation && OnMain()) {  // (nothing queued yet: SmallInputs had nothing to copy)
@@ -984,10 +984,7 @@ class Context : public Napi::ObjectWrap<Context> {
     for (Buffer* b : inputs) op->Hold(b);
     for (Buffer* b : outputs) op->Hold(b);
     op->args = a;
-    op->cuq = std::move(cuq);
-    op->cuk = std::move(cuk);
-    op->alibi = std::move(alibi);
-    op->PackSmall();
+    op->SetSmall(std::move(cuq), cuk, alibi);
     return op.release();
   }
   Napi::Value Forward(const Napi::CallbackInfo& info) { return Attn(info, false); }
