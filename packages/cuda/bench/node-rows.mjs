@@ -28,6 +28,24 @@ const bf16 = (n, seed) => {
 };
 const median = (xs) => [...xs].sort((x, y) => x - y)[xs.length >> 1];
 const dispose = (r) => { for (const t of Object.values(r)) b.disposeTensor(t); };
+// ms a call: each of `calls` awaited in turn, REPS rounds (median per call); and PIPE calls issued
+// back to back, then awaited together (mean)
+const awaitedMs = async (...calls) => {
+  const xs = calls.map(() => []);
+  for (let i = 0; i < REPS; i++) {
+    for (const [j, call] of calls.entries()) {
+      const t0 = performance.now();
+      dispose(await call());
+      xs[j].push(performance.now() - t0);
+    }
+  }
+  return xs.map(median);
+};
+const pipelinedMs = async (call) => {
+  const t0 = performance.now();
+  (await Promise.all(Array.from({ length: PIPE }, call))).forEach(dispose);
+  return (performance.now() - t0) / PIPE;
+};
 const awaited = [], pipelined = [];
 for (const causal of [false, true]) {
   for (const T of (process.env.FA_NODE_T ?? '512,1024,2048,4096,8192,16384').split(',').map(Number)) {
@@ -37,43 +55,26 @@ for (const causal of [false, true]) {
     const flops = (4 * B * H * T * T * D) / (causal ? 2 : 1);
     const tf = (ms, mul) => Number(((flops * mul) / ms / 1e9).toFixed(1));
     const fwd = await b.forward(q, k, v, opts);
-    for (let i = 0; i < 2; i++) dispose(await b.forward(q, k, v, opts));
-    for (let i = 0; i < 2; i++) dispose(await b.backward(q, k, v, fwd.out, dO, fwd.lse, opts));
-    const fA = [], bA = [];
-    for (let i = 0; i < REPS; i++) {
-      let t0 = performance.now();
-      dispose(await b.forward(q, k, v, opts));
-      fA.push(performance.now() - t0);
-      t0 = performance.now();
-      dispose(await b.backward(q, k, v, fwd.out, dO, fwd.lse, opts));
-      bA.push(performance.now() - t0);
-    }
-    let t0 = performance.now();
-    (await Promise.all(Array.from({ length: PIPE }, () => b.forward(q, k, v, opts)))).forEach(dispose);
-    const fP = (performance.now() - t0) / PIPE;
-    t0 = performance.now();
-    (await Promise.all(Array.from({ length: PIPE }, () => b.backward(q, k, v, fwd.out, dO, fwd.lse, opts)))).forEach(dispose);
-    const bP = (performance.now() - t0) / PIPE;
-    awaited.push({ D, causal, T, B, H, fwd: tf(median(fA), 1), bwd: tf(median(bA), 2.5) });
+    const fwdCall = () => b.forward(q, k, v, opts);
+    const bwdCall = (o = opts) => () => b.backward(q, k, v, fwd.out, dO, fwd.lse, o);
+    for (let i = 0; i < 2; i++) dispose(await fwdCall());
+    for (let i = 0; i < 2; i++) dispose(await bwdCall()());
+    const [fA, bA] = await awaitedMs(fwdCall, bwdCall());
+    const fP = await pipelinedMs(fwdCall);
+    const bP = await pipelinedMs(bwdCall());
+    awaited.push({ D, causal, T, B, H, fwd: tf(fA, 1), bwd: tf(bA, 2.5) });
     pipelined.push({ D, causal, T, B, H, fwd: tf(fP, 1), bwd: tf(bP, 2.5) });
     let det = '';
     if (process.env.FA_NODE_DET === '1') {
-      const dopts = { causal, deterministic: true };
-      for (let i = 0; i < 2; i++) dispose(await b.backward(q, k, v, fwd.out, dO, fwd.lse, dopts));
-      const dA = [];
-      for (let i = 0; i < REPS; i++) {
-        const t1 = performance.now();
-        dispose(await b.backward(q, k, v, fwd.out, dO, fwd.lse, dopts));
-        dA.push(performance.now() - t1);
-      }
-      const t1 = performance.now();
-      (await Promise.all(Array.from({ length: PIPE }, () => b.backward(q, k, v, fwd.out, dO, fwd.lse, dopts)))).forEach(dispose);
-      const dP = (performance.now() - t1) / PIPE;
-      awaited.at(-1).bwdDet = tf(median(dA), 2.5);
+      const detCall = bwdCall({ causal, deterministic: true });
+      for (let i = 0; i < 2; i++) dispose(await detCall());
+      const [dA] = await awaitedMs(detCall);
+      const dP = await pipelinedMs(detCall);
+      awaited.at(-1).bwdDet = tf(dA, 2.5);
       pipelined.at(-1).bwdDet = tf(dP, 2.5);
-      det = `; deterministic bwd awaited ${median(dA).toFixed(3)} ms (${(median(bA) / median(dA)).toFixed(2)}x of the default), pipelined ${dP.toFixed(3)} ms (${(bP / dP).toFixed(2)}x)`;
+      det = `; deterministic bwd awaited ${dA.toFixed(3)} ms (${(bA / dA).toFixed(2)}x of the default), pipelined ${dP.toFixed(3)} ms (${(bP / dP).toFixed(2)}x)`;
     }
-    console.log(`D=${D} causal=${causal} T=${T}: awaited fwd ${median(fA).toFixed(3)} ms bwd ${median(bA).toFixed(3)} ms; pipelined fwd ${fP.toFixed(3)} ms bwd ${bP.toFixed(3)} ms${det}`);
+    console.log(`D=${D} causal=${causal} T=${T}: awaited fwd ${fA.toFixed(3)} ms bwd ${bA.toFixed(3)} ms; pipelined fwd ${fP.toFixed(3)} ms bwd ${bP.toFixed(3)} ms${det}`);
     dispose(fwd);
     for (const t of [q, k, v, dO]) b.disposeTensor(t);
   }
