@@ -40,11 +40,14 @@ typedef struct fa_problem {
   float *dq;                    /* the float32 dQ accumulator, q's layout (zeroed by the engine) */
 } fa_problem;
 
-/* src/params.ts writes this struct field by field: keep the two in step. */
+/* src/params.ts writes this struct field by field: keep the two in step. (The native build has
+ * 64-bit pointers: its addon, native/addon.c, reads these same 120 bytes and rebuilds the struct.) */
+#ifdef __wasm__
 _Static_assert(sizeof(fa_problem) == 120, "fa_problem layout changed: update src/params.ts");
 _Static_assert(__builtin_offsetof(fa_problem, scale) == 52, "fa_problem layout changed: update src/params.ts");
 _Static_assert(__builtin_offsetof(fa_problem, cu_q) == 60, "fa_problem layout changed: update src/params.ts");
 _Static_assert(__builtin_offsetof(fa_problem, dq) == 116, "fa_problem layout changed: update src/params.ts");
+#endif
 
 /* Columns of a score tile: bc rounded up to the 8 columns of a micro-kernel. */
 static inline int32_t fa_bc8(int32_t bc) { return (bc + 7) & ~7; }
@@ -72,7 +75,12 @@ static inline void fa_query_range(const fa_problem *p, int32_t j, int32_t tq, in
   *hi = p->window_left < 0 ? tq - 1 : fa_min(tq - 1, j - off + p->window_left);
 }
 
+/* A function the engine calls: a WebAssembly export, or (native build) a function of the addon. */
+#ifdef __wasm__
 #define FA_EXPORT(name) __attribute__((export_name(#name)))
+#else
+#define FA_EXPORT(name)
+#endif
 #define FA_INLINE static inline __attribute__((always_inline))
 
 #endif

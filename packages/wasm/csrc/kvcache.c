@@ -35,28 +35,10 @@
 #include "scores.h"
 #include "softmax.h"
 #include "widen.h"
+#include "kvcache.h"
 
 /* Keys per tile: S is R x KV_TILE floats. */
 #define KV_TILE 64
-
-typedef struct fa_kv {
-  /* batch, h, hkv, d, tq, tk (longest), window, scale, softcap, alibi; q: the scaled queries
-   * [batch, tq, h, d], which the output overwrites; lse: [batch, h, tq] */
-  fa_problem base;
-  int32_t dtype;                  /* of the caches: FA_F32, FA_F16, FA_BF16 */
-  int32_t block_size, max_blocks; /* a contiguous cache: block_size = capacity, max_blocks = 1 */
-  int32_t tnew;                   /* tokens appended per sequence (already written) */
-  int32_t qt, rows, chunk;        /* the plan: queries per tile, rows per kv head, keys per chunk */
-  int32_t heads;                  /* kv heads per unit (fa_kv_unit's kvh1 - kvh0 at most) */
-  const int32_t *lens;            /* [batch]: cached tokens before the append */
-  const int32_t *table;           /* [batch * max_blocks] */
-  const void *k_cache, *v_cache;  /* [num_blocks, block_size, hkv, d] in dtype */
-  float *pm, *pl, *pacc;          /* partial states: [slots][rows], [slots][rows], [slots][rows][dp] */
-} fa_kv;
-
-/* src/params.ts writeKVProblem writes this struct field by field: keep the two in step. */
-_Static_assert(sizeof(fa_kv) == 180, "fa_kv layout changed: update src/params.ts");
-_Static_assert(__builtin_offsetof(fa_kv, lens) == 152, "fa_kv layout changed: update src/params.ts");
 
 /* The four lane sums of a0..a3, as one vector [sum a0, sum a1, sum a2, sum a3]. */
 FA_INLINE v128_t fa_hsum4(v128_t a0, v128_t a1, v128_t a2, v128_t a3) {

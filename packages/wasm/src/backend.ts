@@ -62,6 +62,7 @@ import { binaryUrl, compileBinary } from './loader.js';
 import { Arena, fmt, Heap, WASM32_MAX_BYTES } from './memory.js';
 import { checkOptions, createMemory, DEFAULT_INLINE_BELOW_FLOPS, defaultThreads, type WasmBackendOptions } from './options.js';
 import { PROBLEM_BYTES, writeProblem, type ProblemFields } from './params.js';
+import { addonUrl, loadAddon, nativeKernels, nativeTarget, type NativeLevel } from './native.js';
 import { createPool, type WasmPool } from './threads.js';
 import { checkOwn, dataOf, regionData, WasmTensor } from './tensors.js';
 import { chooseWasmTiles } from './tiles.js';
@@ -73,7 +74,6 @@ const UNIT_SIZE: Record<WasmJob['kind'], number> = { forward: FWD_UNIT, backward
 export type CopyMethod = 'simd' | 'memcpy';
 
 export class WasmBackend implements AttentionBackend {
-  readonly name = 'wasm';
   readonly device: string;
   readonly dtypes: readonly DType[] = ['f32', 'f16', 'bf16'];
   /** Why there are no worker threads, when there are none. */
@@ -87,12 +87,16 @@ export class WasmBackend implements AttentionBackend {
   private readonly kvEngine: KVEngine;
 
   private constructor(
-    readonly isa: Isa,
+    /** "wasm", or "native" for the x86-64 build of the same kernels (native.ts). */
+    readonly name: 'wasm' | 'native',
+    /** The binary that runs: a WebAssembly instruction set, or the native build's level. */
+    readonly isa: Isa | NativeLevel,
     /** Worker threads (0: everything runs on the calling thread). */
     readonly threads: number,
     threadsNote: string | undefined,
     private readonly features: Features,
-    private readonly module: WebAssembly.Module,
+    /** What each worker loads: the compiled .wasm, or the native addon's URL. */
+    private readonly binary: { module?: WebAssembly.Module; native?: string },
     private readonly memory: WebAssembly.Memory,
     private readonly kernels: Kernels,
     private readonly heap: Heap,
@@ -112,16 +116,31 @@ export class WasmBackend implements AttentionBackend {
       kvScratchBytes: (problem) => kernels.fa_kv_scratch_bytes(problem),
       combine: (problem, scratch, b, kvh, t, slot0, chunks) => kernels.fa_kv_combine(problem, scratch, b, kvh, t, slot0, chunks),
     };
-    const simd = isa === 'relaxed' ? 'relaxed SIMD' : 'SIMD128';
-    this.device = `WebAssembly ${simd} ×${Math.max(1, threads)} thread${threads > 1 ? 's' : ''}${threadsNote ? ` (${threadsNote})` : ''}`;
+    const kind = isa === 'relaxed' ? 'WebAssembly relaxed SIMD' : isa === 'simd128' ? 'WebAssembly SIMD128' : `native ${isa} (${isa === 'x86-64-v4' ? 'AVX-512' : 'AVX2'})`;
+    this.device = `${kind} ×${Math.max(1, threads)} thread${threads > 1 ? 's' : ''}${threadsNote ? ` (${threadsNote})` : ''}`;
+  }
+
+  /** The native build (options.native): the same engine over the x86-64 addon (native.ts). */
+  private static async createNative(opts: WasmBackendOptions, features: Features, threads: number): Promise<WasmBackend> {
+    const target = await nativeTarget(opts.nativeLevel);
+    if (!target.level) throw new FAError('E_DEVICE', `native engine unavailable: ${target.why ?? 'unknown reason'}`);
+    // the addon needs a shared memory (its address never moves), which Node always has
+    if (!features.threads) throw new FAError('E_DEVICE', `native engine unavailable: ${features.threadsWhy ?? 'no shared memory'}`);
+    const url = addonUrl(target.level, opts.nativePath);
+    const addon = await loadAddon(url);
+    const { memory, maxBytes } = createMemory(Math.min(opts.maxMemoryBytes ?? WASM32_MAX_BYTES, WASM32_MAX_BYTES), true);
+    const kernels = nativeKernels(addon, memory);
+    // no static data or wasm stack: the heap starts one stack's worth in, keeping address 0 (null) unused
+    return new WasmBackend('native', target.level, threads, undefined, features, { native: url.href }, memory, kernels, new Heap(memory, MAIN_STACK_BYTES, maxBytes), opts);
   }
 
   static async create(opts: WasmBackendOptions = {}): Promise<WasmBackend> {
     checkOptions(opts);
     let features = probeFeatures();
     if (opts.relaxedSimd === true && !features.relaxed && (await enableRelaxedSimd())) features = probeFeatures();
-    const isa = chooseIsa(features, opts.relaxedSimd ?? 'auto');
     let threads = opts.threads ?? (await defaultThreads(features));
+    if (opts.native === true) return WasmBackend.createNative(opts, features, threads);
+    const isa = chooseIsa(features, opts.relaxedSimd ?? 'auto');
     let note: string | undefined;
     if (threads > 0 && !features.threads) {
       if (opts.threads !== undefined) throw new FAError('E_DEVICE', `wasm engine option threads: ${threads}, but ${features.threadsWhy ?? 'threads are unavailable here'}`);
@@ -136,7 +155,7 @@ export class WasmBackend implements AttentionBackend {
     // The main thread's stack sits just above the module's static data; the heap above it.
     const stackBase = Math.ceil(Number(kernels.__heap_base.value) / 16) * 16;
     kernels.fa_set_stack(stackBase + MAIN_STACK_BYTES);
-    return new WasmBackend(isa, threads, note, features, module, memory, kernels, new Heap(memory, stackBase + MAIN_STACK_BYTES, maxBytes), opts);
+    return new WasmBackend('wasm', isa, threads, note, features, { module }, memory, kernels, new Heap(memory, stackBase + MAIN_STACK_BYTES, maxBytes), opts);
   }
 
   /** Bytes of WebAssembly memory the engine holds now (it grows to the largest call). */
@@ -195,7 +214,7 @@ export class WasmBackend implements AttentionBackend {
   }
 
   private getPool(): Promise<WasmPool> {
-    return (this.pool ??= createPool(this.threads, { module: this.module, memory: this.memory }, this.features.host));
+    return (this.pool ??= createPool(this.threads, { ...this.binary, memory: this.memory }, this.features.host));
   }
 
   /** One thing at a time: calls share the arena, which starts where the heap ends. */

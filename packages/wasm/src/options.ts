@@ -6,6 +6,7 @@
 import { FAError, type TileSizes } from '@fa/core';
 import type { Features } from './features.js';
 import { PAGE } from './memory.js';
+import type { NativeLevel } from './native.js';
 import { checkWasmTiles } from './tiles.js';
 
 export interface WasmBackendOptions {
@@ -37,6 +38,16 @@ export interface WasmBackendOptions {
    * only; results do not depend on the thread count either way.
    */
   readonly kvChunk?: number;
+  /**
+   * Run the native x86-64 build of the kernels instead of WebAssembly (Node on Linux x86-64 only;
+   * the backend is then named "native"). Default false: createWasmBackend() is WebAssembly, and
+   * the registry's "native" engine is this with true.
+   */
+  readonly native?: boolean;
+  /** The native build's level (default: the best this CPU runs, from /proc/cpuinfo). */
+  readonly nativeLevel?: NativeLevel;
+  /** Folder (file: URL or path) the native addons are loaded from; default the package's native/linux-x64. */
+  readonly nativePath?: string | URL;
 }
 
 export const DEFAULT_INLINE_BELOW_FLOPS = 2 ** 24;
@@ -59,6 +70,8 @@ export function checkOptions(o: WasmBackendOptions): void {
   if (o.inlineBelowFlops !== undefined && !(typeof o.inlineBelowFlops === 'number' && o.inlineBelowFlops >= 0)) throw new FAError('E_ARG', `wasm engine option inlineBelowFlops must be a number >= 0, got ${String(o.inlineBelowFlops)}`);
   if (o.maxMemoryBytes !== undefined && !(typeof o.maxMemoryBytes === 'number' && o.maxMemoryBytes >= 16 * PAGE)) throw new FAError('E_ARG', `wasm engine option maxMemoryBytes must be a number >= ${16 * PAGE}, got ${String(o.maxMemoryBytes)}`);
   if (o.kvChunk !== undefined && !(Number.isSafeInteger(o.kvChunk) && o.kvChunk >= 1)) throw new FAError('E_ARG', `wasm engine option kvChunk must be an integer >= 1, got ${String(o.kvChunk)}`);
+  if (o.native !== undefined && typeof o.native !== 'boolean') throw new FAError('E_ARG', `wasm engine option native must be true or false, got ${String(o.native)}`);
+  if (o.nativeLevel !== undefined && o.nativeLevel !== 'x86-64-v4' && o.nativeLevel !== 'x86-64-v3') throw new FAError('E_ARG', `wasm engine option nativeLevel must be 'x86-64-v4' or 'x86-64-v3', got ${String(o.nativeLevel)}`);
   if (o.tiles !== undefined) checkWasmTiles(o.tiles, 'tiles');
   if (o.backwardTiles !== undefined) checkWasmTiles(o.backwardTiles, 'backwardTiles');
 }

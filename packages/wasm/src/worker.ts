@@ -8,8 +8,11 @@
 import { runJob, type Kernels, type WasmJob } from './job.js';
 
 export interface WorkerInit {
-  readonly module: WebAssembly.Module;
+  /** The compiled binary (wasm), or undefined when `native` names the addon to load. */
+  readonly module?: WebAssembly.Module;
   readonly memory: WebAssembly.Memory;
+  /** The native build's addon (a file: URL's href), loaded by each worker. */
+  readonly native?: string;
 }
 
 interface Reply {
@@ -20,7 +23,13 @@ interface Reply {
 
 let kernels: Promise<Kernels> | undefined;
 
-function instantiate(init: WorkerInit): Promise<Kernels> {
+async function instantiate(init: WorkerInit): Promise<Kernels> {
+  if (init.native !== undefined) {
+    // Node only; imported here so that a browser's worker bundle does not carry it
+    const { loadAddon, nativeKernels } = await import('./native.js');
+    return nativeKernels(await loadAddon(new URL(init.native)), init.memory);
+  }
+  if (!init.module) throw new Error('the worker received neither a module nor a native addon');
   return WebAssembly.instantiate(init.module, { env: { memory: init.memory } }).then((i) => i.exports as unknown as Kernels);
 }
 
