@@ -22,7 +22,7 @@
 #include "vmath.h"
 #include "scores.h"
 #include "tileio.h"
-#include "gen/f32-gemm.h"
+#include "gemm.h"
 
 typedef struct {
   float *kt, *vt;   /* [d][bc8] */

@@ -18,7 +18,7 @@
 #include "scores.h"
 #include "tileio.h"
 #include "softmax.h"
-#include "gen/f32-gemm.h"
+#include "gemm.h"
 
 typedef struct {
   float *s;   /* scores, then probabilities: [br][bc8] */

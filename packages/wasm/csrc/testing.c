@@ -5,7 +5,7 @@
  */
 #include "fa.h"
 #include "vmath.h"
-#include "gen/f32-gemm.h"
+#include "gemm.h"
 #include "widen.h"
 
 FA_EXPORT(fa_problem_bytes) int32_t fa_problem_bytes(void) { return (int32_t)sizeof(fa_problem); }
