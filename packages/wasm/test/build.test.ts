@@ -1,7 +1,8 @@
 /**
- * The shipped binaries (wasm/*.wasm, committed so users need no toolchain) are what the sources
- * build to: scripts/build-wasm.sh rebuilds all four into a temporary folder and each must match
- * byte for byte; the generated micro-kernel header must be what its template generates.
+ * The shipped binaries (wasm/*.wasm and the native addons native/linux-x64/*.node, committed so
+ * users need no toolchain) are what the sources build to: scripts/build-wasm.sh and
+ * build-native.sh rebuild them into a temporary folder and each must match byte for byte; the
+ * generated micro-kernel headers must be what their templates generate.
  *
  * Needs clang-19 and lld-19 (scripts/setup-wasm.sh at the repository root installs them, and
  * scripts/test.sh runs it first). Without them the rebuild is skipped with the reason, except
@@ -20,7 +21,7 @@ const haveCc = spawnSync(cc, ['--version'], { encoding: 'utf8' }).status === 0;
 const why = `${cc} not found (bash scripts/setup-wasm.sh from the repository root installs clang-19 and lld-19)`;
 
 describe('the shipped WebAssembly binaries', () => {
-  it('csrc/gen/f32-gemm.h is what scripts/gen-kernels.mjs generates', () => {
+  it('csrc/gen/f32-gemm.h and f32-gemm-x86.h are what scripts/gen-kernels.mjs generates', () => {
     const r = spawnSync(process.execPath, ['scripts/gen-kernels.mjs', '--check'], { cwd: root, encoding: 'utf8' });
     expect(r.status, r.stderr).toBe(0);
   });
@@ -48,4 +49,23 @@ describe('the shipped WebAssembly binaries', () => {
       rmSync(out, { recursive: true, force: true });
     }
   }, 120_000);
+
+  it('the native addons match a fresh build from csrc/ byte for byte', () => {
+    expect(haveCc, why).toBe(true);
+    const out = mkdtempSync(join(process.env.TMPDIR ?? tmpdir(), 'fa-native-build-'));
+    try {
+      const r = spawnSync('bash', ['scripts/build-native.sh', out], { cwd: root, encoding: 'utf8', env: { ...process.env, FA_WASM_NO_GEN: '1' } });
+      expect(r.status, `${r.stdout}\n${r.stderr}`).toBe(0);
+      const shipped = readdirSync(join(root, 'native', 'linux-x64')).sort();
+      expect(readdirSync(out).sort()).toEqual(shipped);
+      expect(shipped).toEqual(['fa-x86-64-v3.node', 'fa-x86-64-v4.node']);
+      for (const f of shipped) {
+        const fresh = readFileSync(join(out, f));
+        const have = readFileSync(join(root, 'native', 'linux-x64', f));
+        expect(Buffer.compare(fresh, have), `${f} differs from a fresh build: run pnpm --filter @fa/wasm build:native and commit native/`).toBe(0);
+      }
+    } finally {
+      rmSync(out, { recursive: true, force: true });
+    }
+  }, 300_000);
 });

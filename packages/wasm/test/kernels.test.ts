@@ -3,13 +3,15 @@
  * operand form against a plain float64 loop over edge shapes (row counts that are not a multiple
  * of 4, k = 1, strides wider than the tile), with a tolerance that grows with k; the vector exp
  * and tanh against Math.exp / Math.tanh over their whole range; and the fa_problem layout the
- * TypeScript side writes. Each test runs on the SIMD128 binary and, when this Node can enable
- * it, the relaxed-SIMD one.
+ * TypeScript side writes. Each test runs on the SIMD128 binary, the relaxed-SIMD one when this
+ * Node can enable it, and the native addons this CPU runs (x86-64-v4 and v3 on an AVX-512 CPU:
+ * their own generated micro-kernels, the other kernels compiled from the same source).
  */
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { decode, encode } from '@fa/core';
-import { binaryUrl, enableRelaxedSimd } from '../dist/index.js';
+import { addonUrl, binaryUrl, enableRelaxedSimd, nativeTarget } from '../dist/index.js';
+import { loadAddon } from '../dist/native.js';
 import { PROBLEM_BYTES } from '../dist/params.js';
 
 interface TestExports {
@@ -22,9 +24,17 @@ interface TestExports {
 
 const U32 = 2 ** -24;
 const relaxed = await enableRelaxedSimd();
-const binaries = ['fa-simd128-st.wasm', ...(relaxed ? ['fa-relaxed-st.wasm'] : [])];
+const native = await nativeTarget();
+const nativeLevels = native.level === 'x86-64-v4' ? ['x86-64-v4', 'x86-64-v3'] : native.level ? [native.level] : [];
+const binaries = ['fa-simd128-st.wasm', ...(relaxed ? ['fa-relaxed-st.wasm'] : []), ...nativeLevels.map((l) => `native ${l}`)];
 
 async function load(name: string): Promise<{ ex: TestExports; mem: WebAssembly.Memory }> {
+  if (name.startsWith('native ')) {
+    // the addon works on a shared memory, as in the engine
+    const mem = new WebAssembly.Memory({ initial: 256, maximum: 256, shared: true });
+    const addon = await loadAddon(addonUrl(name.slice(7) as 'x86-64-v4' | 'x86-64-v3'));
+    return { ex: addon.bind(new Uint8Array(mem.buffer)) as unknown as TestExports, mem };
+  }
   const mem = new WebAssembly.Memory({ initial: 256 }); // 16 MiB; the module's stack is below 1 MiB
   const inst = await WebAssembly.instantiate(readFileSync(binaryUrl(name)), { env: { memory: mem } });
   return { ex: inst.instance.exports as unknown as TestExports, mem };
@@ -60,10 +70,10 @@ for (const name of binaries) {
     for (const f of FORMS) {
       it(`f32 gemm ${f.name}: every row remainder, k from 1, strided operands, against float64`, () => {
         const r = rng(7 + f.form);
-        const ms = f.trans ? [4, 8, 12, 64] : [1, 2, 3, 4, 5, 6, 7, 9, 13, 64];
+        const ms = f.trans ? [4, 8, 12, 20, 64] : [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15, 17, 64];
         let cases = 0;
         for (const m of ms) {
-          for (const n of [8, 16, 24, 64]) {
+          for (const n of [8, 16, 24, 32, 40, 56, 64, 72]) {
             for (const k of [1, 2, 3, 8, 17, 64, 129]) {
               const lda = (f.trans ? m : k) + 3;
               const ldb = n + 5;
