@@ -250,7 +250,7 @@ export class WasmBackend implements AttentionBackend {
   private newTensor(dtype: DType, shape: readonly number[], what: string): WasmTensor {
     const length = numel(shape);
     const ptr = this.heap.alloc(length * bytesPerElement(dtype), what);
-    return new WasmTensor(dtype, [...shape], { ptr, length, owner: this });
+    return new WasmTensor(this.name, dtype, [...shape], { ptr, length, owner: this });
   }
 
   private willUseWorkers(units: number, flops: number): boolean {

@@ -19,9 +19,10 @@ export interface Region {
 
 export class WasmTensor implements DeviceTensor {
   readonly kind = 'device' as const;
-  readonly backend = 'wasm';
   disposed = false;
   constructor(
+    /** The engine's name: "wasm" or "native" (the same engine over the x86-64 build). */
+    readonly backend: string,
     readonly dtype: DType,
     readonly shape: readonly number[],
     readonly handle: Region,
@@ -37,12 +38,12 @@ export function regionData(memory: WebAssembly.Memory, dtype: DType, r: Region):
  * Checks that a tensor is a host tensor or a live device tensor of this engine (`owner`);
  * the message says what to do otherwise.
  */
-export function checkOwn(t: Tensor, what: string, owner: object): void {
+export function checkOwn(t: Tensor, what: string, owner: { readonly name: string }): void {
   if (isHostTensor(t)) return;
-  if (!isDeviceTensor(t) || t.backend !== 'wasm' || !(t instanceof WasmTensor)) {
-    throw new FAError('E_ARG', `${what} is a device tensor of backend "${(t as DeviceTensor).backend}"; the wasm backend takes host tensors or its own (read() it from its backend first)`);
+  if (!isDeviceTensor(t) || t.backend !== owner.name || !(t instanceof WasmTensor)) {
+    throw new FAError('E_ARG', `${what} is a device tensor of backend "${(t as DeviceTensor).backend}"; the ${owner.name} backend takes host tensors or its own (read() it from its backend first)`);
   }
-  if (t.handle.owner !== owner) throw new FAError('E_ARG', `${what} is a device tensor of another wasm backend instance; read() it there and upload() it to this one`);
+  if (t.handle.owner !== owner) throw new FAError('E_ARG', `${what} is a device tensor of another ${owner.name} backend instance; read() it there and upload() it to this one`);
   if (t.disposed) throw new FAError('E_ARG', `${what} is a device tensor that was already disposed`);
 }
 

@@ -9,7 +9,9 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { AutoBackend, describeKVCacheProblemShapes, describeProblem, isFAError, resolveBackend, tensor, type HostTensor, type Tensor } from '@fa/core';
 import { makeCase, runConformance } from '@fa/core/testing';
-import { createWasmBackend, WASM_PRIORITY } from '../dist/index.js';
+import { createWasmBackend, levelFromCpuinfo, NATIVE_PRIORITY, nativeTarget, WASM_PRIORITY } from '../dist/index.js';
+
+const native = await nativeTarget();
 
 function rand(shape: number[], seed: number): HostTensor {
   const n = shape.reduce((a, b) => a * b, 1);
@@ -47,18 +49,42 @@ describe('wasm engine', () => {
     const names = (auto as AutoBackend).engines.map((c) => c.name);
     expect(names.indexOf('wasm')).toBeGreaterThanOrEqual(0);
     expect(names.indexOf('wasm')).toBeLessThan(names.indexOf('cpu'));
+    // where the native build runs (Node on Linux x86-64 with AVX2) it comes first; else wasm
+    const first = native.level ? 'native' : 'wasm';
+    if (native.level) expect(names.indexOf('native')).toBeLessThan(names.indexOf('wasm'));
+    else expect(names).not.toContain('native');
     const kv = describeKVCacheProblemShapes([1, 1, 8, 64], [1, 128, 2, 64], 'bf16', { cacheSeqlens: [100], newShape: [1, 1, 2, 64] });
-    expect((auto as AutoBackend).resolve(kv).backend.name).toBe('wasm');
-    expect((auto as AutoBackend).resolve(describeProblem(rand([1, 64, 2, 32], 1), rand([1, 64, 2, 32], 2), rand([1, 64, 2, 32], 3))).backend.name).toBe('wasm');
-    // caches uploaded through the auto backend go to wasm, and its KV-cache calls run there
+    expect((auto as AutoBackend).resolve(kv).backend.name).toBe(first);
+    expect((auto as AutoBackend).resolve(describeProblem(rand([1, 64, 2, 32], 1), rand([1, 64, 2, 32], 2), rand([1, 64, 2, 32], 3))).backend.name).toBe(first);
+    // caches uploaded through the auto backend go to that engine, and its KV-cache calls run there
     const kc = await auto.upload(rand([1, 128, 2, 64], 4));
-    expect(kc.kind === 'device' && kc.backend).toBe('wasm');
+    expect(kc.kind === 'device' && kc.backend).toBe(first);
     await auto.dispose();
   });
 
   it('refuses bad options with E_ARG', async () => {
-    for (const o of [{ threads: -1 }, { threads: 1.5 }, { relaxedSimd: 'yes' }, { tiles: { br: 0, bc: 64 } }, { tiles: { br: 64 } }, { backwardTiles: { br: 64, bc: 5000 } }, { inlineBelowFlops: -1 }, { maxMemoryBytes: 10 }, { kvChunk: 0 }]) {
+    for (const o of [{ threads: -1 }, { threads: 1.5 }, { relaxedSimd: 'yes' }, { native: 'yes' }, { native: true, nativeLevel: 'x86-64-v2' }, { tiles: { br: 0, bc: 64 } }, { tiles: { br: 64 } }, { backwardTiles: { br: 64, bc: 5000 } }, { inlineBelowFlops: -1 }, { maxMemoryBytes: 10 }, { kvChunk: 0 }]) {
       expect(await code(createWasmBackend(o as never)), JSON.stringify(o)).toBe('E_ARG');
+    }
+  });
+
+  it('native: above wasm in the registry; its level from the CPU flags; unavailable with the reason where it cannot run', async () => {
+    expect(NATIVE_PRIORITY).toBeGreaterThan(WASM_PRIORITY);
+    expect(NATIVE_PRIORITY).toBeLessThan(50);
+    const v3 = 'avx2 fma bmi1 bmi2 f16c movbe sse4_2';
+    expect(levelFromCpuinfo(`processor : 0\nflags : ${v3} avx512f avx512bw avx512cd avx512dq avx512vl\n`)).toBe('x86-64-v4');
+    expect(levelFromCpuinfo(`flags\t\t: ${v3} avx512f\n`)).toBe('x86-64-v3');
+    expect(levelFromCpuinfo('flags : sse4_2 avx fma\n')).toBeUndefined();
+    expect(levelFromCpuinfo('Features : fp asimd\n')).toBeUndefined();
+    if (native.level) {
+      const be = await createWasmBackend({ native: true, threads: 0 });
+      expect(be.name).toBe('native');
+      expect(be.device).toBe(`native ${native.level} (${native.level === 'x86-64-v4' ? 'AVX-512' : 'AVX2'}) ×1 thread`);
+      await be.dispose();
+      // a folder without the addons: E_DEVICE naming the file, nothing half-made
+      expect(await code(createWasmBackend({ native: true, nativePath: new URL('file:///nonexistent/') }))).toBe('E_DEVICE');
+    } else {
+      expect(await code(createWasmBackend({ native: true }))).toBe('E_DEVICE');
     }
   });
 
