@@ -40,6 +40,17 @@
 /* Keys per tile: S is R x KV_TILE floats. */
 #define KV_TILE 64
 
+/*
+ * The x86-64-v4 native build runs the products on 512-bit registers (native/kv-x86.h), which
+ * widen 16-bit rows in natural order: no (even, odd) permutation of q and the accumulators there.
+ */
+#if defined(FA_NATIVE) && defined(__AVX512BW__)
+#define FA_KV_X86 1
+#define FA_KV_PERMUTED 0
+#else
+#define FA_KV_PERMUTED 1
+#endif
+
 /* The four lane sums of a0..a3, as one vector [sum a0, sum a1, sum a2, sum a3]. */
 FA_INLINE v128_t fa_hsum4(v128_t a0, v128_t a1, v128_t a2, v128_t a3) {
   const v128_t s01 = wasm_f32x4_add(wasm_i32x4_shuffle(a0, a1, 0, 4, 1, 5), wasm_i32x4_shuffle(a0, a1, 2, 6, 3, 7));
@@ -299,8 +310,16 @@ typedef struct {
   int32_t off;
 } kv_head;
 
+#ifdef FA_KV_X86
+#include "native/kv-x86.h"
+#endif
+
 /* S = Q K^T (R rows x nc4 keys) and acc += P V (nc keys) for one kv head, for the cache's dtype. */
 FA_INLINE void kv_tile_products(const fa_kv *kv, const kv_scratch *w, const kv_head *hd, int32_t R, int32_t nc, int32_t nc4, int pass, const int dt) {
+#ifdef FA_KV_X86
+  kvx_tile_products(hd->q, hd->acc, w->s, KV_TILE, w->krow, w->vrow, hd->off, kv->base.d, fa_dp(kv->base.d), R, nc, nc4, pass, dt);
+  return;
+#endif
   const int32_t d = kv->base.d, dp = fa_dp(d), R4 = R & ~3, d8 = d & ~7, off = hd->off;
   if (pass == 0) {
     for (int32_t r = 0; r < R4; r += 4) {
@@ -356,7 +375,7 @@ static void kv_perm_rows(float *x, int32_t nr, int32_t d, int32_t dp, void (*f)(
 static void kv_store(const fa_kv *kv, const kv_head *hd, int32_t b, int32_t kvh, int32_t i0, int32_t nq) {
   const fa_problem *p = &kv->base;
   const int32_t g = p->h / p->hkv, d = p->d, dp = fa_dp(d);
-  if (kv->dtype != FA_F32) kv_perm_rows(hd->acc, g * nq, d, dp, fa_unperm8);
+  if (FA_KV_PERMUTED && kv->dtype != FA_F32) kv_perm_rows(hd->acc, g * nq, d, dp, fa_unperm8);
   for (int32_t hh = 0; hh < g; hh++) {
     const int32_t h = kvh * g + hh;
     for (int32_t ii = 0; ii < nq; ii++) {
@@ -394,7 +413,7 @@ FA_EXPORT(fa_kv_unit) void fa_kv_unit(const fa_kv *kv, float *scratch, int32_t b
       hd.m[r] = -FA_INF;
       hd.l[r] = 0.0f;
     }
-    if (kv->dtype == FA_F16) kv_perm_rows(hd.q, R, d, dp, fa_perm8);
+    if (FA_KV_PERMUTED && kv->dtype == FA_F16) kv_perm_rows(hd.q, R, d, dp, fa_perm8);
     fa_zero(hd.acc, R * dp);
   }
   /* keys some row of the tile sees (mask.ts tileKeyRange), then this unit's chunk of them */
