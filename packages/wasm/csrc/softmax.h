@@ -9,6 +9,9 @@
 #include "vmath.h"
 #include "tileio.h"
 
+#if defined(FA_NATIVE) && defined(__AVX512F__)
+#include "native/softmax-x86.h"
+#else
 /* The online-softmax update of rows [0, nr) of a logit tile (online-softmax.ts softmaxTileUpdate). */
 static inline void fa_softmax_update(float *s, int32_t ld, int32_t nr, int32_t ncols, float *m, float *l, float *acc, int32_t dp) {
   for (int32_t r = 0; r < nr; r++) {
@@ -60,6 +63,7 @@ static inline void fa_softmax_update(float *s, int32_t ld, int32_t nr, int32_t n
     }
   }
 }
+#endif
 
 /*
  * finalizeTile for one row: acc[0..dp) = acc / l (0 when l = 0: the row saw no key); returns the

@@ -1,0 +1,93 @@
+/*
+ * fa_softmax_update (softmax.h) on 512-bit registers, for the x86-64-v4 native build: the same
+ * steps, row by row, 16 scores a step (the tail masked): the row max by maxps (skipping NaN, as
+ * f32x4.pmax does), e^(s - m') by fa_vexp_le0's reduction and polynomial with the same constants
+ * and the same fused multiply-adds (so each probability is bit for bit the 128-bit build's), the
+ * row sum, and the rescale of the accumulator row. Once the matrix products run on 512-bit
+ * registers, this is where a forward spends most of its time (KERNEL_NOTES.md, "Native build").
+ */
+#ifndef FA_NATIVE_SOFTMAX_X86_H
+#define FA_NATIVE_SOFTMAX_X86_H
+
+#include <immintrin.h>
+#include "../vmath.h"
+#include "../tileio.h"
+
+FA_INLINE __mmask16 fa_x86_mask(int32_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
+
+/* fa_vexp_le0 on 16 lanes. */
+FA_INLINE __m512 fa_vexp_le0_x16(__m512 x) {
+  const __m512 magic = _mm512_set1_ps(0x1.8000FEp23f);
+  const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), magic);
+  const __m512 s = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(z), 23));
+  const __m512 n = _mm512_sub_ps(z, magic);
+  __m512 t = _mm512_fmadd_ps(n, _mm512_set1_ps(-0x1.62E400p-1f), x);
+  t = _mm512_fmadd_ps(n, _mm512_set1_ps(-0x1.7F7D1Cp-20f), t);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(0x1.0F9F9Cp-7f), t, _mm512_set1_ps(0x1.573A1Ap-5f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0x1.555A80p-3f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0x1.FFFDC6p-2f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0x1.FFFFF6p-1f));
+  t = _mm512_mul_ps(t, s);
+  const __m512 f = _mm512_fmadd_ps(t, p, s);
+  /* 0 below -87.34 (and for -inf); NaN compares false and stays */
+  const __mmask16 low = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-0x1.5D589Ep6f), _CMP_LT_OQ);
+  return _mm512_maskz_mov_ps((__mmask16)~low, f);
+}
+
+static inline void fa_softmax_update(float *s, int32_t ld, int32_t nr, int32_t ncols, float *m, float *l, float *acc, int32_t dp) {
+  for (int32_t r = 0; r < nr; r++) {
+    float *row = s + r * ld;
+    /* maxps(x, acc) returns acc when x is NaN (pmax): a NaN score reaches l through e^(NaN - m) */
+    __m512 vmax = _mm512_set1_ps(m[r]);
+    for (int32_t c = 0; c < ncols; c += 16) {
+      const __mmask16 k = fa_x86_mask(ncols - c);
+      vmax = _mm512_mask_max_ps(vmax, k, _mm512_maskz_loadu_ps(k, row + c), vmax);
+    }
+    /* fold to one lane with f32x4.max, which propagates a NaN m[r] */
+    const __m256 h0 = _mm512_castps512_ps256(vmax), h1 = _mm512_extractf32x8_ps(vmax, 1);
+    const v128_t q0 = (v128_t)_mm256_castps256_ps128(h0), q1 = (v128_t)_mm256_extractf128_ps(h0, 1);
+    const v128_t q2 = (v128_t)_mm256_castps256_ps128(h1), q3 = (v128_t)_mm256_extractf128_ps(h1, 1);
+    float mnew = fa_hmax(wasm_f32x4_max(wasm_f32x4_max(q0, q1), wasm_f32x4_max(q2, q3)));
+    if (mnew == -FA_INF) {
+      /* nothing visible so far (weights 0, and (-inf) - (-inf) is never formed), or only NaN */
+      __mmask16 nan = 0;
+      for (int32_t c = 0; c < ncols; c += 16) {
+        const __mmask16 k = fa_x86_mask(ncols - c);
+        const __m512 v = _mm512_maskz_loadu_ps(k, row + c);
+        nan |= _mm512_mask_cmp_ps_mask(k, v, v, _CMP_UNORD_Q);
+      }
+      if (!nan) {
+        fa_zero(row, ncols);
+        continue;
+      }
+      mnew = __builtin_nanf("");
+    }
+    const float alpha = m[r] == mnew ? 1.0f : fa_exp1(m[r] - mnew);
+    const __m512 vm = _mm512_set1_ps(mnew);
+    __m512 sum = _mm512_setzero_ps();
+    int32_t c = 0;
+    for (; c + 16 <= ncols; c += 16) {
+      const __m512 p = fa_vexp_le0_x16(_mm512_sub_ps(_mm512_loadu_ps(row + c), vm));
+      _mm512_storeu_ps(row + c, p);
+      sum = _mm512_add_ps(sum, p);
+    }
+    if (c < ncols) {
+      const __mmask16 k = fa_x86_mask(ncols - c);
+      const __m512 p = fa_vexp_le0_x16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + c), vm));
+      _mm512_mask_storeu_ps(row + c, k, p);
+      sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, p));
+    }
+    l[r] = l[r] * alpha + _mm512_reduce_add_ps(sum);
+    m[r] = mnew;
+    if (alpha != 1.0f) {
+      const __m512 va = _mm512_set1_ps(alpha);
+      float *a = acc + r * dp;
+      for (int32_t x = 0; x < dp; x += 16) {
+        const __mmask16 k = fa_x86_mask(dp - x);
+        _mm512_mask_storeu_ps(a + x, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, a + x), va));
+      }
+    }
+  }
+}
+
+#endif
