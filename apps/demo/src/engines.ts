@@ -15,6 +15,7 @@ export interface OptionalEngine {
 }
 
 export const OPTIONAL_ENGINES: readonly { name: string; pkg: string }[] = [
+  { name: 'native', pkg: '@fa/wasm' },
   { name: 'wasm', pkg: '@fa/wasm' },
   { name: 'webgpu', pkg: '@fa/webgpu' },
   { name: 'cuda', pkg: '@fa/cuda' },
@@ -98,7 +99,7 @@ export function loadOptionalEngines(requested = 'auto'): Promise<OptionalEngine[
   return loaded;
 }
 
-export const BACKEND_CHOICES = ['auto', 'cpu', 'wasm', 'webgpu', 'cuda'];
+export const BACKEND_CHOICES = ['auto', 'cpu', 'wasm', 'native', 'webgpu', 'cuda'];
 
 /** The backend for --backend NAME (auto = the best that starts). */
 export async function pickBackend(name: string): Promise<AttentionBackend> {

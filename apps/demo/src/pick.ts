@@ -1,5 +1,6 @@
 /**
- * Which engine tells the story: cuda, then webgpu on a hardware adapter, then wasm, then cpu (a
+ * Which engine tells the story: cuda, then webgpu on a hardware adapter, then native (the wasm
+ * engine's kernels compiled for x86-64, Node on Linux), then wasm, then cpu (a
  * software WebGPU adapter such as SwiftShader or lavapipe is slower than the CPU engines),
  * passing over an engine whose supports() declines the story's problem (core's choice by
  * problem, askSupports). --backend NAME overrides, software adapters included; a named engine
@@ -11,7 +12,7 @@ import { isSoftwareAdapter } from './story/engine-kind.js';
 
 export { isSoftwareAdapter };
 
-const STORY_ORDER = ['cuda', 'webgpu', 'wasm', 'cpu'];
+const STORY_ORDER = ['cuda', 'webgpu', 'native', 'wasm', 'cpu'];
 
 export interface Candidate {
   readonly name: string;
@@ -24,7 +25,7 @@ export interface Candidate {
 export type ProblemFor = (b: AttentionBackend) => AttentionProblem;
 
 /**
- * Resolves every engine (cuda, webgpu, wasm, cpu) and picks the first that computes
+ * Resolves every engine (cuda, webgpu, native, wasm, cpu) and picks the first that computes
  * `problemFor(it)`; `requested` = --backend.
  */
 export async function pickStoryBackend(requested = 'auto', problemFor?: ProblemFor): Promise<{ backend: AttentionBackend; candidates: Candidate[] }> {

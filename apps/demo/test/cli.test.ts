@@ -96,7 +96,9 @@ describe('fa run on NumPy fixtures', () => {
     expect(cases.some((c) => c.dtype === 'bf16')).toBe(true);
   });
 
-  for (const backend of ['cpu', 'wasm']) for (const c of cases) {
+  // native: where it runs (Linux x86-64 with AVX2), the same fixtures through the x86-64 build
+  const native = process.platform === 'linux' && process.arch === 'x64' && /\bavx2\b/.test(readFileSync('/proc/cpuinfo', 'utf8'));
+  for (const backend of native ? ['cpu', 'wasm', 'native'] : ['cpu', 'wasm']) for (const c of cases) {
     it(`${backend}: ${c.name}: ${c.args.filter((a) => a.startsWith('--') && !['--q', '--k', '--v'].includes(a)).join(' ') || '(defaults)'}`, async () => {
       const out = freshOut();
       const r = await fa(['run', '--backend', backend, ...c.args, '--out', out]);

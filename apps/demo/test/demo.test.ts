@@ -158,14 +158,15 @@ describe('fa demo', () => {
 });
 
 describe('fa demo without a GPU', () => {
-  it('picks the wasm engine by itself, verified exact, with its memory measured', async () => {
+  it('picks a CPU engine of @fa/wasm by itself (native on Linux x86-64, else wasm), verified exact, with its memory measured', async () => {
     const r = await fa(['demo', '--tokens', '1024', '--dim', '32', '--json', '--rows', '16']);
     expect(r.code, r.stderr).toBe(0);
     const res = JSON.parse(r.stdout);
-    // no Vulkan driver in this environment and no CUDA GPU: auto lands on wasm (above cpu)
+    // no Vulkan driver in this environment and no CUDA GPU: auto lands on native or wasm (above cpu)
     if (res.engine.name === 'webgpu' || res.engine.name === 'cuda') return;
-    expect(res.engine).toMatchObject({ name: 'wasm', dtype: 'f32', onDevice: false });
-    expect(res.engine.device).toMatch(/^WebAssembly (SIMD128|relaxed SIMD) ×\d+ thread/);
+    const native = process.platform === 'linux' && process.arch === 'x64' && /\bavx2\b/.test(readFileSync('/proc/cpuinfo', 'utf8'));
+    expect(res.engine).toMatchObject({ name: native ? 'native' : 'wasm', dtype: 'f32', onDevice: false });
+    expect(res.engine.device).toMatch(native ? /^native x86-64-v[34] \((AVX-512|AVX2)\) ×\d+ thread/ : /^WebAssembly (SIMD128|relaxed SIMD) ×\d+ thread/);
     expect(res.exactness.verified).toBe(true);
     expect(res.memory.forwardPeakExtra).toBeGreaterThan(0);
   }, 240_000);

@@ -227,7 +227,7 @@ export async function benchCommand(args: readonly string[], io: Io): Promise<num
       ...rows.map((r) => [fmtInt(r.T), fmtBytes(r.hbmNaive), fmtBytes(r.hbmFlash), r.intensityNaive.toFixed(1), r.intensityFlash.toFixed(0)]),
     ]))
       io.out(l);
-    io.out(`  mem: measured peak extra memory (${b.name === 'cpu' ? 'ArrayBuffers' : b.name === 'wasm' ? 'WebAssembly memory' : 'device'}), beyond inputs and outputs.`);
+    io.out(`  mem: measured peak extra memory (${b.name === 'cpu' ? 'ArrayBuffers' : b.name === 'wasm' || b.name === 'native' ? 'WebAssembly memory' : 'device'}), beyond inputs and outputs.`);
     if (onCpu(b)) io.out('  CPU timings are a rough guide, not GPU figures.');
   }
   if (p.booleans.has('json')) io.out(JSON.stringify(json, null, 2));

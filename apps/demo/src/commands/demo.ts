@@ -201,7 +201,7 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
   // 2. calibrate, choose T, run
   const software = isSoftwareAdapter(backend);
   // calibrate where the engine's per-call costs (copies, thread round trips) no longer dominate
-  const calT = Math.min(o.tokens ?? Infinity, gpu ? 8192 : backend.name === 'wasm' ? 4096 : 1024);
+  const calT = Math.min(o.tokens ?? Infinity, gpu ? 8192 : backend.name === 'wasm' || backend.name === 'native' ? 4096 : 1024);
   const points: MemoryPoint[] = [];
   const headerLines = header({ engine, candidates: pre.candidates, config: { T: 0, D, causal, seed: o.seed, budgetSeconds: o.budget, tokensFrom: 'flag' } });
   say(io, o.json, [...headerLines, ...part1(pre)]);

@@ -35,7 +35,7 @@ export async function copyBandwidth(engine: unknown, cache: Tensor, bytes: numbe
     return { bytesPerSecond: src.byteLength / best, method: 'memcpy on 1 thread, bytes read' };
   }
   const loop = engine as CopyLoopLike;
-  if (typeof loop.copyLoop === 'function' && cache.kind === 'device' && cache.backend === 'wasm') {
+  if (typeof loop.copyLoop === 'function' && cache.kind === 'device' && (cache.backend === 'wasm' || cache.backend === 'native')) {
     await loop.copyLoop([cache]); // warm-up: tiered-up code on every thread
     let best = Infinity;
     let bytes = 0;
@@ -45,7 +45,7 @@ export async function copyBandwidth(engine: unknown, cache: Tensor, bytes: numbe
       bytes = c.bytes;
     }
     const threads = Math.max(1, loop.threads ?? 1);
-    return { bytesPerSecond: bytes / best, method: `wasm SIMD copy loop, ${threads} thread${threads > 1 ? 's' : ''}` };
+    return { bytesPerSecond: bytes / best, method: `${cache.backend === 'native' ? 'native (x86-64)' : 'wasm SIMD'} copy loop, ${threads} thread${threads > 1 ? 's' : ''}` };
   }
   const dev = (engine as GpuLike).gpuDevice;
   const buf = (cache.handle as { buffer?: unknown } | null)?.buffer;

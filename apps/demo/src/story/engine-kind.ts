@@ -4,7 +4,7 @@
  */
 
 /** Engines that compute on the CPU, on host tensors: timings are CPU figures. */
-export const CPU_ENGINES: readonly string[] = ['cpu', 'wasm'];
+export const CPU_ENGINES: readonly string[] = ['cpu', 'wasm', 'native'];
 
 export function onCpu(b: { readonly name: string }): boolean {
   return CPU_ENGINES.includes(b.name);
