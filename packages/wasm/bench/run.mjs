@@ -10,7 +10,8 @@
  * Forward f32, B = 1, H = 8, D = 64, T from FA_BENCH_T (default 1024,2048,4096), non-causal and
  * causal; then our backward at FA_BENCH_BWD_T (default 2048). FLOPs are DESIGN.md's useful FLOPs
  * (4·B·H·T²·D, half when causal) for every engine, whatever it computes. Each row: the median of
- * FA_BENCH_REPS (default 7) alternating rounds after one warm-up round; the 1-minute load average
+ * FA_BENCH_REPS (default 7) alternating rounds after one warm-up round, each call FA_BENCH_GAP_MS (100)
+ * after the previous one (ORT's threads spin after a run); the 1-minute load average
  * before and after.
  *
  * Peers: bash bench/install-peers.sh (never part of the workspace install). A peer that is
@@ -35,6 +36,11 @@ const REPS = Number(env.FA_BENCH_REPS ?? 7);
 const BWD_T = (env.FA_BENCH_BWD_T ?? '2048').split(',').filter(Boolean).map(Number);
 const CAUSAL = (env.FA_BENCH_CAUSAL ?? '0,1').split(',').map((x) => x === '1');
 const WITH_CPU = env.FA_BENCH_CPU !== '0';
+// ORT's intra-op threads spin for a while after a run (its allow_spinning default), taking the cores
+// from whatever runs next in the process: each call waits this long first, so none pays for another
+// engine's spinning (without it, the engine after ORT measured ~30 % slower: KERNEL_NOTES.md)
+const GAP_MS = Number(env.FA_BENCH_GAP_MS ?? 100);
+const gap = () => (GAP_MS > 0 ? new Promise((r) => setTimeout(r, GAP_MS)) : undefined);
 const H = 8, D = 64;
 
 const load = () => loadavg()[0].toFixed(2);
@@ -157,6 +163,7 @@ for (const causal of CAUSAL) {
     for (let rep = -1; rep < REPS; rep++) {
       for (const [name, run] of engines) {
         if (failed[name]) continue;
+        await gap();
         const t0 = performance.now();
         try {
           await run();
@@ -196,6 +203,7 @@ for (const T of BWD_T) {
     const l0 = load();
     for (let rep = -1; rep < Math.max(3, Math.ceil(REPS / 2)); rep++) {
       for (const [name, run] of engines) {
+        await gap();
         const t0 = performance.now();
         await run();
         if (rep >= 0) times[name].push(performance.now() - t0);
@@ -239,7 +247,7 @@ if (env.FA_BENCH_WRITE !== '0' && ortP) {
     `- Engines: backend "wasm", ${wasm.device}; backend "native" (the same engine and kernels compiled for x86-64, its matrix micro-kernels on 512-bit registers), ${native?.device ?? '(did not run)'}; default tiles`,
     `- Peers, same process, same inputs, calls alternating: onnxruntime-node ${ortP?.version ?? '(missing)'} CPU execution provider, \`com.microsoft.MultiHeadAttention\` (bench/models/, \`unidirectional=1\` for causal), 2 intra-op threads; onnxruntime-web ${ortW?.version ?? '(missing)'} (ORT's WebAssembly build, SIMD, 2 threads) on the same models; tfjs-backend-wasm ${tfw?.version ?? '(missing)'} naive attention (matMul, softmax, matMul); @fa/core's TypeScript cpu engine (2 worker threads)`,
     '',
-    `Problem: f32, B = 1, H = 8, D = 64, T = Tq = Tk. FLOPs per DESIGN.md for every engine: forward 4·B·H·T²·D, half when causal (the useful work; ORT computes the full matrix and masks it), backward 2.5× forward. Each cell: the median of ${REPS} rounds (forward; backward ${Math.max(3, Math.ceil(REPS / 2))}) after one warm-up round, GFLOP/s.`,
+    `Problem: f32, B = 1, H = 8, D = 64, T = Tq = Tk. FLOPs per DESIGN.md for every engine: forward 4·B·H·T²·D, half when causal (the useful work; ORT computes the full matrix and masks it), backward 2.5× forward. Each cell: the median of ${REPS} rounds (forward; backward ${Math.max(3, Math.ceil(REPS / 2))}) after one warm-up round, GFLOP/s; every call starts ${GAP_MS} ms after the previous one ends (ORT's threads spin after a run and would otherwise slow whichever engine comes next).`,
     '',
     '| T | causal | @fa native | ORT MultiHeadAttention (native) | native / ORT | @fa wasm | wasm / ORT | ORT web (WebAssembly) | wasm / ORT web | tfjs-backend-wasm | @fa cpu | load |',
     '|---:|:---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
