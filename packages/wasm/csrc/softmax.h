@@ -9,7 +9,7 @@
 #include "vmath.h"
 #include "tileio.h"
 
-#if defined(FA_NATIVE) && defined(__AVX512F__)
+#if defined(FA_NATIVE)
 #include "native/softmax-x86.h"
 #else
 /* The online-softmax update of rows [0, nr) of a logit tile (online-softmax.ts softmaxTileUpdate). */

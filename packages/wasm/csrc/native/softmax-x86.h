@@ -1,6 +1,6 @@
 /*
- * fa_softmax_update (softmax.h) on 512-bit registers, for the x86-64-v4 native build: the same
- * steps, row by row, 16 scores a step (the tail masked): the row max by maxps (skipping NaN, as
+ * fa_softmax_update (softmax.h) on 512-bit registers for the x86-64-v4 native build (256-bit for
+ * x86-64-v3, below): the same steps, row by row, 16 scores a step (the tail masked): the row max by maxps (skipping NaN, as
  * f32x4.pmax does), e^(s - m') by fa_vexp_le0's reduction and polynomial with the same constants
  * and the same fused multiply-adds (so each probability is bit for bit the 128-bit build's), the
  * row sum, and the rescale of the accumulator row. Once the matrix products run on 512-bit
@@ -12,6 +12,8 @@
 #include <immintrin.h>
 #include "../vmath.h"
 #include "../tileio.h"
+
+#if defined(__AVX512F__)
 
 FA_INLINE __mmask16 fa_x86_mask(int32_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
 
@@ -89,5 +91,73 @@ static inline void fa_softmax_update(float *s, int32_t ld, int32_t nr, int32_t n
     }
   }
 }
+
+#else /* x86-64-v3: AVX2 + FMA, 8 scores a step; column counts are multiples of 4, the last 4 on 128 bits */
+
+/* fa_vexp_le0 on 8 lanes. */
+FA_INLINE __m256 fa_vexp_le0_x8(__m256 x) {
+  const __m256 magic = _mm256_set1_ps(0x1.8000FEp23f);
+  const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), magic);
+  const __m256 s = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(z), 23));
+  const __m256 n = _mm256_sub_ps(z, magic);
+  __m256 t = _mm256_fmadd_ps(n, _mm256_set1_ps(-0x1.62E400p-1f), x);
+  t = _mm256_fmadd_ps(n, _mm256_set1_ps(-0x1.7F7D1Cp-20f), t);
+  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(0x1.0F9F9Cp-7f), t, _mm256_set1_ps(0x1.573A1Ap-5f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0x1.555A80p-3f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0x1.FFFDC6p-2f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0x1.FFFFF6p-1f));
+  t = _mm256_mul_ps(t, s);
+  const __m256 f = _mm256_fmadd_ps(t, p, s);
+  /* 0 below -87.34 (and for -inf); NaN compares false and stays */
+  return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-0x1.5D589Ep6f), _CMP_LT_OQ), f);
+}
+
+static inline void fa_softmax_update(float *s, int32_t ld, int32_t nr, int32_t ncols, float *m, float *l, float *acc, int32_t dp) {
+  const int32_t n8 = ncols & ~7;
+  for (int32_t r = 0; r < nr; r++) {
+    float *row = s + r * ld;
+    /* maxps(x, acc) returns acc when x is NaN (pmax) */
+    __m256 vmax = _mm256_set1_ps(m[r]);
+    for (int32_t c = 0; c < n8; c += 8) vmax = _mm256_max_ps(_mm256_loadu_ps(row + c), vmax);
+    v128_t v4 = wasm_f32x4_max((v128_t)_mm256_castps256_ps128(vmax), (v128_t)_mm256_extractf128_ps(vmax, 1));
+    if (n8 < ncols) v4 = wasm_f32x4_max(v4, wasm_f32x4_pmax(VSPLAT(m[r]), wasm_v128_load(row + n8)));
+    float mnew = fa_hmax(v4);
+    if (mnew == -FA_INF) {
+      v128_t nan = wasm_f32x4_const_splat(0.0f);
+      for (int32_t x = 0; x < ncols; x += 4) {
+        const v128_t v = wasm_v128_load(row + x);
+        nan = wasm_v128_or(nan, wasm_f32x4_ne(v, v));
+      }
+      if (!wasm_v128_any_true(nan)) {
+        fa_zero(row, ncols);
+        continue;
+      }
+      mnew = __builtin_nanf("");
+    }
+    const float alpha = m[r] == mnew ? 1.0f : fa_exp1(m[r] - mnew);
+    const __m256 vm = _mm256_set1_ps(mnew);
+    __m256 sum = _mm256_setzero_ps();
+    for (int32_t c = 0; c < n8; c += 8) {
+      const __m256 p = fa_vexp_le0_x8(_mm256_sub_ps(_mm256_loadu_ps(row + c), vm));
+      _mm256_storeu_ps(row + c, p);
+      sum = _mm256_add_ps(sum, p);
+    }
+    v128_t sum4 = wasm_f32x4_add((v128_t)_mm256_castps256_ps128(sum), (v128_t)_mm256_extractf128_ps(sum, 1));
+    if (n8 < ncols) {
+      const v128_t p = fa_vexp_le0(wasm_f32x4_sub(wasm_v128_load(row + n8), VSPLAT(mnew)));
+      wasm_v128_store(row + n8, p);
+      sum4 = wasm_f32x4_add(sum4, p);
+    }
+    l[r] = l[r] * alpha + fa_hsum(sum4);
+    m[r] = mnew;
+    if (alpha != 1.0f) {
+      const __m256 va = _mm256_set1_ps(alpha);
+      float *a = acc + r * dp;
+      for (int32_t x = 0; x < dp; x += 8) _mm256_storeu_ps(a + x, _mm256_mul_ps(_mm256_loadu_ps(a + x), va));
+    }
+  }
+}
+
+#endif
 
 #endif
