@@ -44,7 +44,10 @@ export function levelFromCpuinfo(cpuinfo: string): NativeLevel | undefined {
 export function addonUrl(level: NativeLevel, dir?: string | URL): URL {
   const name = `fa-${level}.node`;
   if (dir !== undefined) return new URL(name, dir.toString().endsWith('/') ? dir : `${dir.toString()}/`);
-  return new URL(`../native/linux-x64/${name}`, import.meta.url);
+  // through a variable: bundlers copy what `new URL(literal, import.meta.url)` names into a web
+  // build, and the addons are for Node only
+  const here = import.meta.url;
+  return new URL(`../native/linux-x64/${name}`, here);
 }
 
 /** Why the native build cannot run here (undefined: it can), and the level to load. */
