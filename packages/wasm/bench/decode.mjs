@@ -15,7 +15,8 @@
  *   memory.copy the same walk with memory.copy;
  *   @fa cpu     core's TypeScript engine on the same problem (its host caches in shared memory).
  * FA_BENCH_RELAXED=1 runs the engine's relaxed-SIMD binary (Node 20: sets V8's flag); FA_BENCH_NATIVE=1 the
- * native engine (the kernels and the copy loops compiled for x86-64), into a section of its own.
+ * native engine (the kernels and the copy loops compiled for x86-64), into a section of its own
+ * (FA_BENCH_NATIVE_LEVEL=x86-64-v3 forces the AVX2 build).
  * Calls alternate (engine, simd copy, memory.copy, cpu) after FA_BENCH_WARMUP (8) warm-up rounds;
  * each figure is the best of FA_BENCH_REPS (9) (the cpu engine's of 3).
  */
@@ -98,7 +99,7 @@ async function time(f) {
 
 // FA_BENCH_NATIVE=1: the native engine (the same kernels compiled for x86-64; its copy loops too)
 const NATIVE = env.FA_BENCH_NATIVE === '1';
-const wasm = await createWasmBackend({ threads: THREADS, relaxedSimd: env.FA_BENCH_RELAXED === '1', native: NATIVE });
+const wasm = await createWasmBackend({ threads: THREADS, relaxedSimd: env.FA_BENCH_RELAXED === '1', native: NATIVE, ...(NATIVE && env.FA_BENCH_NATIVE_LEVEL ? { nativeLevel: env.FA_BENCH_NATIVE_LEVEL } : {}) });
 await wasm.warm();
 const cpu = WITH_CPU ? await createCpuBackend({ threads: THREADS }) : undefined;
 const commit = sh('git', ['rev-parse', '--short', 'HEAD']);

@@ -41,10 +41,11 @@
 #define KV_TILE 64
 
 /*
- * The x86-64-v4 native build runs the products on 512-bit registers (native/kv-x86.h), which
- * widen 16-bit rows in natural order: no (even, odd) permutation of q and the accumulators there.
+ * The native build runs the products on 512-bit (x86-64-v4) or 256-bit (v3) registers
+ * (native/kv-x86.h), which widen 16-bit rows in natural order: no (even, odd) permutation of q
+ * and the accumulators there.
  */
-#if defined(FA_NATIVE) && defined(__AVX512BW__)
+#if defined(FA_NATIVE)
 #define FA_KV_X86 1
 #define FA_KV_PERMUTED 0
 #else

@@ -1,5 +1,5 @@
 /**
- * The wasm engine's KV-cache call and device tensors beyond the kit: results independent of the
+ * The wasm engine's KV-cache call (and the native engine's, on each level this CPU runs) and device tensors beyond the kit: results independent of the
  * thread count and of the split (bit for bit), a decode loop on uploaded caches appended in
  * place (outputs on the device when q is), what a call costs in memory (uploaded caches: none of
  * the cache; host caches: the blocks it reads, not the pool), the life of device tensors
@@ -9,7 +9,15 @@
 import { describe, expect, it } from 'vitest';
 import { appendKVCacheHost, createCpuBackend, decode, describeKVCacheProblem, describeKVCacheProblemShapes, encode, FAError, isFAError, referenceKVCache, tensor, type DType, type HostData, type HostTensor, type KVCacheOptions, type Tensor } from '@fa/core';
 import { checkKVCacheCase, makeKVCacheCase } from '@fa/core/testing';
-import { createWasmBackend, type WasmBackend } from '../dist/index.js';
+import { createWasmBackend as createEngine, nativeTarget, type WasmBackend, type WasmBackendOptions } from '../dist/index.js';
+
+// the wasm engine, and the native one's levels where they run (their own KV kernels: kv-x86.h)
+const native = await nativeTarget();
+const ENGINES: { name: string; opts: WasmBackendOptions }[] = [
+  { name: 'wasm', opts: {} },
+  ...(native.level === 'x86-64-v4' ? [{ name: 'native x86-64-v4', opts: { native: true, nativeLevel: 'x86-64-v4' as const } }] : []),
+  ...(native.level ? [{ name: 'native x86-64-v3', opts: { native: true, nativeLevel: 'x86-64-v3' as const } }] : []),
+];
 
 function values(n: number, seed: number): Float32Array {
   const a = new Float32Array(n);
@@ -60,7 +68,8 @@ async function run(be: WasmBackend, dtype: DType) {
   return { out: (r.out as HostTensor).data, lse: (r.lse as HostTensor).data };
 }
 
-describe('wasm KV-cache call', () => {
+for (const engine of ENGINES) describe(`${engine.name} KV-cache call`, () => {
+  const createWasmBackend = (o: WasmBackendOptions = {}) => createEngine({ ...o, ...engine.opts });
   it('gives the same bits inline, on 2 and 3 threads, split or not split over the keys, run after run', async () => {
     const engines = [
       await createWasmBackend({ threads: 0 }),

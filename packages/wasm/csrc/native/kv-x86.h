@@ -1,7 +1,7 @@
 /*
- * The KV-cache products on 512-bit registers, for the x86-64-v4 native build (kvcache.c includes
- * this in place of its SIMD128 kv_tile_products when FA_KV_X86 is set). Same work, same order
- * of keys, 16 elements a step instead of 4:
+ * The KV-cache products on 512-bit registers for the x86-64-v4 native build, 256-bit for x86-64-v3
+ * (below; kvcache.c includes this in place of its SIMD128 kv_tile_products when FA_KV_X86 is
+ * set). Same work, same order of keys, 16 (8) elements a step instead of 4:
  *
  *   S = Q K^T   kvx_dot_4x2 (4 query rows x 2 keys, 8 accumulators) / kvx_dot_1x4
  *   acc += P V  kvx_pv_4x32 (4 rows x 32 columns, 8 accumulators) / kvx_pv_4x16 (masked tail)
@@ -18,6 +18,8 @@
 #include <immintrin.h>
 #include "../fa.h"
 #include "../widen.h"
+
+#if defined(__AVX512BW__)
 
 FA_INLINE __mmask16 kvx_mask(int32_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
 
@@ -158,5 +160,149 @@ FA_INLINE void kvx_tile_products(const float *q, float *acc, float *s, int32_t l
     for (; e < d; e += 16) kvx_pv_16(s + r * ld_s, ld_s, vrow, off, nc, e, fa_min(16, d - e), rows, dt, acc + r * dp, dp);
   }
 }
+
+#else /* x86-64-v3: AVX2, F16C, FMA; 8 elements a step, a head dim's last d % 8 elements in scalar code */
+
+/* Elements [e, e + 8) of a cache row as float32. */
+FA_INLINE __m256 kvx_load8(const void *row, int32_t e, const int dt) {
+  if (dt == FA_F32) return _mm256_loadu_ps((const float *)row + e);
+  const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + e));
+  if (dt == FA_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  return _mm256_cvtph_ps(h);
+}
+
+FA_INLINE __m128 kvx_fold(__m256 a) { return _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1)); }
+FA_INLINE v128_t kvx_hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  return fa_hsum4((v128_t)kvx_fold(a0), (v128_t)kvx_fold(a1), (v128_t)kvx_fold(a2), (v128_t)kvx_fold(a3));
+}
+
+/* [q_r . k0] into *s0 and [q_r . k1] into *s1 for 4 query rows (stride ldq) and two cache rows. */
+FA_INLINE void kvx_dot_4x2(const float *q, int32_t ldq, const void *k0, const void *k1, int32_t d, const int dt, v128_t *s0, v128_t *s1) {
+  const float *q0 = q, *q1 = q0 + ldq, *q2 = q1 + ldq, *q3 = q2 + ldq;
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, c0 = a0, c1 = a0, c2 = a0, c3 = a0;
+  int32_t e = 0;
+  for (; e + 8 <= d; e += 8) {
+    const __m256 x = kvx_load8(k0, e, dt), y = kvx_load8(k1, e, dt);
+    __m256 u = _mm256_loadu_ps(q0 + e);
+    a0 = _mm256_fmadd_ps(u, x, a0), c0 = _mm256_fmadd_ps(u, y, c0);
+    u = _mm256_loadu_ps(q1 + e);
+    a1 = _mm256_fmadd_ps(u, x, a1), c1 = _mm256_fmadd_ps(u, y, c1);
+    u = _mm256_loadu_ps(q2 + e);
+    a2 = _mm256_fmadd_ps(u, x, a2), c2 = _mm256_fmadd_ps(u, y, c2);
+    u = _mm256_loadu_ps(q3 + e);
+    a3 = _mm256_fmadd_ps(u, x, a3), c3 = _mm256_fmadd_ps(u, y, c3);
+  }
+  v128_t r0 = kvx_hsum4(a0, a1, a2, a3), r1 = kvx_hsum4(c0, c1, c2, c3);
+  if (e < d) {
+    float t0 = 0, t1 = 0, t2 = 0, t3 = 0, u0 = 0, u1 = 0, u2 = 0, u3 = 0;
+    for (; e < d; e++) {
+      const float x = kv_load1(k0, e, dt), y = kv_load1(k1, e, dt);
+      t0 += q0[e] * x, t1 += q1[e] * x, t2 += q2[e] * x, t3 += q3[e] * x;
+      u0 += q0[e] * y, u1 += q1[e] * y, u2 += q2[e] * y, u3 += q3[e] * y;
+    }
+    r0 = wasm_f32x4_add(r0, wasm_f32x4_make(t0, t1, t2, t3));
+    r1 = wasm_f32x4_add(r1, wasm_f32x4_make(u0, u1, u2, u3));
+  }
+  *s0 = r0;
+  *s1 = r1;
+}
+
+/* [q . k_0, ..., q . k_3] for one query row and 4 cache rows (at byte offset off). */
+FA_INLINE v128_t kvx_dot_1x4(const float *q, const void *const *k, int32_t off, int32_t d, const int dt) {
+  const uint8_t *k0 = (const uint8_t *)k[0] + off, *k1 = (const uint8_t *)k[1] + off, *k2 = (const uint8_t *)k[2] + off, *k3 = (const uint8_t *)k[3] + off;
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  int32_t e = 0;
+  for (; e + 8 <= d; e += 8) {
+    const __m256 u = _mm256_loadu_ps(q + e);
+    a0 = _mm256_fmadd_ps(u, kvx_load8(k0, e, dt), a0);
+    a1 = _mm256_fmadd_ps(u, kvx_load8(k1, e, dt), a1);
+    a2 = _mm256_fmadd_ps(u, kvx_load8(k2, e, dt), a2);
+    a3 = _mm256_fmadd_ps(u, kvx_load8(k3, e, dt), a3);
+  }
+  v128_t s = kvx_hsum4(a0, a1, a2, a3);
+  if (e < d) {
+    float t0 = 0, t1 = 0, t2 = 0, t3 = 0;
+    for (; e < d; e++) {
+      t0 += q[e] * kv_load1(k0, e, dt), t1 += q[e] * kv_load1(k1, e, dt);
+      t2 += q[e] * kv_load1(k2, e, dt), t3 += q[e] * kv_load1(k3, e, dt);
+    }
+    s = wasm_f32x4_add(s, wasm_f32x4_make(t0, t1, t2, t3));
+  }
+  return s;
+}
+
+/* acc[r][e, e + 16) += sum_{j < nk} P[r][j] v_j[e, e + 16) for 4 rows (8 accumulators). */
+FA_INLINE void kvx_pv_4x16(const float *P, int32_t ldp, const void *const *v, int32_t off, int32_t nk, int32_t e, const int dt, float *acc, int32_t lda) {
+  float *c0 = acc + e, *c1 = c0 + lda, *c2 = c1 + lda, *c3 = c2 + lda;
+  const float *p0 = P, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
+  __m256 a0 = _mm256_loadu_ps(c0), b0 = _mm256_loadu_ps(c0 + 8), a1 = _mm256_loadu_ps(c1), b1 = _mm256_loadu_ps(c1 + 8);
+  __m256 a2 = _mm256_loadu_ps(c2), b2 = _mm256_loadu_ps(c2 + 8), a3 = _mm256_loadu_ps(c3), b3 = _mm256_loadu_ps(c3 + 8);
+  for (int32_t j = 0; j < nk; j++) {
+    const uint8_t *row = (const uint8_t *)v[j] + off;
+    const __m256 lo = kvx_load8(row, e, dt), hi = kvx_load8(row, e + 8, dt);
+    __m256 x = _mm256_broadcast_ss(p0 + j);
+    a0 = _mm256_fmadd_ps(x, lo, a0), b0 = _mm256_fmadd_ps(x, hi, b0);
+    x = _mm256_broadcast_ss(p1 + j);
+    a1 = _mm256_fmadd_ps(x, lo, a1), b1 = _mm256_fmadd_ps(x, hi, b1);
+    x = _mm256_broadcast_ss(p2 + j);
+    a2 = _mm256_fmadd_ps(x, lo, a2), b2 = _mm256_fmadd_ps(x, hi, b2);
+    x = _mm256_broadcast_ss(p3 + j);
+    a3 = _mm256_fmadd_ps(x, lo, a3), b3 = _mm256_fmadd_ps(x, hi, b3);
+  }
+  _mm256_storeu_ps(c0, a0), _mm256_storeu_ps(c0 + 8, b0), _mm256_storeu_ps(c1, a1), _mm256_storeu_ps(c1 + 8, b1);
+  _mm256_storeu_ps(c2, a2), _mm256_storeu_ps(c2 + 8, b2), _mm256_storeu_ps(c3, a3), _mm256_storeu_ps(c3 + 8, b3);
+}
+
+/* The same for `rows` (1..4) rows and the 8 columns [e, e + 8). */
+FA_INLINE void kvx_pv_8(const float *P, int32_t ldp, const void *const *v, int32_t off, int32_t nk, int32_t e, int32_t rows, const int dt, float *acc, int32_t lda) {
+  __m256 a[4];
+  for (int32_t r = 0; r < rows; r++) a[r] = _mm256_loadu_ps(acc + r * lda + e);
+  for (int32_t j = 0; j < nk; j++) {
+    const __m256 x = kvx_load8((const uint8_t *)v[j] + off, e, dt);
+    for (int32_t r = 0; r < rows; r++) a[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(P + r * ldp + j), x, a[r]);
+  }
+  for (int32_t r = 0; r < rows; r++) _mm256_storeu_ps(acc + r * lda + e, a[r]);
+}
+
+/* kv_tile_products (kvcache.c) on these kernels: pass 0 S = Q K^T, pass 1 acc += P V. */
+FA_INLINE void kvx_tile_products(const float *q, float *acc, float *s, int32_t ld_s, const void *const *krow, const void *const *vrow, int32_t off, int32_t d, int32_t dp, int32_t R, int32_t nc, int32_t nc4, int pass, const int dt) {
+  const int32_t R4 = R & ~3, d8 = d & ~7;
+  if (pass == 0) {
+    for (int32_t r = 0; r < R4; r += 4) {
+      for (int32_t j = 0; j < nc4; j += 2) {
+        v128_t s0, s1;
+        kvx_dot_4x2(q + r * dp, dp, (const uint8_t *)krow[j] + off, (const uint8_t *)krow[j + 1] + off, d, dt, &s0, &s1);
+        float *o = s + r * ld_s + j;
+        wasm_v128_store32_lane(o, s0, 0);
+        wasm_v128_store32_lane(o + ld_s, s0, 1);
+        wasm_v128_store32_lane(o + 2 * ld_s, s0, 2);
+        wasm_v128_store32_lane(o + 3 * ld_s, s0, 3);
+        wasm_v128_store32_lane(o + 1, s1, 0);
+        wasm_v128_store32_lane(o + 1 + ld_s, s1, 1);
+        wasm_v128_store32_lane(o + 1 + 2 * ld_s, s1, 2);
+        wasm_v128_store32_lane(o + 1 + 3 * ld_s, s1, 3);
+      }
+    }
+    for (int32_t r = R4; r < R; r++)
+      for (int32_t j = 0; j < nc4; j += 4) wasm_v128_store(s + r * ld_s + j, kvx_dot_1x4(q + r * dp, krow + j, off, d, dt));
+    return;
+  }
+  for (int32_t r = 0; r < R; r += 4) {
+    const int32_t rows = fa_min(4, R - r);
+    int32_t e = 0;
+    if (rows == 4)
+      for (; e + 16 <= d8; e += 16) kvx_pv_4x16(s + r * ld_s, ld_s, vrow, off, nc, e, dt, acc + r * dp, dp);
+    for (; e < d8; e += 8) kvx_pv_8(s + r * ld_s, ld_s, vrow, off, nc, e, rows, dt, acc + r * dp, dp);
+  }
+  for (int32_t e = d8; e < d; e++) {
+    for (int32_t r = 0; r < R; r++) {
+      float t = 0;
+      for (int32_t j = 0; j < nc; j++) t += s[r * ld_s + j] * kv_load1((const uint8_t *)vrow[j] + off, e, dt);
+      acc[r * dp + e] += t;
+    }
+  }
+}
+
+#endif
 
 #endif
