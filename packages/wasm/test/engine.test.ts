@@ -154,14 +154,18 @@ describe('wasm engine', () => {
     await be.dispose();
   });
 
-  it('passes the kit with any tile sizes (1×1, odd, wider than the sequences) and any head dim', async () => {
-    for (const tiles of [{ br: 1, bc: 1 }, { br: 5, bc: 7 }, { br: 33, bc: 200 }]) {
-      const be = await createWasmBackend({ threads: 0, tiles, backwardTiles: { br: tiles.bc, bc: tiles.br } });
+  // the wasm build, and each native level this CPU runs (their own micro-kernel shapes: 8x32, 6x16)
+  const builds: { name: string; opts: object }[] = [{ name: 'wasm', opts: {} }];
+  if (native.level === 'x86-64-v4') builds.push({ name: 'native x86-64-v4', opts: { native: true, nativeLevel: 'x86-64-v4' } });
+  if (native.level) builds.push({ name: 'native x86-64-v3', opts: { native: true, nativeLevel: 'x86-64-v3' } });
+  it.each(builds)('$name: passes the kit with any tile sizes (1×1, odd, wider than the sequences) and any head dim', async ({ opts }) => {
+    for (const tiles of [{ br: 1, bc: 1 }, { br: 5, bc: 7 }, { br: 33, bc: 200 }, { br: 13, bc: 40 }]) {
+      const be = await createWasmBackend({ ...opts, threads: 0, tiles, backwardTiles: { br: tiles.bc, bc: tiles.br } });
       const s = await runConformance(be, { count: 40, seed: 9, extras: false });
       expect(s.failures.map((f) => f.message), JSON.stringify(tiles)).toEqual([]);
       await be.dispose();
     }
-    const be = await createWasmBackend({ inlineBelowFlops: 0 });
+    const be = await createWasmBackend({ ...opts, inlineBelowFlops: 0 });
     const cases = [3, 12, 200, 1000].flatMap((d) => [makeCase({ dtype: 'f32', d, tq: 37, tk: 45, h: 2, hkv: 1, causal: true }), makeCase({ dtype: 'bf16', d, tq: 20, h: 2, softcap: 5 })]);
     const s = await runConformance(be, { cases, extras: false });
     expect(s.failures.map((f) => f.message)).toEqual([]);
