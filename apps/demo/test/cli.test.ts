@@ -10,6 +10,12 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parseNpy } from '@fa/core';
+import { nativeTarget } from '@fa/wasm';
+
+// where the native engine runs (Linux x86-64 with AVX2), the fixtures run on it too
+const native = (await nativeTarget()).level !== undefined;
+/** The CPU engine auto lands on below a GPU engine: native where it runs, else wasm. */
+const CPU_ENGINE = native ? 'native' : 'wasm';
 
 const CLI = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
 const FIX = fileURLToPath(new URL('./fixtures/', import.meta.url));
@@ -96,8 +102,6 @@ describe('fa run on NumPy fixtures', () => {
     expect(cases.some((c) => c.dtype === 'bf16')).toBe(true);
   });
 
-  // native: where it runs (Linux x86-64 with AVX2), the same fixtures through the x86-64 build
-  const native = process.platform === 'linux' && process.arch === 'x64' && /\bavx2\b/.test(readFileSync('/proc/cpuinfo', 'utf8'));
   for (const backend of native ? ['cpu', 'wasm', 'native'] : ['cpu', 'wasm']) for (const c of cases) {
     it(`${backend}: ${c.name}: ${c.args.filter((a) => a.startsWith('--') && !['--q', '--k', '--v'].includes(a)).join(' ') || '(defaults)'}`, async () => {
       const out = freshOut();
@@ -313,9 +317,9 @@ describe('an engine that declines the problem (a fake cuda without f32, preloade
     const out = freshOut();
     const r = await faDeclining(['run', '--backend', 'auto', '--q', 'q.npy', '--k', 'k.npy', '--v', 'v.npy', '--dout', 'dout.npy', '--out', out]);
     expect(r.code, r.stderr).toBe(0);
-    // the next engine below cuda here: wasm (webgpu has no driver on this machine)
-    expect(r.stderr).toBe(`fa: note: cuda declines this problem (${REASON}); running it on wasm\n`);
-    expect(r.stdout).toMatch(/^fa run: wasm \(/);
+    // the next engine below cuda here: native, or wasm where it does not run (webgpu has no driver on this machine)
+    expect(r.stderr).toBe(`fa: note: cuda declines this problem (${REASON}); running it on ${CPU_ENGINE}\n`);
+    expect(r.stdout).toMatch(new RegExp(`^fa run: ${CPU_ENGINE} \\(`));
     expect(r.stdout.trim().split('\n')).toHaveLength(1);
     for (const o of ['out', 'lse', 'dq', 'dk', 'dv']) {
       const e = relErr(readNpy(join(out, `${o}.npy`)).data as Float32Array, readNpy(join(FIX, 'expected/basic', `${o}.npy`)).data as Float32Array);
@@ -344,8 +348,8 @@ describe('an engine that declines the problem (a fake cuda without f32, preloade
     const out = freshOut();
     const r = await faDeclining(['run', ...c.args, '--out', out]);
     expect(r.code, r.stderr).toBe(0);
-    expect(r.stderr).toBe(`fa: note: cuda declines this problem (${KV_REASON}); running it on wasm\n`);
-    expect(r.stdout).toMatch(/^fa run: wasm \(.*KV cache/);
+    expect(r.stderr).toBe(`fa: note: cuda declines this problem (${KV_REASON}); running it on ${CPU_ENGINE}\n`);
+    expect(r.stdout).toMatch(new RegExp(`^fa run: ${CPU_ENGINE} \\(.*KV cache`));
     for (const o of c.outputs) {
       const e = relErr(readNpy(join(out, `${o}.npy`)).data as Float32Array, readNpy(join(FIX, `expected/${c.name}`, `${o}.npy`)).data as Float32Array);
       expect(e, o).toBeLessThanOrEqual(TOL.bf16);
@@ -361,10 +365,10 @@ describe('an engine that declines the problem (a fake cuda without f32, preloade
     const d = await faDeclining(['demo', '--dtype', 'f32', '--seq', '40', '--dim', '16', '--rows', '4']);
     expect(d.code, d.stderr).toBe(0);
     expect(d.stdout).toMatch(/^\s+cuda\s+skipped: declines this problem \(f32 is not computed natively/m);
-    expect(d.stdout).toMatch(/Engine: wasm/);
+    expect(d.stdout).toMatch(new RegExp(`Engine: ${CPU_ENGINE}`));
     const b = await faDeclining(['bench', '--dtype', 'f32', '--seq', '16', '--heads', '1', '--dim', '8', '--repeat', '1']);
     expect(b.code, b.stderr).toBe(0);
-    expect(b.stdout).toMatch(/^fa bench: wasm /m);
+    expect(b.stdout).toMatch(new RegExp(`^fa bench: ${CPU_ENGINE} `, 'm'));
     const n = await faDeclining(['bench', '--backend', 'cuda', '--dtype', 'f32', '--seq', '16', '--dim', '8']);
     expect(n.code).toBe(1);
     expect(n.stderr).toBe(`fa: E_UNSUPPORTED: backend cuda cannot compute this problem: ${REASON} (--backend auto picks an engine that can)\n`);

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { nativeTarget } from '@fa/wasm';
 
 const CLI = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
 const tmp = mkdtempSync(join(tmpdir(), 'fa-demo-test-'));
@@ -164,7 +165,7 @@ describe('fa demo without a GPU', () => {
     const res = JSON.parse(r.stdout);
     // no Vulkan driver in this environment and no CUDA GPU: auto lands on native or wasm (above cpu)
     if (res.engine.name === 'webgpu' || res.engine.name === 'cuda') return;
-    const native = process.platform === 'linux' && process.arch === 'x64' && /\bavx2\b/.test(readFileSync('/proc/cpuinfo', 'utf8'));
+    const native = (await nativeTarget()).level !== undefined;
     expect(res.engine).toMatchObject({ name: native ? 'native' : 'wasm', dtype: 'f32', onDevice: false });
     expect(res.engine.device).toMatch(native ? /^native x86-64-v[34] \((AVX-512|AVX2)\) ×\d+ thread/ : /^WebAssembly (SIMD128|relaxed SIMD) ×\d+ thread/);
     expect(res.exactness.verified).toBe(true);

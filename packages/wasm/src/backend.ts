@@ -210,11 +210,11 @@ export class WasmBackend implements AttentionBackend {
   }
 
   private alive(): void {
-    if (this.disposed) throw new FAError('E_DEVICE', 'the wasm backend was disposed; create a new one');
+    if (this.disposed) throw new FAError('E_DEVICE', `the ${this.name} backend was disposed; create a new one`);
   }
 
   private getPool(): Promise<WasmPool> {
-    return (this.pool ??= createPool(this.threads, { ...this.binary, memory: this.memory }, this.features.host));
+    return (this.pool ??= createPool(this.threads, { ...this.binary, memory: this.memory }, this.features.host, this.name));
   }
 
   /** One thing at a time: calls share the arena, which starts where the heap ends. */
@@ -321,7 +321,7 @@ export class WasmBackend implements AttentionBackend {
       try {
         runJob(job, this.kernels, false);
       } catch (e) {
-        throw isFAError(e) ? e : new FAError('E_DEVICE', `wasm backend: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+        throw isFAError(e) ? e : new FAError('E_DEVICE', `${this.name} backend: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
       }
       return;
     }

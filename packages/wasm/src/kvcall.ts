@@ -76,7 +76,8 @@ export function kvCallBytes(p: KVCacheProblem, plan: KVCachePlan, threads: numbe
 /** An upper bound of csrc/kvcache.c's fa_kv_scratch_bytes (units of `heads` kv heads) plus a thread's stack. */
 export function kvScratchBound(plan: KVCachePlan, heads: number, d: number, stackBytes: number): number {
   const all = heads * plan.rows;
-  return F * (2 * all * dp(d) + 2 * (all + 3) + plan.rows * 64) + 2 * 64 * 4 + 16 + stackBytes;
+  // the two arrays of 64 row addresses: 4 bytes each in wasm32, 8 in the native build
+  return F * (2 * all * dp(d) + 2 * (all + 3) + plan.rows * 64) + 2 * 64 * 8 + 16 + stackBytes;
 }
 
 /** Entries of a kernel unit: (batch, first kv head, end kv head, query tile, key chunk, slot of the first head). */

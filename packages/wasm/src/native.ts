@@ -40,14 +40,33 @@ export function levelFromCpuinfo(cpuinfo: string): NativeLevel | undefined {
   return undefined;
 }
 
-/** Where the addon of a level lives: the package's native/linux-x64 folder, or `dir`. */
+/**
+ * Where the addon of a level lives: the package's native/linux-x64 folder, or `dir` (a folder:
+ * a file: URL, or a path, absolute or from the working directory).
+ */
 export function addonUrl(level: NativeLevel, dir?: string | URL): URL {
   const name = `fa-${level}.node`;
-  if (dir !== undefined) return new URL(name, dir.toString().endsWith('/') ? dir : `${dir.toString()}/`);
-  // through a variable: bundlers copy what `new URL(literal, import.meta.url)` names into a web
-  // build, and the addons are for Node only
-  const here = import.meta.url;
-  return new URL(`../native/linux-x64/${name}`, here);
+  if (dir === undefined) {
+    // through a variable: bundlers copy what `new URL(literal, import.meta.url)` names into a web
+    // build, and the addons are for Node only
+    const here = import.meta.url;
+    return new URL(`../native/linux-x64/${name}`, here);
+  }
+  let folder: URL;
+  if (dir instanceof URL || /^[a-z][a-z0-9+.-]*:/i.test(dir)) {
+    try {
+      folder = new URL(dir);
+    } catch {
+      throw new FAError('E_ARG', `wasm engine option nativePath: ${String(dir)} is not a URL or a path`);
+    }
+  } else {
+    const proc = (globalThis as { process?: { cwd?: () => string } }).process;
+    const abs = dir.startsWith('/') ? dir : `${proc?.cwd?.() ?? ''}/${dir}`;
+    folder = new URL(`file://${abs.split('/').map(encodeURIComponent).join('/')}`);
+  }
+  if (folder.protocol !== 'file:') throw new FAError('E_ARG', `wasm engine option nativePath must be a folder on this machine (a path or a file: URL), got ${folder.href}`);
+  if (!folder.pathname.endsWith('/')) folder = new URL(`${folder.href}/`);
+  return new URL(name, folder);
 }
 
 /** Why the native build cannot run here (undefined: it can), and the level to load. */
@@ -74,12 +93,12 @@ const loaded = new Map<string, NativeAddon>();
 export async function loadAddon(url: URL): Promise<NativeAddon> {
   let a = loaded.get(url.href);
   if (a) return a;
-  const { createRequire } = (await importNode('node:module')) as typeof import('node:module');
-  const { fileURLToPath } = (await importNode('node:url')) as typeof import('node:url');
   try {
+    const { createRequire } = (await importNode('node:module')) as typeof import('node:module');
+    const { fileURLToPath } = (await importNode('node:url')) as typeof import('node:url');
     a = createRequire(import.meta.url)(fileURLToPath(url)) as NativeAddon;
   } catch (e) {
-    throw new FAError('E_DEVICE', `could not load the native kernels ${fileURLToPath(url)}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+    throw new FAError('E_DEVICE', `could not load the native kernels ${url.href}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
   }
   loaded.set(url.href, a);
   return a;
@@ -89,7 +108,8 @@ export async function loadAddon(url: URL): Promise<NativeAddon> {
  * The addon's kernels over `memory`, shaped like a wasm instance's exports (no static data: the
  * heap may start at 0, which the engine keeps clear of anyway). The memory must be shared: a
  * shared WebAssembly.Memory reserves its maximum and keeps its address when it grows, which the
- * binding relies on (test/native.test.ts checks it).
+ * binding relies on (test/engine.test.ts checks it). The caller keeps `memory` alive while it uses
+ * the kernels (the engine holds it; the addon keeps only its address).
  */
 export function nativeKernels(addon: NativeAddon, memory: WebAssembly.Memory): Kernels {
   if (!(memory.buffer instanceof SharedArrayBuffer)) throw new FAError('E_DEVICE', 'native kernels need a shared WebAssembly.Memory (its address never moves)');

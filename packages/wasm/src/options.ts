@@ -46,7 +46,7 @@ export interface WasmBackendOptions {
   readonly native?: boolean;
   /** The native build's level (default: the best this CPU runs, from /proc/cpuinfo). */
   readonly nativeLevel?: NativeLevel;
-  /** Folder (file: URL or path) the native addons are loaded from; default the package's native/linux-x64. */
+  /** Folder the native addons are loaded from (a path or a file: URL); default the package's native/linux-x64. */
   readonly nativePath?: string | URL;
 }
 
@@ -71,6 +71,8 @@ export function checkOptions(o: WasmBackendOptions): void {
   if (o.maxMemoryBytes !== undefined && !(typeof o.maxMemoryBytes === 'number' && o.maxMemoryBytes >= 16 * PAGE)) throw new FAError('E_ARG', `wasm engine option maxMemoryBytes must be a number >= ${16 * PAGE}, got ${String(o.maxMemoryBytes)}`);
   if (o.kvChunk !== undefined && !(Number.isSafeInteger(o.kvChunk) && o.kvChunk >= 1)) throw new FAError('E_ARG', `wasm engine option kvChunk must be an integer >= 1, got ${String(o.kvChunk)}`);
   if (o.native !== undefined && typeof o.native !== 'boolean') throw new FAError('E_ARG', `wasm engine option native must be true or false, got ${String(o.native)}`);
+  if (o.nativePath !== undefined && typeof o.nativePath !== 'string' && !(o.nativePath instanceof URL)) throw new FAError('E_ARG', `wasm engine option nativePath must be a path or a file: URL, got ${String(o.nativePath)}`);
+  if ((o.nativeLevel !== undefined || o.nativePath !== undefined) && o.native !== true) throw new FAError('E_ARG', 'wasm engine options nativeLevel and nativePath apply to the native build: pass native: true with them');
   if (o.nativeLevel !== undefined && o.nativeLevel !== 'x86-64-v4' && o.nativeLevel !== 'x86-64-v3') throw new FAError('E_ARG', `wasm engine option nativeLevel must be 'x86-64-v4' or 'x86-64-v3', got ${String(o.nativeLevel)}`);
   if (o.tiles !== undefined) checkWasmTiles(o.tiles, 'tiles');
   if (o.backwardTiles !== undefined) checkWasmTiles(o.backwardTiles, 'backwardTiles');

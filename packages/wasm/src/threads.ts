@@ -13,7 +13,7 @@ const importNode = (name: string): Promise<unknown> => import(/* @vite-ignore */
 
 export type WasmPool = WorkerPool<WasmJob>;
 
-export async function createPool(size: number, init: WorkerInit, host: 'node' | 'web'): Promise<WasmPool> {
+export async function createPool(size: number, init: WorkerInit, host: 'node' | 'web', label = 'wasm'): Promise<WasmPool> {
   if (host === 'node') {
     const wt = (await importNode('node:worker_threads')) as typeof import('node:worker_threads');
     class NodeWasmWorker extends wt.Worker {
@@ -21,7 +21,7 @@ export async function createPool(size: number, init: WorkerInit, host: 'node' | 
         super(url, { ...opts, workerData: init });
       }
     }
-    return new WorkerPool<WasmJob>(size, NodeWasmWorker, new URL('./worker.js', import.meta.url), 'wasm');
+    return new WorkerPool<WasmJob>(size, NodeWasmWorker, new URL('./worker.js', import.meta.url), label);
   }
 
   /** A Web Worker dressed as the part of a Node Worker that WorkerPool uses. */
@@ -55,5 +55,5 @@ export async function createPool(size: number, init: WorkerInit, host: 'node' | 
   }
   const Ctor = WebWasmWorker as unknown as new (url: URL, opts?: { name?: string; execArgv?: string[] }) => NodeWorker;
   // The shim ignores the pool's URL (its own literal is what bundlers see); any URL will do.
-  return new WorkerPool<WasmJob>(size, Ctor, new URL(import.meta.url), 'wasm');
+  return new WorkerPool<WasmJob>(size, Ctor, new URL(import.meta.url), label);
 }

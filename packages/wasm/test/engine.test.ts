@@ -5,11 +5,13 @@
  * disposal, and Node started with V8 flags (workers must still start).
  */
 import { spawnSync } from 'node:child_process';
+import { relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { AutoBackend, describeKVCacheProblemShapes, describeProblem, isFAError, resolveBackend, tensor, type HostTensor, type Tensor } from '@fa/core';
 import { makeCase, runConformance } from '@fa/core/testing';
-import { createWasmBackend, levelFromCpuinfo, NATIVE_PRIORITY, nativeTarget, WASM_PRIORITY } from '../dist/index.js';
+import { addonUrl, createWasmBackend, levelFromCpuinfo, NATIVE_PRIORITY, nativeTarget, WASM_PRIORITY } from '../dist/index.js';
+import { loadAddon } from '../dist/native.js';
 
 const native = await nativeTarget();
 
@@ -81,8 +83,23 @@ describe('wasm engine', () => {
       expect(be.name).toBe('native');
       expect(be.device).toBe(`native ${native.level} (${native.level === 'x86-64-v4' ? 'AVX-512' : 'AVX2'}) ×1 thread`);
       await be.dispose();
-      // a folder without the addons: E_DEVICE naming the file, nothing half-made
+      // a folder without the addons: E_DEVICE naming the file; a nativePath that is no folder here: E_ARG
       expect(await code(createWasmBackend({ native: true, nativePath: new URL('file:///nonexistent/') }))).toBe('E_DEVICE');
+      expect(await code(createWasmBackend({ native: true, nativePath: '/nonexistent/folder' }))).toBe('E_DEVICE');
+      expect(await code(createWasmBackend({ native: true, nativePath: 'https://example.com/fa/' }))).toBe('E_ARG');
+      expect(await code(createWasmBackend({ native: true, nativePath: 42 as never }))).toBe('E_ARG');
+      expect(await code(createWasmBackend({ nativeLevel: 'x86-64-v3' }))).toBe('E_ARG');
+      // a path (relative to the working directory) to the package's own folder loads
+      const rel = relative(process.cwd(), fileURLToPath(new URL('../native/linux-x64/', import.meta.url)));
+      const byPath = await createWasmBackend({ native: true, nativePath: rel, threads: 0 });
+      expect(byPath.name).toBe('native');
+      await byPath.dispose();
+      // the addon relies on a shared memory keeping its address when it grows
+      const addon = await loadAddon(addonUrl(native.level));
+      const mem = new WebAssembly.Memory({ initial: 1, maximum: 65536, shared: true });
+      const before = addon.address(new Uint8Array(mem.buffer, 0, 1));
+      mem.grow(4096);
+      expect(addon.address(new Uint8Array(mem.buffer, 0, 1))).toBe(before);
     } else {
       expect(await code(createWasmBackend({ native: true }))).toBe('E_DEVICE');
     }

@@ -7,7 +7,9 @@
  * Uint8Array over it and returns that object of functions, each carrying the memory's base
  * address as its Node-API data, so an argument that is a pointer in the wasm build (a byte
  * offset into linear memory, 0 = none) becomes base + offset here. A shared memory never moves
- * when it grows (every thread holds its address), so one binding serves the memory's lifetime.
+ * when it grows (every thread holds its address), so one binding serves the memory's lifetime. The
+ * caller keeps the memory alive while it uses the functions (the engine holds it), and passes only
+ * offsets the engine computed: unlike WebAssembly, nothing here checks them against the memory.
  *
  * fa_problem and fa_kv are written by src/params.ts in the wasm layout (32-bit pointers, 120 and
  * 180 bytes); read_problem / read_kv rebuild them with real pointers before every call.
@@ -17,6 +19,7 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <immintrin.h>
 #include "../fa.h"
 #include "../kvcache.h"
 
@@ -142,7 +145,33 @@ static napi_value done_i32(call_args *a, int32_t v) {
   return r;
 }
 
-/* Each wrapper checks its arguments before it calls the kernel: a kernel never runs on a bad one. */
+/*
+ * WebAssembly's float arithmetic is IEEE's default: round to nearest, subnormals kept. A native
+ * thread's MXCSR may say otherwise (another addon in the process can set flush-to-zero or
+ * denormals-are-zero), so every kernel runs under the default control bits and the caller's are
+ * put back after (the exception flags, bits 0-5, are left alone).
+ */
+#define MXCSR_CONTROL 0xffc0u
+#define MXCSR_DEFAULT 0x1f80u
+static inline unsigned fp_enter(void) {
+  const unsigned c = _mm_getcsr();
+  if ((c & MXCSR_CONTROL) != MXCSR_DEFAULT) _mm_setcsr((c & ~MXCSR_CONTROL) | MXCSR_DEFAULT);
+  return c;
+}
+static inline void fp_leave(unsigned c) {
+  if ((c & MXCSR_CONTROL) != MXCSR_DEFAULT) _mm_setcsr(c);
+}
+/* Runs a kernel call when every argument was read (a kernel never runs on a bad one). */
+#define RUN(call)                      \
+  do {                                 \
+    if (!a.bad) {                      \
+      const unsigned csr_ = fp_enter(); \
+      call;                            \
+      fp_leave(csr_);                  \
+    }                                  \
+  } while (0)
+
+/* Each wrapper checks its arguments before it calls the kernel. */
 #define PROBLEM(k) fa_problem p_; if (!a.bad) read_problem(a.m, au(&a, k), &p_)
 #define KV(k) fa_kv kv_; if (!a.bad) read_kv(a.m, au(&a, k), &kv_)
 
@@ -164,7 +193,7 @@ static napi_value w_scale(napi_env env, napi_callback_info info) {
   float *x = ap(&a, 0);
   int32_t n = ai(&a, 1);
   float s = (float)af(&a, 2);
-  if (!a.bad) fa_scale(x, n, s);
+  RUN(fa_scale(x, n, s));
   return done(&a);
 }
 static napi_value w_encode16(napi_env env, napi_callback_info info) {
@@ -172,7 +201,7 @@ static napi_value w_encode16(napi_env env, napi_callback_info info) {
   if (!args_of(env, info, 3, &a)) return 0;
   float *x = ap(&a, 0);
   int32_t n = ai(&a, 1), bf16 = ai(&a, 2);
-  if (!a.bad) fa_encode16(x, n, bf16);
+  RUN(fa_encode16(x, n, bf16));
   return done(&a);
 }
 static napi_value w_pack_kv(napi_env env, napi_callback_info info) {
@@ -180,7 +209,7 @@ static napi_value w_pack_kv(napi_env env, napi_callback_info info) {
   if (!args_of(env, info, 3, &a)) return 0;
   PROBLEM(0);
   int32_t b = ai(&a, 1), kvh = ai(&a, 2);
-  if (!a.bad) fa_pack_kv(&p_, b, kvh);
+  RUN(fa_pack_kv(&p_, b, kvh));
   return done(&a);
 }
 static napi_value w_forward_unit(napi_env env, napi_callback_info info) {
@@ -189,7 +218,7 @@ static napi_value w_forward_unit(napi_env env, napi_callback_info info) {
   PROBLEM(0);
   float *scratch = ap(&a, 1);
   int32_t b = ai(&a, 2), kvh = ai(&a, 3), qt = ai(&a, 4);
-  if (!a.bad) fa_forward_unit(&p_, scratch, b, kvh, qt);
+  RUN(fa_forward_unit(&p_, scratch, b, kvh, qt));
   return done(&a);
 }
 static napi_value w_dvec(napi_env env, napi_callback_info info) {
@@ -197,7 +226,7 @@ static napi_value w_dvec(napi_env env, napi_callback_info info) {
   if (!args_of(env, info, 2, &a)) return 0;
   PROBLEM(0);
   const float *out = ap(&a, 1);
-  if (!a.bad) fa_dvec(&p_, out);
+  RUN(fa_dvec(&p_, out));
   return done(&a);
 }
 static napi_value w_backward_unit(napi_env env, napi_callback_info info) {
@@ -206,7 +235,7 @@ static napi_value w_backward_unit(napi_env env, napi_callback_info info) {
   PROBLEM(0);
   float *scratch = ap(&a, 1), *dq = ap(&a, 6);
   int32_t b = ai(&a, 2), kvh = ai(&a, 3), k0 = ai(&a, 4), k1 = ai(&a, 5);
-  if (!a.bad) fa_backward_unit(&p_, scratch, b, kvh, k0, k1, dq);
+  RUN(fa_backward_unit(&p_, scratch, b, kvh, k0, k1, dq));
   return done(&a);
 }
 static napi_value w_kv_scratch_bytes(napi_env env, napi_callback_info info) {
@@ -221,7 +250,7 @@ static napi_value w_kv_unit(napi_env env, napi_callback_info info) {
   KV(0);
   float *scratch = ap(&a, 1);
   int32_t b = ai(&a, 2), h0 = ai(&a, 3), h1 = ai(&a, 4), t = ai(&a, 5), c = ai(&a, 6), slot0 = ai(&a, 7);
-  if (!a.bad) fa_kv_unit(&kv_, scratch, b, h0, h1, t, c, slot0);
+  RUN(fa_kv_unit(&kv_, scratch, b, h0, h1, t, c, slot0));
   return done(&a);
 }
 static napi_value w_kv_combine(napi_env env, napi_callback_info info) {
@@ -230,7 +259,7 @@ static napi_value w_kv_combine(napi_env env, napi_callback_info info) {
   KV(0);
   float *scratch = ap(&a, 1);
   int32_t b = ai(&a, 2), kvh = ai(&a, 3), t = ai(&a, 4), slot0 = ai(&a, 5), chunks = ai(&a, 6);
-  if (!a.bad) fa_kv_combine(&kv_, scratch, b, kvh, t, slot0, chunks);
+  RUN(fa_kv_combine(&kv_, scratch, b, kvh, t, slot0, chunks));
   return done(&a);
 }
 static napi_value w_copy_range(napi_env env, napi_callback_info info) {
@@ -239,7 +268,7 @@ static napi_value w_copy_range(napi_env env, napi_callback_info info) {
   const uint8_t *src = ap(&a, 0);
   uint8_t *dst = ap(&a, 2);
   int32_t n = ai(&a, 1), ring = ai(&a, 3), method = ai(&a, 4);
-  if (!a.bad) fa_copy_range(src, n, dst, ring, method);
+  RUN(fa_copy_range(src, n, dst, ring, method));
   return done(&a);
 }
 /* The native build runs on the thread's own stack: nothing to move. */
@@ -259,7 +288,7 @@ static napi_value w_test_mm(napi_env env, napi_callback_info info) {
   int32_t form = ai(&a, 0), m = ai(&a, 1), n = ai(&a, 2), k = ai(&a, 3), lda = ai(&a, 5), ldb = ai(&a, 7), ldc = ai(&a, 9);
   const float *pa = ap(&a, 4), *pb = ap(&a, 6);
   float *pc = ap(&a, 8);
-  if (!a.bad) fa_test_mm(form, m, n, k, pa, lda, pb, ldb, pc, ldc);
+  RUN(fa_test_mm(form, m, n, k, pa, lda, pb, ldb, pc, ldc));
   return done(&a);
 }
 static napi_value w_test_vmath(napi_env env, napi_callback_info info) {
@@ -268,7 +297,7 @@ static napi_value w_test_vmath(napi_env env, napi_callback_info info) {
   int32_t fn = ai(&a, 0), n = ai(&a, 3);
   const float *x = ap(&a, 1);
   float *y = ap(&a, 2);
-  if (!a.bad) fa_test_vmath(fn, x, y, n);
+  RUN(fa_test_vmath(fn, x, y, n));
   return done(&a);
 }
 static napi_value w_test_widen(napi_env env, napi_callback_info info) {
@@ -277,7 +306,7 @@ static napi_value w_test_widen(napi_env env, napi_callback_info info) {
   int32_t dt = ai(&a, 0), n = ai(&a, 3);
   const void *src = ap(&a, 1);
   float *dst = ap(&a, 2);
-  if (!a.bad) fa_test_widen(dt, src, dst, n);
+  RUN(fa_test_widen(dt, src, dst, n));
   return done(&a);
 }
 
