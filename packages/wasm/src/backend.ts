@@ -65,7 +65,7 @@ import { PROBLEM_BYTES, writeProblem, type ProblemFields } from './params.js';
 import { addonUrl, loadAddon, nativeKernels, nativeTarget, type NativeLevel } from './native.js';
 import { createPool, type WasmPool } from './threads.js';
 import { checkOwn, dataOf, regionData, WasmTensor } from './tensors.js';
-import { chooseWasmTiles } from './tiles.js';
+import { chooseNativeTiles, chooseWasmTiles } from './tiles.js';
 
 const MAIN_STACK_BYTES = 64 * 1024;
 const UNIT_SIZE: Record<WasmJob['kind'], number> = { forward: FWD_UNIT, backward: BWD_UNIT, kvcache: KV_GROUP_UNIT, copy: 2 };
@@ -179,7 +179,7 @@ export class WasmBackend implements AttentionBackend {
 
   tileSizes(d: number, pass: 'forward' | 'backward'): TileSizes {
     const o = pass === 'forward' ? this.opts.tiles : (this.opts.backwardTiles ?? this.opts.tiles);
-    return o ?? chooseWasmTiles(d);
+    return o ?? (this.name === 'native' ? chooseNativeTiles(d) : chooseWasmTiles(d));
   }
 
   private tooLarge(need: number, what: string): Support {

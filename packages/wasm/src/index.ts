@@ -15,7 +15,7 @@ export { DEFAULT_INLINE_BELOW_FLOPS, type WasmBackendOptions } from './options.j
 export { probeFeatures, binaryName, chooseIsa, enableRelaxedSimd, type Features, type Isa } from './features.js';
 export { binaryUrl } from './loader.js';
 export { addonUrl, levelFromCpuinfo, nativeTarget, type NativeLevel } from './native.js';
-export { chooseWasmTiles } from './tiles.js';
+export { chooseNativeTiles, chooseWasmTiles } from './tiles.js';
 export { forwardBytes, backwardBytes } from './layout.js';
 
 /** Creates a wasm engine (outside the registry), e.g. with a thread count or forced tiles. */

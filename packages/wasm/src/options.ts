@@ -22,7 +22,7 @@ export interface WasmBackendOptions {
    * --experimental-wasm-relaxed-simd for the whole process. false: SIMD128 only.
    */
   readonly relaxedSimd?: boolean | 'auto';
-  /** Tile sizes (query rows br, key rows bc); default chooseWasmTiles(D). */
+  /** Tile sizes (query rows br, key rows bc); default chooseWasmTiles(D), or chooseNativeTiles(D) for the native build. */
   readonly tiles?: TileSizes;
   /** Tile sizes of the backward; default `tiles`, else chooseWasmTiles(D). */
   readonly backwardTiles?: TileSizes;

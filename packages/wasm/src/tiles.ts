@@ -13,6 +13,16 @@ export function chooseWasmTiles(d: number): TileSizes {
   return { br: 64, bc: d <= 128 ? 64 : 32 };
 }
 
+/**
+ * The native build's tiles: 128 query rows. Its products run 4× faster, so the packed K/V tiles a
+ * query block sweeps (2 MiB per kv head at T = 4K, D = 64: past a 1 MiB L2) are streamed in
+ * less time than they take to arrive; twice the rows per sweep halves that traffic (forward
+ * +13–20 % at T = 4K, backward +13 %; T ≤ 2K within noise: KERNEL_NOTES.md, N7).
+ */
+export function chooseNativeTiles(d: number): TileSizes {
+  return { br: 128, bc: d <= 128 ? 64 : 32 };
+}
+
 export function checkWasmTiles(t: unknown, what: string): TileSizes {
   if (typeof t !== 'object' || t === null) throw new FAError('E_ARG', `wasm engine option ${what} must be { br, bc }`);
   const { br, bc } = t as TileSizes;
