@@ -48,7 +48,7 @@ const SPEC: FlagSpec = {
   help: { type: 'boolean', short: 'h', help: 'show this help' },
 };
 
-export const runHelp = `usage: fa run --backend cpu|wasm|webgpu|cuda|auto --q Q.npy --k K.npy --v V.npy [--dout DO.npy]
+export const runHelp = `usage: fa run --backend cpu|wasm|native|webgpu|cuda|auto --q Q.npy --k K.npy --v V.npy [--dout DO.npy]
               [--causal] [--window L,R] [--softcap C] [--scale S] [--alibi SLOPES.npy]
               [--cu-seqlens-q CQ.npy --cu-seqlens-k CK.npy] [--dtype f32|f16|bf16] --out DIR
        fa run ... --q Q.npy --k-cache KC.npy --v-cache VC.npy [--block-table BT.npy]
