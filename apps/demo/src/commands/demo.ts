@@ -301,6 +301,9 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
     const dt = ([dtype, 'f32', 'bf16'] as const).find((d) => askSupports(b, shapeOf(d)).ok);
     if (dt === undefined) continue; // an engine that computes none of them is left out of the table
     try {
+      // once to warm it (threads started, code compiled: a WebAssembly engine runs its first call
+      // in V8's baseline compiler), then the measured run
+      await measure(b, t, D, dt, causal, o.seed + 400);
       const m = await measure(b, t, D, dt, causal, o.seed + 400);
       throughput.push({ backend: b.name, device: b.device, D, dtype: dt, causal, ...m.rates });
     } catch {
