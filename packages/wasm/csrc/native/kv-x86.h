@@ -129,36 +129,12 @@ FA_INLINE void kvx_pv_16(const float *P, int32_t ldp, const void *const *v, int3
   for (int32_t r = 0; r < rows; r++) _mm512_mask_storeu_ps(acc + r * lda + e, m, a[r]);
 }
 
-/* kv_tile_products (kvcache.c) on these kernels: pass 0 S = Q K^T, pass 1 acc += P V. */
-FA_INLINE void kvx_tile_products(const float *q, float *acc, float *s, int32_t ld_s, const void *const *krow, const void *const *vrow, int32_t off, int32_t d, int32_t dp, int32_t R, int32_t nc, int32_t nc4, int pass, const int dt) {
-  const int32_t R4 = R & ~3;
-  if (pass == 0) {
-    for (int32_t r = 0; r < R4; r += 4) {
-      for (int32_t j = 0; j < nc4; j += 2) {
-        v128_t s0, s1;
-        kvx_dot_4x2(q + r * dp, dp, (const uint8_t *)krow[j] + off, (const uint8_t *)krow[j + 1] + off, d, dt, &s0, &s1);
-        float *o = s + r * ld_s + j;
-        wasm_v128_store32_lane(o, s0, 0);
-        wasm_v128_store32_lane(o + ld_s, s0, 1);
-        wasm_v128_store32_lane(o + 2 * ld_s, s0, 2);
-        wasm_v128_store32_lane(o + 3 * ld_s, s0, 3);
-        wasm_v128_store32_lane(o + 1, s1, 0);
-        wasm_v128_store32_lane(o + 1 + ld_s, s1, 1);
-        wasm_v128_store32_lane(o + 1 + 2 * ld_s, s1, 2);
-        wasm_v128_store32_lane(o + 1 + 3 * ld_s, s1, 3);
-      }
-    }
-    for (int32_t r = R4; r < R; r++)
-      for (int32_t j = 0; j < nc4; j += 4) wasm_v128_store(s + r * ld_s + j, kvx_dot_1x4(q + r * dp, krow + j, off, d, dt));
-    return;
-  }
-  for (int32_t r = 0; r < R; r += 4) {
-    const int32_t rows = fa_min(4, R - r);
-    int32_t e = 0;
-    if (rows == 4)
-      for (; e + 32 <= d; e += 32) kvx_pv_4x32(s + r * ld_s, ld_s, vrow, off, nc, e, dt, acc + r * dp, dp);
-    for (; e < d; e += 16) kvx_pv_16(s + r * ld_s, ld_s, vrow, off, nc, e, fa_min(16, d - e), rows, dt, acc + r * dp, dp);
-  }
+/* acc += P V for rows [r, r + rows) (rows <= 4) over all d columns. */
+FA_INLINE void kvx_pv_rows(const float *s, int32_t ld_s, const void *const *vrow, int32_t off, int32_t nc, int32_t rows, int32_t d, const int dt, float *acc, int32_t dp) {
+  int32_t e = 0;
+  if (rows == 4)
+    for (; e + 32 <= d; e += 32) kvx_pv_4x32(s, ld_s, vrow, off, nc, e, dt, acc, dp);
+  for (; e < d; e += 16) kvx_pv_16(s, ld_s, vrow, off, nc, e, fa_min(16, d - e), rows, dt, acc, dp);
 }
 
 #else /* x86-64-v3: AVX2, F16C, FMA; 8 elements a step, a head dim's last d % 8 elements in scalar code */
@@ -264,9 +240,27 @@ FA_INLINE void kvx_pv_8(const float *P, int32_t ldp, const void *const *v, int32
   for (int32_t r = 0; r < rows; r++) _mm256_storeu_ps(acc + r * lda + e, a[r]);
 }
 
+/* acc += P V for rows [r, r + rows) (rows <= 4) over all d columns (the last d % 8 in scalar code). */
+FA_INLINE void kvx_pv_rows(const float *s, int32_t ld_s, const void *const *vrow, int32_t off, int32_t nc, int32_t rows, int32_t d, const int dt, float *acc, int32_t dp) {
+  const int32_t d8 = d & ~7;
+  int32_t e = 0;
+  if (rows == 4)
+    for (; e + 16 <= d8; e += 16) kvx_pv_4x16(s, ld_s, vrow, off, nc, e, dt, acc, dp);
+  for (; e < d8; e += 8) kvx_pv_8(s, ld_s, vrow, off, nc, e, rows, dt, acc, dp);
+  for (e = d8; e < d; e++) {
+    for (int32_t r = 0; r < rows; r++) {
+      float t = 0;
+      for (int32_t j = 0; j < nc; j++) t += s[r * ld_s + j] * kv_load1((const uint8_t *)vrow[j] + off, e, dt);
+      acc[r * dp + e] += t;
+    }
+  }
+}
+
+#endif
+
 /* kv_tile_products (kvcache.c) on these kernels: pass 0 S = Q K^T, pass 1 acc += P V. */
 FA_INLINE void kvx_tile_products(const float *q, float *acc, float *s, int32_t ld_s, const void *const *krow, const void *const *vrow, int32_t off, int32_t d, int32_t dp, int32_t R, int32_t nc, int32_t nc4, int pass, const int dt) {
-  const int32_t R4 = R & ~3, d8 = d & ~7;
+  const int32_t R4 = R & ~3;
   if (pass == 0) {
     for (int32_t r = 0; r < R4; r += 4) {
       for (int32_t j = 0; j < nc4; j += 2) {
@@ -287,22 +281,7 @@ FA_INLINE void kvx_tile_products(const float *q, float *acc, float *s, int32_t l
       for (int32_t j = 0; j < nc4; j += 4) wasm_v128_store(s + r * ld_s + j, kvx_dot_1x4(q + r * dp, krow + j, off, d, dt));
     return;
   }
-  for (int32_t r = 0; r < R; r += 4) {
-    const int32_t rows = fa_min(4, R - r);
-    int32_t e = 0;
-    if (rows == 4)
-      for (; e + 16 <= d8; e += 16) kvx_pv_4x16(s + r * ld_s, ld_s, vrow, off, nc, e, dt, acc + r * dp, dp);
-    for (; e < d8; e += 8) kvx_pv_8(s + r * ld_s, ld_s, vrow, off, nc, e, rows, dt, acc + r * dp, dp);
-  }
-  for (int32_t e = d8; e < d; e++) {
-    for (int32_t r = 0; r < R; r++) {
-      float t = 0;
-      for (int32_t j = 0; j < nc; j++) t += s[r * ld_s + j] * kv_load1((const uint8_t *)vrow[j] + off, e, dt);
-      acc[r * dp + e] += t;
-    }
-  }
+  for (int32_t r = 0; r < R; r += 4) kvx_pv_rows(s + r * ld_s, ld_s, vrow, off, nc, fa_min(4, R - r), d, dt, acc + r * dp, dp);
 }
-
-#endif
 
 #endif
