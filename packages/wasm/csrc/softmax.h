@@ -9,6 +9,16 @@
 #include "vmath.h"
 #include "tileio.h"
 
+/* Whether a row of ncols (a multiple of 4) scores holds a NaN: the rare path of a row whose max is -inf. */
+static inline int fa_row_has_nan(const float *row, int32_t ncols) {
+  v128_t nan = wasm_f32x4_const_splat(0.0f);
+  for (int32_t x = 0; x < ncols; x += 4) {
+    const v128_t v = wasm_v128_load(row + x);
+    nan = wasm_v128_or(nan, wasm_f32x4_ne(v, v));
+  }
+  return wasm_v128_any_true(nan);
+}
+
 #if defined(FA_NATIVE)
 #include "native/softmax-x86.h"
 #else
@@ -27,12 +37,7 @@ static inline void fa_softmax_update(float *s, int32_t ld, int32_t nr, int32_t n
     float mnew = fa_hmax(wasm_f32x4_max(vmax0, vmax1));
     if (mnew == -FA_INF) {
       /* nothing visible so far (weights 0, and (-inf) - (-inf) is never formed), or only NaN */
-      v128_t nan = wasm_f32x4_const_splat(0.0f);
-      for (int32_t x = 0; x < ncols; x += 4) {
-        const v128_t v = wasm_v128_load(row + x);
-        nan = wasm_v128_or(nan, wasm_f32x4_ne(v, v));
-      }
-      if (!wasm_v128_any_true(nan)) {
+      if (!fa_row_has_nan(row, ncols)) {
         fa_zero(row, ncols);
         continue;
       }

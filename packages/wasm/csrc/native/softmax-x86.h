@@ -123,12 +123,7 @@ static inline void fa_softmax_update(float *s, int32_t ld, int32_t nr, int32_t n
     if (n8 < ncols) v4 = wasm_f32x4_max(v4, wasm_f32x4_pmax(VSPLAT(m[r]), wasm_v128_load(row + n8)));
     float mnew = fa_hmax(v4);
     if (mnew == -FA_INF) {
-      v128_t nan = wasm_f32x4_const_splat(0.0f);
-      for (int32_t x = 0; x < ncols; x += 4) {
-        const v128_t v = wasm_v128_load(row + x);
-        nan = wasm_v128_or(nan, wasm_f32x4_ne(v, v));
-      }
-      if (!wasm_v128_any_true(nan)) {
+      if (!fa_row_has_nan(row, ncols)) {
         fa_zero(row, ncols);
         continue;
       }
