@@ -78,6 +78,9 @@ FA_EXPORT(fa_dvec) void fa_dvec(const fa_problem *p, const float *out) {
   }
 }
 
+#if defined(FA_NATIVE) && defined(__AVX512F__)
+#include "native/backward-x86.h"
+#else
 /* P = e^(S - lse) on rows [0, nr) (-inf logits give 0; a row whose lse is -inf sees nothing). */
 static void probabilities(float *s, int32_t ld, int32_t nr, int32_t ncols, const float *lse) {
   for (int32_t r = 0; r < nr; r++) {
@@ -113,6 +116,7 @@ static void dscores(const float *s, float *dp, const float *dcap, int32_t ld, in
     }
   }
 }
+#endif
 
 /*
  * Key tiles [kt_start, kt_end) of (batch b, kv head kvh). dQ goes into p->dq, or, when

@@ -12,29 +12,9 @@
 #include <immintrin.h>
 #include "../vmath.h"
 #include "../tileio.h"
+#include "vmath-x86.h"
 
 #if defined(__AVX512F__)
-
-FA_INLINE __mmask16 fa_x86_mask(int32_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
-
-/* fa_vexp_le0 on 16 lanes. */
-FA_INLINE __m512 fa_vexp_le0_x16(__m512 x) {
-  const __m512 magic = _mm512_set1_ps(0x1.8000FEp23f);
-  const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), magic);
-  const __m512 s = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(z), 23));
-  const __m512 n = _mm512_sub_ps(z, magic);
-  __m512 t = _mm512_fmadd_ps(n, _mm512_set1_ps(-0x1.62E400p-1f), x);
-  t = _mm512_fmadd_ps(n, _mm512_set1_ps(-0x1.7F7D1Cp-20f), t);
-  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(0x1.0F9F9Cp-7f), t, _mm512_set1_ps(0x1.573A1Ap-5f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0x1.555A80p-3f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0x1.FFFDC6p-2f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0x1.FFFFF6p-1f));
-  t = _mm512_mul_ps(t, s);
-  const __m512 f = _mm512_fmadd_ps(t, p, s);
-  /* 0 below -87.34 (and for -inf); NaN compares false and stays */
-  const __mmask16 low = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-0x1.5D589Ep6f), _CMP_LT_OQ);
-  return _mm512_maskz_mov_ps((__mmask16)~low, f);
-}
 
 static inline void fa_softmax_update(float *s, int32_t ld, int32_t nr, int32_t ncols, float *m, float *l, float *acc, int32_t dp) {
   for (int32_t r = 0; r < nr; r++) {
@@ -93,24 +73,6 @@ static inline void fa_softmax_update(float *s, int32_t ld, int32_t nr, int32_t n
 }
 
 #else /* x86-64-v3: AVX2 + FMA, 8 scores a step; column counts are multiples of 4, the last 4 on 128 bits */
-
-/* fa_vexp_le0 on 8 lanes. */
-FA_INLINE __m256 fa_vexp_le0_x8(__m256 x) {
-  const __m256 magic = _mm256_set1_ps(0x1.8000FEp23f);
-  const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), magic);
-  const __m256 s = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(z), 23));
-  const __m256 n = _mm256_sub_ps(z, magic);
-  __m256 t = _mm256_fmadd_ps(n, _mm256_set1_ps(-0x1.62E400p-1f), x);
-  t = _mm256_fmadd_ps(n, _mm256_set1_ps(-0x1.7F7D1Cp-20f), t);
-  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(0x1.0F9F9Cp-7f), t, _mm256_set1_ps(0x1.573A1Ap-5f));
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0x1.555A80p-3f));
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0x1.FFFDC6p-2f));
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0x1.FFFFF6p-1f));
-  t = _mm256_mul_ps(t, s);
-  const __m256 f = _mm256_fmadd_ps(t, p, s);
-  /* 0 below -87.34 (and for -inf); NaN compares false and stays */
-  return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-0x1.5D589Ep6f), _CMP_LT_OQ), f);
-}
 
 static inline void fa_softmax_update(float *s, int32_t ld, int32_t nr, int32_t ncols, float *m, float *l, float *acc, int32_t dp) {
   const int32_t n8 = ncols & ~7;
