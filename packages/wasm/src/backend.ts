@@ -68,7 +68,7 @@ import { checkOwn, dataOf, regionData, WasmTensor } from './tensors.js';
 import { chooseNativeTiles, chooseWasmTiles } from './tiles.js';
 
 const MAIN_STACK_BYTES = 64 * 1024;
-const UNIT_SIZE: Record<WasmJob['kind'], number> = { forward: FWD_UNIT, backward: BWD_UNIT, kvcache: KV_GROUP_UNIT, copy: 2 };
+const UNIT_SIZE: Record<WasmJob['kind'], number> = { forward: FWD_UNIT, backward: BWD_UNIT, kvcache: KV_GROUP_UNIT, copy: 2, pack: 2 };
 
 /** Copy-loop methods of copyLoop(): a SIMD128 load/store loop, or memory.copy (csrc/copy.c). */
 export type CopyMethod = 'simd' | 'memcpy';
@@ -356,10 +356,15 @@ export class WasmBackend implements AttentionBackend {
       fields.vp = a.alloc(4 * tileRows * ((p.d + 7) & ~7), 'the V tiles');
       fields.lse = a.alloc(4 * p.h * p.totalQ, 'the lse');
       writeProblem(this.memory.buffer, ptr, fields);
-      for (let b = 0; b < p.batch; b++) for (let g = 0; g < p.hkv; g++) this.kernels.fa_pack_kv(ptr, b, g);
       const units = planForward(p, t.br);
       const pooled = this.willUseWorkers(units.length / FWD_UNIT, problemFlops(p));
-      await this.execute('forward', ptr, units, [], this.kernels.fa_forward_scratch_bytes(ptr), pooled);
+      const tiles = this.tiles(units.length / FWD_UNIT, this.kernels.fa_forward_scratch_bytes(ptr), pooled);
+      // the key tiles of every (batch, kv head) are packed once, on the threads too (with many
+      // cores the calling thread's serial work is what limits the speed-up), then the units run
+      const packs = new Int32Array(2 * p.batch * p.hkv);
+      for (let b = 0, i = 0; b < p.batch; b++) for (let g = 0; g < p.hkv; g++, i += 2) (packs[i] = b), (packs[i + 1] = g);
+      await this.execute('pack', ptr, packs, [], 0, pooled, tiles);
+      await this.execute('forward', ptr, units, [], 0, pooled, tiles);
       return { out: this.output(fields.q, p.qShape, p.dtype, dev?.[0]), lse: this.output(fields.lse, p.lseShape, 'f32', dev?.[1]) };
     });
   }

@@ -6,17 +6,18 @@
  * the worker bundle stays small.)
  */
 export interface WasmJob {
-  readonly kind: 'forward' | 'backward' | 'kvcache' | 'copy';
+  readonly kind: 'forward' | 'backward' | 'kvcache' | 'copy' | 'pack';
   /** Address of the call's fa_problem (kvcache: its fa_kv; copy: the copy method, 0 or 1). */
   readonly problem: number;
   /**
    * Forward: (batch, kv head, query tile) triples. Backward: (batch, kv head, first tile, end
    * tile, private) 5-tuples. KV cache: (batch, first kv head, end kv head, query tile, key
    * chunk, slot of the first head) 6-tuples, core's units of consecutive kv heads together
-   * (kvcall.ts). Copy: (address, bytes) pairs.
+   * (kvcall.ts). Copy: (address, bytes) pairs. Pack: (batch, kv head) pairs whose key tiles the
+   * forward packs before its units run.
    */
   readonly units: Int32Array;
-  /** Entries per unit: core's FWD_UNIT (3), BWD_UNIT (5); KV cache 6; copy 2. */
+  /** Entries per unit: core's FWD_UNIT (3), BWD_UNIT (5); KV cache 6; copy 2; pack 2. */
   readonly unitSize: number;
   /** Backward: address of each private dQ accumulator (index = a unit's `private`). */
   readonly privates: readonly number[];
@@ -76,6 +77,9 @@ export function runJob(job: WasmJob, k: Kernels, ownStack: boolean): void {
         break;
       case 'copy':
         k.fa_copy_range(U[o] >>> 0, U[o + 1], scratch, COPY_RING_BYTES, job.problem);
+        break;
+      case 'pack':
+        k.fa_pack_kv(job.problem, U[o], U[o + 1]);
         break;
     }
   }
