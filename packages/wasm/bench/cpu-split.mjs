@@ -1,8 +1,8 @@
 // Device script: where a native forward's time goes on this CPU, one thread: the matrix micro-kernels
 // alone (fa_test_mm, 256x64x64), then forward/backward CPU time per tile shape, v4 and v3.
 import { tensor } from '@fa/core';
-import { createWasmBackend, addonUrl } from '@fa/wasm';
-import { loadAddon } from '../node_modules/@fa/wasm/dist/native.js'; // as carried to the device (.fa-device/run); here: ../dist/native.js
+import { addonUrl, createWasmBackend, loadAddon } from '@fa/wasm';
+
 for (const level of ['x86-64-v4', 'x86-64-v3']) {
   const a = await loadAddon(addonUrl(level));
   const mem = new WebAssembly.Memory({ initial: 512, maximum: 512, shared: true });

@@ -14,7 +14,7 @@ export { WasmBackend } from './backend.js';
 export { DEFAULT_INLINE_BELOW_FLOPS, type WasmBackendOptions } from './options.js';
 export { probeFeatures, binaryName, chooseIsa, enableRelaxedSimd, type Features, type Isa } from './features.js';
 export { binaryUrl } from './loader.js';
-export { addonUrl, levelFromCpuinfo, nativeTarget, type NativeLevel } from './native.js';
+export { addonUrl, levelFromCpuinfo, loadAddon, nativeTarget, type NativeAddon, type NativeLevel } from './native.js';
 export { chooseNativeTiles, chooseWasmTiles } from './tiles.js';
 export { forwardBytes, backwardBytes } from './layout.js';
 
