@@ -137,9 +137,10 @@ export class WasmBackend implements AttentionBackend {
   static async create(opts: WasmBackendOptions = {}): Promise<WasmBackend> {
     checkOptions(opts);
     let features = probeFeatures();
+    // the native build runs no WebAssembly: relaxedSimd does not apply (and leaves V8's flags alone)
+    if (opts.native === true) return WasmBackend.createNative(opts, features, opts.threads ?? (await defaultThreads(features)));
     if (opts.relaxedSimd === true && !features.relaxed && (await enableRelaxedSimd())) features = probeFeatures();
     let threads = opts.threads ?? (await defaultThreads(features));
-    if (opts.native === true) return WasmBackend.createNative(opts, features, threads);
     const isa = chooseIsa(features, opts.relaxedSimd ?? 'auto');
     let note: string | undefined;
     if (threads > 0 && !features.threads) {
