@@ -27,113 +27,58 @@ import { fileURLToPath } from 'node:url';
 
 const NR = 8;
 
-function microKernel(form, mr, mode) {
-  const nv = NR / 4;
-  const name = `f32_gemm_${form}_${mr}x${NR}_${mode}`;
+/*
+ * One template for every micro-kernel, WebAssembly or x86: `vec` says how the ISA spells a
+ * vector of `w` floats (type, load, store, zero, broadcast of the float at an address,
+ * multiply-add). C(MR x NR) (+)= A(MR x kc) B(kc x NR): B one row of NR floats a k step (NR / w
+ * registers), A broadcast one element per row, MR * NR / w accumulators.
+ */
+const WASM = {
+  t: 'v128_t',
+  w: 4,
+  load: (p) => `wasm_v128_load(${p})`,
+  store: (p, x) => `wasm_v128_store(${p}, ${x})`,
+  zero: 'wasm_f32x4_const_splat(0.0f)',
+  bcast: (p) => `wasm_v128_load32_splat(${p})`,
+  fma: (a, b, c) => `VFMA(${a}, ${b}, ${c})`,
+};
+
+function microKernel(vec, form, mr, nr, mode) {
+  const nv = nr / vec.w;
+  const name = `f32_gemm_${form}_${mr}x${nr}_${mode}`;
   const L = [];
   L.push(`FA_INLINE void ${name}(int32_t kc, const float *a, int32_t lda, const float *b, int32_t ldb, float *c, int32_t ldc) {`);
-  for (let i = 0; i < mr; i++) {
-    for (let j = 0; j < nv; j++) {
-      L.push(`  v128_t c${i}${j} = ${mode === 'acc' ? `wasm_v128_load(c + ${i} * ldc + ${4 * j})` : 'wasm_f32x4_const_splat(0.0f)'};`);
-    }
-  }
+  for (let i = 0; i < mr; i++) for (let j = 0; j < nv; j++) L.push(`  ${vec.t} c${i}_${j} = ${mode === 'acc' ? vec.load(`c + ${i} * ldc + ${vec.w * j}`) : vec.zero};`);
   L.push(`  for (int32_t k = 0; k < kc; k++) {`);
-  for (let j = 0; j < nv; j++) L.push(`    const v128_t b${j} = wasm_v128_load(b + ${4 * j});`);
+  for (let j = 0; j < nv; j++) L.push(`    const ${vec.t} b${j} = ${vec.load(`b + ${vec.w * j}`)};`);
   for (let i = 0; i < mr; i++) {
-    const at = form === 'nn' ? (i === 0 ? 'a' : `a + ${i} * lda`) : i === 0 ? 'a' : `a + ${i}`;
-    L.push(`    const v128_t a${i} = wasm_v128_load32_splat(${at});`);
-    for (let j = 0; j < nv; j++) L.push(`    c${i}${j} = VFMA(a${i}, b${j}, c${i}${j});`);
+    const at = i === 0 ? 'a' : form === 'nn' ? `a + ${i} * lda` : `a + ${i}`;
+    L.push(`    const ${vec.t} a${i} = ${vec.bcast(at)};`);
+    for (let j = 0; j < nv; j++) L.push(`    c${i}_${j} = ${vec.fma(`a${i}`, `b${j}`, `c${i}_${j}`)};`);
   }
   L.push(`    a += ${form === 'nn' ? '1' : 'lda'};`);
   L.push(`    b += ldb;`);
   L.push(`  }`);
-  for (let i = 0; i < mr; i++) for (let j = 0; j < nv; j++) L.push(`  wasm_v128_store(c + ${i} * ldc + ${4 * j}, c${i}${j});`);
-  L.push('}');
-  return L.join('\n');
-}
-
-function macroKernel(form, mode) {
-  const name = `f32_mm_${form}_${mode}`;
-  const rowStep = form === 'nn' ? 'r * lda' : 'r';
-  const L = [];
-  L.push(`/* C[M][N] ${mode === 'acc' ? '+=' : '='} A * B with the ${form} micro-kernels; N % 8 == 0${form === 'tn' ? ', M % 4 == 0' : ''}. */`);
-  L.push(`static inline void ${name}(int32_t m, int32_t n, int32_t kc, const float *a, int32_t lda, const float *b, int32_t ldb, float *c, int32_t ldc) {`);
-  L.push(`  int32_t r = 0;`);
-  L.push(`  for (; r + 4 <= m; r += 4)`);
-  L.push(`    for (int32_t j = 0; j < n; j += ${NR}) f32_gemm_${form}_4x${NR}_${mode}(kc, a + ${rowStep}, lda, b + j, ldb, c + r * ldc + j, ldc);`);
-  if (form === 'nn') {
-    L.push(`  switch (m - r) {`);
-    for (const mr of [3, 2, 1]) {
-      L.push(`    case ${mr}:`);
-      L.push(`      for (int32_t j = 0; j < n; j += ${NR}) f32_gemm_${form}_${mr}x${NR}_${mode}(kc, a + ${rowStep}, lda, b + j, ldb, c + r * ldc + j, ldc);`);
-      L.push(`      break;`);
-    }
-    L.push(`    default:`);
-    L.push(`      break;`);
-    L.push(`  }`);
-  }
+  for (let i = 0; i < mr; i++) for (let j = 0; j < nv; j++) L.push(`  ${vec.store(`c + ${i} * ldc + ${vec.w * j}`, `c${i}_${j}`)};`);
   L.push('}');
   return L.join('\n');
 }
 
 /*
- * The native x86-64 build's micro-kernels (csrc/gen/f32-gemm-x86.h, build-native.sh): the same
- * C(MR x NR) (+)= A(MR x kc) B(kc x NR) with B one row of NR floats a k step and A broadcast,
- * on the CPU's wide registers: 512-bit (x86-64-v4: 32 registers) or 256-bit (x86-64-v3: 16).
- * NR is 2, 1 or half a register's floats (columns come in multiples of 8); MR is as many rows
- * as fit the register file with the B row and one broadcast: v4 8 x 32 (16 accumulators), v3
- * 6 x 16 (12).
+ * The macro-kernel tiling an M x N product with the micro-kernels: row blocks of `rows` (tn: M is
+ * a multiple of 4, so 8 and 4 or 4), the rest of nn's rows by a switch; in each row block the
+ * widest kernel of `widths` first, then one each of the narrower ones (N is a multiple of 8).
  */
-const X86 = {
-  v4: { guard: 'defined(__AVX512F__)', widths: [32, 16, 8], mr: { 32: 8, 16: 8, 8: 8 } },
-  v3: { guard: '1', widths: [16, 8], mr: { 16: 6, 8: 6 } },
-};
-
-function x86Vec(nr) {
-  // registers of one B row: (type, floats per register, load, fma, set1)
-  if (nr >= 16) return { t: '__m512', w: 16, load: '_mm512_loadu_ps', store: '_mm512_storeu_ps', fma: '_mm512_fmadd_ps', set1: '_mm512_set1_ps', zero: '_mm512_setzero_ps()' };
-  return { t: '__m256', w: 8, load: '_mm256_loadu_ps', store: '_mm256_storeu_ps', fma: '_mm256_fmadd_ps', set1: '_mm256_set1_ps', zero: '_mm256_setzero_ps()' };
-}
-
-function x86MicroKernel(level, form, mr, nr, mode) {
-  const v = level === 'v3' ? { ...x86Vec(8) } : x86Vec(nr);
-  const nv = nr / v.w;
-  const name = `f32_gemm_${form}_${mr}x${nr}_${mode}`;
-  const L = [];
-  L.push(`FA_INLINE void ${name}(int32_t kc, const float *a, int32_t lda, const float *b, int32_t ldb, float *c, int32_t ldc) {`);
-  for (let i = 0; i < mr; i++) for (let j = 0; j < nv; j++) L.push(`  ${v.t} c${i}_${j} = ${mode === 'acc' ? `${v.load}(c + ${i} * ldc + ${v.w * j})` : v.zero};`);
-  L.push(`  for (int32_t k = 0; k < kc; k++) {`);
-  for (let j = 0; j < nv; j++) L.push(`    const ${v.t} b${j} = ${v.load}(b + ${v.w * j});`);
-  for (let i = 0; i < mr; i++) {
-    const at = form === 'nn' ? (i === 0 ? 'a[0]' : `a[${i} * lda]`) : `a[${i}]`;
-    L.push(`    const ${v.t} a${i} = ${v.set1}(${at});`);
-    for (let j = 0; j < nv; j++) L.push(`    c${i}_${j} = ${v.fma}(a${i}, b${j}, c${i}_${j});`);
-  }
-  L.push(`    a += ${form === 'nn' ? '1' : 'lda'};`);
-  L.push(`    b += ldb;`);
-  L.push(`  }`);
-  for (let i = 0; i < mr; i++) for (let j = 0; j < nv; j++) L.push(`  ${v.store}(c + ${i} * ldc + ${v.w * j}, c${i}_${j});`);
-  L.push('}');
-  return L.join('\n');
-}
-
-function x86MacroKernel(level, form, mode) {
-  const { widths, mr } = X86[level];
+function macroKernel(form, mode, widths, rows) {
   const name = `f32_mm_${form}_${mode}`;
   const rowStep = form === 'nn' ? 'r * lda' : 'r';
   const L = [];
-  // one row block of `rows` rows across all columns: the widest kernel first, then the rest
-  const cols = (rows, ind) => {
-    const out = [];
-    widths.forEach((w, i) => {
-      const loop = i === 0 ? `for (; j + ${w} <= n; j += ${w})` : `if (j + ${w} <= n)`;
-      const step = i === 0 ? '' : ` j += ${w};`;
-      out.push(`${ind}${loop} { f32_gemm_${form}_${rows}x${w}_${mode}(kc, a + ${rowStep}, lda, b + j, ldb, c + r * ldc + j, ldc);${step} }`);
+  const cols = (mr, ind) =>
+    widths.map((w, i) => {
+      const call = `f32_gemm_${form}_${mr}x${w}_${mode}(kc, a + ${rowStep}, lda, b + j, ldb, c + r * ldc + j, ldc);`;
+      return i === 0 ? `${ind}for (; j + ${w} <= n; j += ${w}) { ${call} }` : `${ind}if (j + ${w} <= n) { ${call} j += ${w}; }`;
     });
-    return out;
-  };
-  // tn has M % 4 == 0: its row blocks are 8 and 4 (v4) or 4 (v3)
-  const top = form === 'tn' ? Math.min(8, mr[widths[0]] - (mr[widths[0]] % 4)) : mr[widths[0]];
+  const top = form === 'tn' ? Math.min(8, rows - (rows % 4)) : rows;
   L.push(`/* C[M][N] ${mode === 'acc' ? '+=' : '='} A * B with the ${form} micro-kernels; N % 8 == 0${form === 'tn' ? ', M % 4 == 0' : ''}. */`);
   L.push(`static inline void ${name}(int32_t m, int32_t n, int32_t kc, const float *a, int32_t lda, const float *b, int32_t ldb, float *c, int32_t ldc) {`);
   L.push(`  int32_t r = 0;`);
@@ -145,9 +90,9 @@ function x86MacroKernel(level, form, mode) {
   if (rest.length) {
     L.push(`  int32_t j = 0;`);
     L.push(`  switch (m - r) {`);
-    for (const rows of rest) {
-      L.push(`    case ${rows}:`);
-      L.push(...cols(rows, '      '));
+    for (const mr of rest) {
+      L.push(`    case ${mr}:`);
+      L.push(...cols(mr, '      '));
       L.push(`      break;`);
     }
     L.push(`    default:`);
@@ -158,16 +103,44 @@ function x86MacroKernel(level, form, mode) {
   return L.join('\n');
 }
 
-function x86Level(level) {
-  const { widths, mr } = X86[level];
-  const top = mr[widths[0]];
+/** Every micro-kernel of one ISA (nn: every row count up to `rows`; tn: its row blocks), then the three macro-kernels. */
+function kernelsFor(vecOf, widths, rows) {
   const P = [];
-  for (const mode of ['set', 'acc']) for (const w of widths) for (let rows = top; rows >= 1; rows--) P.push(x86MicroKernel(level, 'nn', rows, w, mode), '');
-  const tnTop = Math.min(8, top - (top % 4));
-  for (const w of widths) for (const rows of [tnTop, 4].filter((x, i, a) => a.indexOf(x) === i)) P.push(x86MicroKernel(level, 'tn', rows, w, 'acc'), '');
-  P.push(x86MacroKernel(level, 'nn', 'set'), '', x86MacroKernel(level, 'nn', 'acc'), '', x86MacroKernel(level, 'tn', 'acc'), '');
+  for (const mode of ['set', 'acc']) for (const w of widths) for (let mr = rows; mr >= 1; mr--) P.push(microKernel(vecOf(w), 'nn', mr, w, mode), '');
+  const tnTop = Math.min(8, rows - (rows % 4));
+  for (const w of widths) for (const mr of [...new Set([tnTop, 4])]) P.push(microKernel(vecOf(w), 'tn', mr, w, 'acc'), '');
+  P.push(macroKernel('nn', 'set', widths, rows), '', macroKernel('nn', 'acc', widths, rows), '', macroKernel('tn', 'acc', widths, rows), '');
   return P;
 }
+
+/*
+ * The native x86-64 build's micro-kernels (csrc/gen/f32-gemm-x86.h, build-native.sh): the same
+ * C(MR x NR) (+)= A(MR x kc) B(kc x NR) with B one row of NR floats a k step and A broadcast,
+ * on the CPU's wide registers: 512-bit (x86-64-v4: 32 registers) or 256-bit (x86-64-v3: 16).
+ * NR is 2, 1 or half a register's floats (columns come in multiples of 8); MR is as many rows
+ * as fit the register file with the B row and one broadcast: v4 8 x 32 (16 accumulators), v3
+ * 6 x 16 (12).
+ */
+const X86 = {
+  v4: { widths: [32, 16, 8], rows: 8 },
+  v3: { widths: [16, 8], rows: 6 },
+};
+
+/** The x86 vector a B row of `nr` floats is loaded into: zmm for 16 and 32 on x86-64-v4, ymm otherwise. */
+function x86Vec(level, nr) {
+  const [t, p] = level === 'v4' && nr >= 16 ? ['__m512', '_mm512'] : ['__m256', '_mm256'];
+  return {
+    t,
+    w: t === '__m512' ? 16 : 8,
+    load: (q) => `${p}_loadu_ps(${q})`,
+    store: (q, x) => `${p}_storeu_ps(${q}, ${x})`,
+    zero: `${p}_setzero_ps()`,
+    bcast: (q) => `${p}_set1_ps(${q === 'a' ? '*a' : `*(${q})`})`,
+    fma: (a, b, c) => `${p}_fmadd_ps(${a}, ${b}, ${c})`,
+  };
+}
+
+const x86Level = (level) => kernelsFor((w) => x86Vec(level, w), X86[level].widths, X86[level].rows);
 
 const x86Parts = [
   '/* Generated by scripts/gen-kernels.mjs from its x86 template: do not edit. The native build',
@@ -200,9 +173,7 @@ const parts = [
   '#include "../vmath.h"',
   '',
 ];
-for (const mode of ['set', 'acc']) for (const mr of [4, 3, 2, 1]) parts.push(microKernel('nn', mr, mode), '');
-parts.push(microKernel('tn', 4, 'acc'), '');
-parts.push(macroKernel('nn', 'set'), '', macroKernel('nn', 'acc'), '', macroKernel('tn', 'acc'), '');
+parts.push(...kernelsFor(() => WASM, [NR], 4));
 parts.push('#endif', '');
 
 for (const [file, lines] of [['f32-gemm.h', parts], ['f32-gemm-x86.h', x86Parts]]) {

@@ -5,268 +5,271 @@
 #include "../vmath.h"
 
 FA_INLINE void f32_gemm_nn_4x8_set(int32_t kc, const float *a, int32_t lda, const float *b, int32_t ldb, float *c, int32_t ldc) {
-  v128_t c00 = wasm_f32x4_const_splat(0.0f);
-  v128_t c01 = wasm_f32x4_const_splat(0.0f);
-  v128_t c10 = wasm_f32x4_const_splat(0.0f);
-  v128_t c11 = wasm_f32x4_const_splat(0.0f);
-  v128_t c20 = wasm_f32x4_const_splat(0.0f);
-  v128_t c21 = wasm_f32x4_const_splat(0.0f);
-  v128_t c30 = wasm_f32x4_const_splat(0.0f);
-  v128_t c31 = wasm_f32x4_const_splat(0.0f);
+  v128_t c0_0 = wasm_f32x4_const_splat(0.0f);
+  v128_t c0_1 = wasm_f32x4_const_splat(0.0f);
+  v128_t c1_0 = wasm_f32x4_const_splat(0.0f);
+  v128_t c1_1 = wasm_f32x4_const_splat(0.0f);
+  v128_t c2_0 = wasm_f32x4_const_splat(0.0f);
+  v128_t c2_1 = wasm_f32x4_const_splat(0.0f);
+  v128_t c3_0 = wasm_f32x4_const_splat(0.0f);
+  v128_t c3_1 = wasm_f32x4_const_splat(0.0f);
   for (int32_t k = 0; k < kc; k++) {
     const v128_t b0 = wasm_v128_load(b + 0);
     const v128_t b1 = wasm_v128_load(b + 4);
     const v128_t a0 = wasm_v128_load32_splat(a);
-    c00 = VFMA(a0, b0, c00);
-    c01 = VFMA(a0, b1, c01);
+    c0_0 = VFMA(a0, b0, c0_0);
+    c0_1 = VFMA(a0, b1, c0_1);
     const v128_t a1 = wasm_v128_load32_splat(a + 1 * lda);
-    c10 = VFMA(a1, b0, c10);
-    c11 = VFMA(a1, b1, c11);
+    c1_0 = VFMA(a1, b0, c1_0);
+    c1_1 = VFMA(a1, b1, c1_1);
     const v128_t a2 = wasm_v128_load32_splat(a + 2 * lda);
-    c20 = VFMA(a2, b0, c20);
-    c21 = VFMA(a2, b1, c21);
+    c2_0 = VFMA(a2, b0, c2_0);
+    c2_1 = VFMA(a2, b1, c2_1);
     const v128_t a3 = wasm_v128_load32_splat(a + 3 * lda);
-    c30 = VFMA(a3, b0, c30);
-    c31 = VFMA(a3, b1, c31);
+    c3_0 = VFMA(a3, b0, c3_0);
+    c3_1 = VFMA(a3, b1, c3_1);
     a += 1;
     b += ldb;
   }
-  wasm_v128_store(c + 0 * ldc + 0, c00);
-  wasm_v128_store(c + 0 * ldc + 4, c01);
-  wasm_v128_store(c + 1 * ldc + 0, c10);
-  wasm_v128_store(c + 1 * ldc + 4, c11);
-  wasm_v128_store(c + 2 * ldc + 0, c20);
-  wasm_v128_store(c + 2 * ldc + 4, c21);
-  wasm_v128_store(c + 3 * ldc + 0, c30);
-  wasm_v128_store(c + 3 * ldc + 4, c31);
+  wasm_v128_store(c + 0 * ldc + 0, c0_0);
+  wasm_v128_store(c + 0 * ldc + 4, c0_1);
+  wasm_v128_store(c + 1 * ldc + 0, c1_0);
+  wasm_v128_store(c + 1 * ldc + 4, c1_1);
+  wasm_v128_store(c + 2 * ldc + 0, c2_0);
+  wasm_v128_store(c + 2 * ldc + 4, c2_1);
+  wasm_v128_store(c + 3 * ldc + 0, c3_0);
+  wasm_v128_store(c + 3 * ldc + 4, c3_1);
 }
 
 FA_INLINE void f32_gemm_nn_3x8_set(int32_t kc, const float *a, int32_t lda, const float *b, int32_t ldb, float *c, int32_t ldc) {
-  v128_t c00 = wasm_f32x4_const_splat(0.0f);
-  v128_t c01 = wasm_f32x4_const_splat(0.0f);
-  v128_t c10 = wasm_f32x4_const_splat(0.0f);
-  v128_t c11 = wasm_f32x4_const_splat(0.0f);
-  v128_t c20 = wasm_f32x4_const_splat(0.0f);
-  v128_t c21 = wasm_f32x4_const_splat(0.0f);
+  v128_t c0_0 = wasm_f32x4_const_splat(0.0f);
+  v128_t c0_1 = wasm_f32x4_const_splat(0.0f);
+  v128_t c1_0 = wasm_f32x4_const_splat(0.0f);
+  v128_t c1_1 = wasm_f32x4_const_splat(0.0f);
+  v128_t c2_0 = wasm_f32x4_const_splat(0.0f);
+  v128_t c2_1 = wasm_f32x4_const_splat(0.0f);
   for (int32_t k = 0; k < kc; k++) {
     const v128_t b0 = wasm_v128_load(b + 0);
     const v128_t b1 = wasm_v128_load(b + 4);
     const v128_t a0 = wasm_v128_load32_splat(a);
-    c00 = VFMA(a0, b0, c00);
-    c01 = VFMA(a0, b1, c01);
+    c0_0 = VFMA(a0, b0, c0_0);
+    c0_1 = VFMA(a0, b1, c0_1);
     const v128_t a1 = wasm_v128_load32_splat(a + 1 * lda);
-    c10 = VFMA(a1, b0, c10);
-    c11 = VFMA(a1, b1, c11);
+    c1_0 = VFMA(a1, b0, c1_0);
+    c1_1 = VFMA(a1, b1, c1_1);
     const v128_t a2 = wasm_v128_load32_splat(a + 2 * lda);
-    c20 = VFMA(a2, b0, c20);
-    c21 = VFMA(a2, b1, c21);
+    c2_0 = VFMA(a2, b0, c2_0);
+    c2_1 = VFMA(a2, b1, c2_1);
     a += 1;
     b += ldb;
   }
-  wasm_v128_store(c + 0 * ldc + 0, c00);
-  wasm_v128_store(c + 0 * ldc + 4, c01);
-  wasm_v128_store(c + 1 * ldc + 0, c10);
-  wasm_v128_store(c + 1 * ldc + 4, c11);
-  wasm_v128_store(c + 2 * ldc + 0, c20);
-  wasm_v128_store(c + 2 * ldc + 4, c21);
+  wasm_v128_store(c + 0 * ldc + 0, c0_0);
+  wasm_v128_store(c + 0 * ldc + 4, c0_1);
+  wasm_v128_store(c + 1 * ldc + 0, c1_0);
+  wasm_v128_store(c + 1 * ldc + 4, c1_1);
+  wasm_v128_store(c + 2 * ldc + 0, c2_0);
+  wasm_v128_store(c + 2 * ldc + 4, c2_1);
 }
 
 FA_INLINE void f32_gemm_nn_2x8_set(int32_t kc, const float *a, int32_t lda, const float *b, int32_t ldb, float *c, int32_t ldc) {
-  v128_t c00 = wasm_f32x4_const_splat(0.0f);
-  v128_t c01 = wasm_f32x4_const_splat(0.0f);
-  v128_t c10 = wasm_f32x4_const_splat(0.0f);
-  v128_t c11 = wasm_f32x4_const_splat(0.0f);
+  v128_t c0_0 = wasm_f32x4_const_splat(0.0f);
+  v128_t c0_1 = wasm_f32x4_const_splat(0.0f);
+  v128_t c1_0 = wasm_f32x4_const_splat(0.0f);
+  v128_t c1_1 = wasm_f32x4_const_splat(0.0f);
   for (int32_t k = 0; k < kc; k++) {
     const v128_t b0 = wasm_v128_load(b + 0);
     const v128_t b1 = wasm_v128_load(b + 4);
     const v128_t a0 = wasm_v128_load32_splat(a);
-    c00 = VFMA(a0, b0, c00);
-    c01 = VFMA(a0, b1, c01);
+    c0_0 = VFMA(a0, b0, c0_0);
+    c0_1 = VFMA(a0, b1, c0_1);
     const v128_t a1 = wasm_v128_load32_splat(a + 1 * lda);
-    c10 = VFMA(a1, b0, c10);
-    c11 = VFMA(a1, b1, c11);
+    c1_0 = VFMA(a1, b0, c1_0);
+    c1_1 = VFMA(a1, b1, c1_1);
     a += 1;
     b += ldb;
   }
-  wasm_v128_store(c + 0 * ldc + 0, c00);
-  wasm_v128_store(c + 0 * ldc + 4, c01);
-  wasm_v128_store(c + 1 * ldc + 0, c10);
-  wasm_v128_store(c + 1 * ldc + 4, c11);
+  wasm_v128_store(c + 0 * ldc + 0, c0_0);
+  wasm_v128_store(c + 0 * ldc + 4, c0_1);
+  wasm_v128_store(c + 1 * ldc + 0, c1_0);
+  wasm_v128_store(c + 1 * ldc + 4, c1_1);
 }
 
 FA_INLINE void f32_gemm_nn_1x8_set(int32_t kc, const float *a, int32_t lda, const float *b, int32_t ldb, float *c, int32_t ldc) {
-  v128_t c00 = wasm_f32x4_const_splat(0.0f);
-  v128_t c01 = wasm_f32x4_const_splat(0.0f);
+  v128_t c0_0 = wasm_f32x4_const_splat(0.0f);
+  v128_t c0_1 = wasm_f32x4_const_splat(0.0f);
   for (int32_t k = 0; k < kc; k++) {
     const v128_t b0 = wasm_v128_load(b + 0);
     const v128_t b1 = wasm_v128_load(b + 4);
     const v128_t a0 = wasm_v128_load32_splat(a);
-    c00 = VFMA(a0, b0, c00);
-    c01 = VFMA(a0, b1, c01);
+    c0_0 = VFMA(a0, b0, c0_0);
+    c0_1 = VFMA(a0, b1, c0_1);
     a += 1;
     b += ldb;
   }
-  wasm_v128_store(c + 0 * ldc + 0, c00);
-  wasm_v128_store(c + 0 * ldc + 4, c01);
+  wasm_v128_store(c + 0 * ldc + 0, c0_0);
+  wasm_v128_store(c + 0 * ldc + 4, c0_1);
 }
 
 FA_INLINE void f32_gemm_nn_4x8_acc(int32_t kc, const float *a, int32_t lda, const float *b, int32_t ldb, float *c, int32_t ldc) {
-  v128_t c00 = wasm_v128_load(c + 0 * ldc + 0);
-  v128_t c01 = wasm_v128_load(c + 0 * ldc + 4);
-  v128_t c10 = wasm_v128_load(c + 1 * ldc + 0);
-  v128_t c11 = wasm_v128_load(c + 1 * ldc + 4);
-  v128_t c20 = wasm_v128_load(c + 2 * ldc + 0);
-  v128_t c21 = wasm_v128_load(c + 2 * ldc + 4);
-  v128_t c30 = wasm_v128_load(c + 3 * ldc + 0);
-  v128_t c31 = wasm_v128_load(c + 3 * ldc + 4);
+  v128_t c0_0 = wasm_v128_load(c + 0 * ldc + 0);
+  v128_t c0_1 = wasm_v128_load(c + 0 * ldc + 4);
+  v128_t c1_0 = wasm_v128_load(c + 1 * ldc + 0);
+  v128_t c1_1 = wasm_v128_load(c + 1 * ldc + 4);
+  v128_t c2_0 = wasm_v128_load(c + 2 * ldc + 0);
+  v128_t c2_1 = wasm_v128_load(c + 2 * ldc + 4);
+  v128_t c3_0 = wasm_v128_load(c + 3 * ldc + 0);
+  v128_t c3_1 = wasm_v128_load(c + 3 * ldc + 4);
   for (int32_t k = 0; k < kc; k++) {
     const v128_t b0 = wasm_v128_load(b + 0);
     const v128_t b1 = wasm_v128_load(b + 4);
     const v128_t a0 = wasm_v128_load32_splat(a);
-    c00 = VFMA(a0, b0, c00);
-    c01 = VFMA(a0, b1, c01);
+    c0_0 = VFMA(a0, b0, c0_0);
+    c0_1 = VFMA(a0, b1, c0_1);
     const v128_t a1 = wasm_v128_load32_splat(a + 1 * lda);
-    c10 = VFMA(a1, b0, c10);
-    c11 = VFMA(a1, b1, c11);
+    c1_0 = VFMA(a1, b0, c1_0);
+    c1_1 = VFMA(a1, b1, c1_1);
     const v128_t a2 = wasm_v128_load32_splat(a + 2 * lda);
-    c20 = VFMA(a2, b0, c20);
-    c21 = VFMA(a2, b1, c21);
+    c2_0 = VFMA(a2, b0, c2_0);
+    c2_1 = VFMA(a2, b1, c2_1);
     const v128_t a3 = wasm_v128_load32_splat(a + 3 * lda);
-    c30 = VFMA(a3, b0, c30);
-    c31 = VFMA(a3, b1, c31);
+    c3_0 = VFMA(a3, b0, c3_0);
+    c3_1 = VFMA(a3, b1, c3_1);
     a += 1;
     b += ldb;
   }
-  wasm_v128_store(c + 0 * ldc + 0, c00);
-  wasm_v128_store(c + 0 * ldc + 4, c01);
-  wasm_v128_store(c + 1 * ldc + 0, c10);
-  wasm_v128_store(c + 1 * ldc + 4, c11);
-  wasm_v128_store(c + 2 * ldc + 0, c20);
-  wasm_v128_store(c + 2 * ldc + 4, c21);
-  wasm_v128_store(c + 3 * ldc + 0, c30);
-  wasm_v128_store(c + 3 * ldc + 4, c31);
+  wasm_v128_store(c + 0 * ldc + 0, c0_0);
+  wasm_v128_store(c + 0 * ldc + 4, c0_1);
+  wasm_v128_store(c + 1 * ldc + 0, c1_0);
+  wasm_v128_store(c + 1 * ldc + 4, c1_1);
+  wasm_v128_store(c + 2 * ldc + 0, c2_0);
+  wasm_v128_store(c + 2 * ldc + 4, c2_1);
+  wasm_v128_store(c + 3 * ldc + 0, c3_0);
+  wasm_v128_store(c + 3 * ldc + 4, c3_1);
 }
 
 FA_INLINE void f32_gemm_nn_3x8_acc(int32_t kc, const float *a, int32_t lda, const float *b, int32_t ldb, float *c, int32_t ldc) {
-  v128_t c00 = wasm_v128_load(c + 0 * ldc + 0);
-  v128_t c01 = wasm_v128_load(c + 0 * ldc + 4);
-  v128_t c10 = wasm_v128_load(c + 1 * ldc + 0);
-  v128_t c11 = wasm_v128_load(c + 1 * ldc + 4);
-  v128_t c20 = wasm_v128_load(c + 2 * ldc + 0);
-  v128_t c21 = wasm_v128_load(c + 2 * ldc + 4);
+  v128_t c0_0 = wasm_v128_load(c + 0 * ldc + 0);
+  v128_t c0_1 = wasm_v128_load(c + 0 * ldc + 4);
+  v128_t c1_0 = wasm_v128_load(c + 1 * ldc + 0);
+  v128_t c1_1 = wasm_v128_load(c + 1 * ldc + 4);
+  v128_t c2_0 = wasm_v128_load(c + 2 * ldc + 0);
+  v128_t c2_1 = wasm_v128_load(c + 2 * ldc + 4);
   for (int32_t k = 0; k < kc; k++) {
     const v128_t b0 = wasm_v128_load(b + 0);
     const v128_t b1 = wasm_v128_load(b + 4);
     const v128_t a0 = wasm_v128_load32_splat(a);
-    c00 = VFMA(a0, b0, c00);
-    c01 = VFMA(a0, b1, c01);
+    c0_0 = VFMA(a0, b0, c0_0);
+    c0_1 = VFMA(a0, b1, c0_1);
     const v128_t a1 = wasm_v128_load32_splat(a + 1 * lda);
-    c10 = VFMA(a1, b0, c10);
-    c11 = VFMA(a1, b1, c11);
+    c1_0 = VFMA(a1, b0, c1_0);
+    c1_1 = VFMA(a1, b1, c1_1);
     const v128_t a2 = wasm_v128_load32_splat(a + 2 * lda);
-    c20 = VFMA(a2, b0, c20);
-    c21 = VFMA(a2, b1, c21);
+    c2_0 = VFMA(a2, b0, c2_0);
+    c2_1 = VFMA(a2, b1, c2_1);
     a += 1;
     b += ldb;
   }
-  wasm_v128_store(c + 0 * ldc + 0, c00);
-  wasm_v128_store(c + 0 * ldc + 4, c01);
-  wasm_v128_store(c + 1 * ldc + 0, c10);
-  wasm_v128_store(c + 1 * ldc + 4, c11);
-  wasm_v128_store(c + 2 * ldc + 0, c20);
-  wasm_v128_store(c + 2 * ldc + 4, c21);
+  wasm_v128_store(c + 0 * ldc + 0, c0_0);
+  wasm_v128_store(c + 0 * ldc + 4, c0_1);
+  wasm_v128_store(c + 1 * ldc + 0, c1_0);
+  wasm_v128_store(c + 1 * ldc + 4, c1_1);
+  wasm_v128_store(c + 2 * ldc + 0, c2_0);
+  wasm_v128_store(c + 2 * ldc + 4, c2_1);
 }
 
 FA_INLINE void f32_gemm_nn_2x8_acc(int32_t kc, const float *a, int32_t lda, const float *b, int32_t ldb, float *c, int32_t ldc) {
-  v128_t c00 = wasm_v128_load(c + 0 * ldc + 0);
-  v128_t c01 = wasm_v128_load(c + 0 * ldc + 4);
-  v128_t c10 = wasm_v128_load(c + 1 * ldc + 0);
-  v128_t c11 = wasm_v128_load(c + 1 * ldc + 4);
+  v128_t c0_0 = wasm_v128_load(c + 0 * ldc + 0);
+  v128_t c0_1 = wasm_v128_load(c + 0 * ldc + 4);
+  v128_t c1_0 = wasm_v128_load(c + 1 * ldc + 0);
+  v128_t c1_1 = wasm_v128_load(c + 1 * ldc + 4);
   for (int32_t k = 0; k < kc; k++) {
     const v128_t b0 = wasm_v128_load(b + 0);
     const v128_t b1 = wasm_v128_load(b + 4);
     const v128_t a0 = wasm_v128_load32_splat(a);
-    c00 = VFMA(a0, b0, c00);
-    c01 = VFMA(a0, b1, c01);
+    c0_0 = VFMA(a0, b0, c0_0);
+    c0_1 = VFMA(a0, b1, c0_1);
     const v128_t a1 = wasm_v128_load32_splat(a + 1 * lda);
-    c10 = VFMA(a1, b0, c10);
-    c11 = VFMA(a1, b1, c11);
+    c1_0 = VFMA(a1, b0, c1_0);
+    c1_1 = VFMA(a1, b1, c1_1);
     a += 1;
     b += ldb;
   }
-  wasm_v128_store(c + 0 * ldc + 0, c00);
-  wasm_v128_store(c + 0 * ldc + 4, c01);
-  wasm_v128_store(c + 1 * ldc + 0, c10);
-  wasm_v128_store(c + 1 * ldc + 4, c11);
+  wasm_v128_store(c + 0 * ldc + 0, c0_0);
+  wasm_v128_store(c + 0 * ldc + 4, c0_1);
+  wasm_v128_store(c + 1 * ldc + 0, c1_0);
+  wasm_v128_store(c + 1 * ldc + 4, c1_1);
 }
 
 FA_INLINE void f32_gemm_nn_1x8_acc(int32_t kc, const float *a, int32_t lda, const float *b, int32_t ldb, float *c, int32_t ldc) {
-  v128_t c00 = wasm_v128_load(c + 0 * ldc + 0);
-  v128_t c01 = wasm_v128_load(c + 0 * ldc + 4);
+  v128_t c0_0 = wasm_v128_load(c + 0 * ldc + 0);
+  v128_t c0_1 = wasm_v128_load(c + 0 * ldc + 4);
   for (int32_t k = 0; k < kc; k++) {
     const v128_t b0 = wasm_v128_load(b + 0);
     const v128_t b1 = wasm_v128_load(b + 4);
     const v128_t a0 = wasm_v128_load32_splat(a);
-    c00 = VFMA(a0, b0, c00);
-    c01 = VFMA(a0, b1, c01);
+    c0_0 = VFMA(a0, b0, c0_0);
+    c0_1 = VFMA(a0, b1, c0_1);
     a += 1;
     b += ldb;
   }
-  wasm_v128_store(c + 0 * ldc + 0, c00);
-  wasm_v128_store(c + 0 * ldc + 4, c01);
+  wasm_v128_store(c + 0 * ldc + 0, c0_0);
+  wasm_v128_store(c + 0 * ldc + 4, c0_1);
 }
 
 FA_INLINE void f32_gemm_tn_4x8_acc(int32_t kc, const float *a, int32_t lda, const float *b, int32_t ldb, float *c, int32_t ldc) {
-  v128_t c00 = wasm_v128_load(c + 0 * ldc + 0);
-  v128_t c01 = wasm_v128_load(c + 0 * ldc + 4);
-  v128_t c10 = wasm_v128_load(c + 1 * ldc + 0);
-  v128_t c11 = wasm_v128_load(c + 1 * ldc + 4);
-  v128_t c20 = wasm_v128_load(c + 2 * ldc + 0);
-  v128_t c21 = wasm_v128_load(c + 2 * ldc + 4);
-  v128_t c30 = wasm_v128_load(c + 3 * ldc + 0);
-  v128_t c31 = wasm_v128_load(c + 3 * ldc + 4);
+  v128_t c0_0 = wasm_v128_load(c + 0 * ldc + 0);
+  v128_t c0_1 = wasm_v128_load(c + 0 * ldc + 4);
+  v128_t c1_0 = wasm_v128_load(c + 1 * ldc + 0);
+  v128_t c1_1 = wasm_v128_load(c + 1 * ldc + 4);
+  v128_t c2_0 = wasm_v128_load(c + 2 * ldc + 0);
+  v128_t c2_1 = wasm_v128_load(c + 2 * ldc + 4);
+  v128_t c3_0 = wasm_v128_load(c + 3 * ldc + 0);
+  v128_t c3_1 = wasm_v128_load(c + 3 * ldc + 4);
   for (int32_t k = 0; k < kc; k++) {
     const v128_t b0 = wasm_v128_load(b + 0);
     const v128_t b1 = wasm_v128_load(b + 4);
     const v128_t a0 = wasm_v128_load32_splat(a);
-    c00 = VFMA(a0, b0, c00);
-    c01 = VFMA(a0, b1, c01);
+    c0_0 = VFMA(a0, b0, c0_0);
+    c0_1 = VFMA(a0, b1, c0_1);
     const v128_t a1 = wasm_v128_load32_splat(a + 1);
-    c10 = VFMA(a1, b0, c10);
-    c11 = VFMA(a1, b1, c11);
+    c1_0 = VFMA(a1, b0, c1_0);
+    c1_1 = VFMA(a1, b1, c1_1);
     const v128_t a2 = wasm_v128_load32_splat(a + 2);
-    c20 = VFMA(a2, b0, c20);
-    c21 = VFMA(a2, b1, c21);
+    c2_0 = VFMA(a2, b0, c2_0);
+    c2_1 = VFMA(a2, b1, c2_1);
     const v128_t a3 = wasm_v128_load32_splat(a + 3);
-    c30 = VFMA(a3, b0, c30);
-    c31 = VFMA(a3, b1, c31);
+    c3_0 = VFMA(a3, b0, c3_0);
+    c3_1 = VFMA(a3, b1, c3_1);
     a += lda;
     b += ldb;
   }
-  wasm_v128_store(c + 0 * ldc + 0, c00);
-  wasm_v128_store(c + 0 * ldc + 4, c01);
-  wasm_v128_store(c + 1 * ldc + 0, c10);
-  wasm_v128_store(c + 1 * ldc + 4, c11);
-  wasm_v128_store(c + 2 * ldc + 0, c20);
-  wasm_v128_store(c + 2 * ldc + 4, c21);
-  wasm_v128_store(c + 3 * ldc + 0, c30);
-  wasm_v128_store(c + 3 * ldc + 4, c31);
+  wasm_v128_store(c + 0 * ldc + 0, c0_0);
+  wasm_v128_store(c + 0 * ldc + 4, c0_1);
+  wasm_v128_store(c + 1 * ldc + 0, c1_0);
+  wasm_v128_store(c + 1 * ldc + 4, c1_1);
+  wasm_v128_store(c + 2 * ldc + 0, c2_0);
+  wasm_v128_store(c + 2 * ldc + 4, c2_1);
+  wasm_v128_store(c + 3 * ldc + 0, c3_0);
+  wasm_v128_store(c + 3 * ldc + 4, c3_1);
 }
 
 /* C[M][N] = A * B with the nn micro-kernels; N % 8 == 0. */
 static inline void f32_mm_nn_set(int32_t m, int32_t n, int32_t kc, const float *a, int32_t lda, const float *b, int32_t ldb, float *c, int32_t ldc) {
   int32_t r = 0;
-  for (; r + 4 <= m; r += 4)
-    for (int32_t j = 0; j < n; j += 8) f32_gemm_nn_4x8_set(kc, a + r * lda, lda, b + j, ldb, c + r * ldc + j, ldc);
+  for (; r + 4 <= m; r += 4) {
+    int32_t j = 0;
+    for (; j + 8 <= n; j += 8) { f32_gemm_nn_4x8_set(kc, a + r * lda, lda, b + j, ldb, c + r * ldc + j, ldc); }
+  }
+  int32_t j = 0;
   switch (m - r) {
     case 3:
-      for (int32_t j = 0; j < n; j += 8) f32_gemm_nn_3x8_set(kc, a + r * lda, lda, b + j, ldb, c + r * ldc + j, ldc);
+      for (; j + 8 <= n; j += 8) { f32_gemm_nn_3x8_set(kc, a + r * lda, lda, b + j, ldb, c + r * ldc + j, ldc); }
       break;
     case 2:
-      for (int32_t j = 0; j < n; j += 8) f32_gemm_nn_2x8_set(kc, a + r * lda, lda, b + j, ldb, c + r * ldc + j, ldc);
+      for (; j + 8 <= n; j += 8) { f32_gemm_nn_2x8_set(kc, a + r * lda, lda, b + j, ldb, c + r * ldc + j, ldc); }
       break;
     case 1:
-      for (int32_t j = 0; j < n; j += 8) f32_gemm_nn_1x8_set(kc, a + r * lda, lda, b + j, ldb, c + r * ldc + j, ldc);
+      for (; j + 8 <= n; j += 8) { f32_gemm_nn_1x8_set(kc, a + r * lda, lda, b + j, ldb, c + r * ldc + j, ldc); }
       break;
     default:
       break;
@@ -276,17 +279,20 @@ static inline void f32_mm_nn_set(int32_t m, int32_t n, int32_t kc, const float *
 /* C[M][N] += A * B with the nn micro-kernels; N % 8 == 0. */
 static inline void f32_mm_nn_acc(int32_t m, int32_t n, int32_t kc, const float *a, int32_t lda, const float *b, int32_t ldb, float *c, int32_t ldc) {
   int32_t r = 0;
-  for (; r + 4 <= m; r += 4)
-    for (int32_t j = 0; j < n; j += 8) f32_gemm_nn_4x8_acc(kc, a + r * lda, lda, b + j, ldb, c + r * ldc + j, ldc);
+  for (; r + 4 <= m; r += 4) {
+    int32_t j = 0;
+    for (; j + 8 <= n; j += 8) { f32_gemm_nn_4x8_acc(kc, a + r * lda, lda, b + j, ldb, c + r * ldc + j, ldc); }
+  }
+  int32_t j = 0;
   switch (m - r) {
     case 3:
-      for (int32_t j = 0; j < n; j += 8) f32_gemm_nn_3x8_acc(kc, a + r * lda, lda, b + j, ldb, c + r * ldc + j, ldc);
+      for (; j + 8 <= n; j += 8) { f32_gemm_nn_3x8_acc(kc, a + r * lda, lda, b + j, ldb, c + r * ldc + j, ldc); }
       break;
     case 2:
-      for (int32_t j = 0; j < n; j += 8) f32_gemm_nn_2x8_acc(kc, a + r * lda, lda, b + j, ldb, c + r * ldc + j, ldc);
+      for (; j + 8 <= n; j += 8) { f32_gemm_nn_2x8_acc(kc, a + r * lda, lda, b + j, ldb, c + r * ldc + j, ldc); }
       break;
     case 1:
-      for (int32_t j = 0; j < n; j += 8) f32_gemm_nn_1x8_acc(kc, a + r * lda, lda, b + j, ldb, c + r * ldc + j, ldc);
+      for (; j + 8 <= n; j += 8) { f32_gemm_nn_1x8_acc(kc, a + r * lda, lda, b + j, ldb, c + r * ldc + j, ldc); }
       break;
     default:
       break;
@@ -296,8 +302,10 @@ static inline void f32_mm_nn_acc(int32_t m, int32_t n, int32_t kc, const float *
 /* C[M][N] += A * B with the tn micro-kernels; N % 8 == 0, M % 4 == 0. */
 static inline void f32_mm_tn_acc(int32_t m, int32_t n, int32_t kc, const float *a, int32_t lda, const float *b, int32_t ldb, float *c, int32_t ldc) {
   int32_t r = 0;
-  for (; r + 4 <= m; r += 4)
-    for (int32_t j = 0; j < n; j += 8) f32_gemm_tn_4x8_acc(kc, a + r, lda, b + j, ldb, c + r * ldc + j, ldc);
+  for (; r + 4 <= m; r += 4) {
+    int32_t j = 0;
+    for (; j + 8 <= n; j += 8) { f32_gemm_tn_4x8_acc(kc, a + r, lda, b + j, ldb, c + r * ldc + j, ldc); }
+  }
 }
 
 #endif
