@@ -52,6 +52,50 @@
 #define FA_KV_PERMUTED 1
 #endif
 
+/*
+ * The scalar ends of the products, for a head dim that is not a multiple of the vector step (the
+ * WebAssembly kernels here and the AVX2 ones in native/kv-x86.h): elements [e, d) of q . k for
+ * 4 query rows and 2 keys, added to r0 and r1; of q . k_0..k_3 for one row, as a vector; and
+ * columns [e0, d) of acc += P V for rows [0, rows).
+ */
+FA_INLINE void kv_dot_tail_4x2(const float *q0, const float *q1, const float *q2, const float *q3, const void *k0, const void *k1, int32_t e, int32_t d, const int dt, v128_t *r0, v128_t *r1) {
+  float t0 = 0, t1 = 0, t2 = 0, t3 = 0, u0 = 0, u1 = 0, u2 = 0, u3 = 0;
+  for (; e < d; e++) {
+    const float x = kv_load1(k0, e, dt), y = kv_load1(k1, e, dt);
+    t0 += q0[e] * x;
+    t1 += q1[e] * x;
+    t2 += q2[e] * x;
+    t3 += q3[e] * x;
+    u0 += q0[e] * y;
+    u1 += q1[e] * y;
+    u2 += q2[e] * y;
+    u3 += q3[e] * y;
+  }
+  *r0 = wasm_f32x4_add(*r0, wasm_f32x4_make(t0, t1, t2, t3));
+  *r1 = wasm_f32x4_add(*r1, wasm_f32x4_make(u0, u1, u2, u3));
+}
+
+FA_INLINE v128_t kv_dot_tail_1x4(const float *q, const uint8_t *k0, const uint8_t *k1, const uint8_t *k2, const uint8_t *k3, int32_t e, int32_t d, const int dt) {
+  float t0 = 0, t1 = 0, t2 = 0, t3 = 0;
+  for (; e < d; e++) {
+    t0 += q[e] * kv_load1(k0, e, dt);
+    t1 += q[e] * kv_load1(k1, e, dt);
+    t2 += q[e] * kv_load1(k2, e, dt);
+    t3 += q[e] * kv_load1(k3, e, dt);
+  }
+  return wasm_f32x4_make(t0, t1, t2, t3);
+}
+
+FA_INLINE void kv_pv_tail(const float *s, int32_t ld_s, const void *const *vrow, int32_t off, int32_t nc, int32_t rows, int32_t e0, int32_t d, const int dt, float *acc, int32_t dp) {
+  for (int32_t e = e0; e < d; e++) {
+    for (int32_t r = 0; r < rows; r++) {
+      float t = 0;
+      for (int32_t j = 0; j < nc; j++) t += s[r * ld_s + j] * kv_load1((const uint8_t *)vrow[j] + off, e, dt);
+      acc[r * dp + e] += t;
+    }
+  }
+}
+
 /* The four lane sums of a0..a3, as one vector [sum a0, sum a1, sum a2, sum a3]. */
 FA_INLINE v128_t fa_hsum4(v128_t a0, v128_t a1, v128_t a2, v128_t a3) {
   const v128_t s01 = wasm_f32x4_add(wasm_i32x4_shuffle(a0, a1, 0, 4, 1, 5), wasm_i32x4_shuffle(a0, a1, 2, 6, 3, 7));
@@ -103,22 +147,7 @@ FA_INLINE void kv_dot_4x2(const float *q, int32_t ldq, const void *k0, const voi
     KV_FMA_4X2(e, x, y);
   }
   v128_t r0 = fa_hsum4(a0, a1, a2, a3), r1 = fa_hsum4(c0, c1, c2, c3);
-  if (e < d) {
-    float t0 = 0, t1 = 0, t2 = 0, t3 = 0, u0 = 0, u1 = 0, u2 = 0, u3 = 0;
-    for (; e < d; e++) {
-      const float x = kv_load1(k0, e, dt), y = kv_load1(k1, e, dt);
-      t0 += q0[e] * x;
-      t1 += q1[e] * x;
-      t2 += q2[e] * x;
-      t3 += q3[e] * x;
-      u0 += q0[e] * y;
-      u1 += q1[e] * y;
-      u2 += q2[e] * y;
-      u3 += q3[e] * y;
-    }
-    r0 = wasm_f32x4_add(r0, wasm_f32x4_make(t0, t1, t2, t3));
-    r1 = wasm_f32x4_add(r1, wasm_f32x4_make(u0, u1, u2, u3));
-  }
+  if (e < d) kv_dot_tail_4x2(q0, q1, q2, q3, k0, k1, e, d, dt, &r0, &r1);
   *s0 = r0;
   *s1 = r1;
 }
@@ -150,16 +179,7 @@ FA_INLINE v128_t kv_dot_1x4(const float *q, const void *const *k, int32_t off, i
     a3 = VFMA(u, kv_load4(k3, e, dt), a3);
   }
   v128_t s = fa_hsum4(a0, a1, a2, a3);
-  if (e < d) {
-    float t0 = 0, t1 = 0, t2 = 0, t3 = 0;
-    for (; e < d; e++) {
-      t0 += q[e] * kv_load1(k0, e, dt);
-      t1 += q[e] * kv_load1(k1, e, dt);
-      t2 += q[e] * kv_load1(k2, e, dt);
-      t3 += q[e] * kv_load1(k3, e, dt);
-    }
-    s = wasm_f32x4_add(s, wasm_f32x4_make(t0, t1, t2, t3));
-  }
+  if (e < d) s = wasm_f32x4_add(s, kv_dot_tail_1x4(q, k0, k1, k2, k3, e, d, dt));
   return s;
 }
 
@@ -346,13 +366,7 @@ FA_INLINE void kv_tile_products(const fa_kv *kv, const kv_scratch *w, const kv_h
     for (int32_t e = 0; e < d8; e += 8) kv_pv_4x8(w->s + r * KV_TILE, KV_TILE, w->vrow, off, nc, e, dt, hd->acc + r * dp, dp);
   for (int32_t r = R4; r < R; r++)
     for (int32_t e = 0; e < d8; e += 8) kv_pv_1x8(w->s + r * KV_TILE, w->vrow, off, nc, e, dt, hd->acc + r * dp);
-  for (int32_t e = d8; e < d; e++) {
-    for (int32_t r = 0; r < R; r++) {
-      float t = 0;
-      for (int32_t j = 0; j < nc; j++) t += w->s[r * KV_TILE + j] * kv_load1((const uint8_t *)w->vrow[j] + off, e, dt);
-      hd->acc[r * dp + e] += t;
-    }
-  }
+  kv_pv_tail(w->s, KV_TILE, w->vrow, off, nc, R, d8, d, dt, hd->acc, dp);
 }
 
 /*

@@ -169,16 +169,7 @@ FA_INLINE void kvx_dot_4x2(const float *q, int32_t ldq, const void *k0, const vo
     a3 = _mm256_fmadd_ps(u, x, a3), c3 = _mm256_fmadd_ps(u, y, c3);
   }
   v128_t r0 = kvx_hsum4(a0, a1, a2, a3), r1 = kvx_hsum4(c0, c1, c2, c3);
-  if (e < d) {
-    float t0 = 0, t1 = 0, t2 = 0, t3 = 0, u0 = 0, u1 = 0, u2 = 0, u3 = 0;
-    for (; e < d; e++) {
-      const float x = kv_load1(k0, e, dt), y = kv_load1(k1, e, dt);
-      t0 += q0[e] * x, t1 += q1[e] * x, t2 += q2[e] * x, t3 += q3[e] * x;
-      u0 += q0[e] * y, u1 += q1[e] * y, u2 += q2[e] * y, u3 += q3[e] * y;
-    }
-    r0 = wasm_f32x4_add(r0, wasm_f32x4_make(t0, t1, t2, t3));
-    r1 = wasm_f32x4_add(r1, wasm_f32x4_make(u0, u1, u2, u3));
-  }
+  if (e < d) kv_dot_tail_4x2(q0, q1, q2, q3, k0, k1, e, d, dt, &r0, &r1);
   *s0 = r0;
   *s1 = r1;
 }
@@ -196,14 +187,7 @@ FA_INLINE v128_t kvx_dot_1x4(const float *q, const void *const *k, int32_t off, 
     a3 = _mm256_fmadd_ps(u, kvx_load8(k3, e, dt), a3);
   }
   v128_t s = kvx_hsum4(a0, a1, a2, a3);
-  if (e < d) {
-    float t0 = 0, t1 = 0, t2 = 0, t3 = 0;
-    for (; e < d; e++) {
-      t0 += q[e] * kv_load1(k0, e, dt), t1 += q[e] * kv_load1(k1, e, dt);
-      t2 += q[e] * kv_load1(k2, e, dt), t3 += q[e] * kv_load1(k3, e, dt);
-    }
-    s = wasm_f32x4_add(s, wasm_f32x4_make(t0, t1, t2, t3));
-  }
+  if (e < d) s = wasm_f32x4_add(s, kv_dot_tail_1x4(q, k0, k1, k2, k3, e, d, dt));
   return s;
 }
 
@@ -247,13 +231,7 @@ FA_INLINE void kvx_pv_rows(const float *s, int32_t ld_s, const void *const *vrow
   if (rows == 4)
     for (; e + 16 <= d8; e += 16) kvx_pv_4x16(s, ld_s, vrow, off, nc, e, dt, acc, dp);
   for (; e < d8; e += 8) kvx_pv_8(s, ld_s, vrow, off, nc, e, rows, dt, acc, dp);
-  for (e = d8; e < d; e++) {
-    for (int32_t r = 0; r < rows; r++) {
-      float t = 0;
-      for (int32_t j = 0; j < nc; j++) t += s[r * ld_s + j] * kv_load1((const uint8_t *)vrow[j] + off, e, dt);
-      acc[r * dp + e] += t;
-    }
-  }
+  kv_pv_tail(s, ld_s, vrow, off, nc, rows, d8, d, dt, acc, dp);
 }
 
 #endif
