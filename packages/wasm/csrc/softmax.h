@@ -9,14 +9,25 @@
 #include "vmath.h"
 #include "tileio.h"
 
-/* Whether a row of ncols (a multiple of 4) scores holds a NaN: the rare path of a row whose max is -inf. */
-static inline int fa_row_has_nan(const float *row, int32_t ncols) {
+/*
+ * Every update's rare path, once its row max `*mnew` is known: a max of -inf means the row has
+ * seen nothing so far (its weights are 0, and (-inf) - (-inf) is never formed): the row is zeroed
+ * and 1 returned (skip it); or that its only scores are NaN, which the max skipped: *mnew becomes
+ * NaN so that it reaches the row's sum. ncols is a multiple of 4.
+ */
+static inline int fa_row_unseen(float *row, int32_t ncols, float *mnew) {
+  if (*mnew != -FA_INF) return 0;
   v128_t nan = wasm_f32x4_const_splat(0.0f);
   for (int32_t x = 0; x < ncols; x += 4) {
     const v128_t v = wasm_v128_load(row + x);
     nan = wasm_v128_or(nan, wasm_f32x4_ne(v, v));
   }
-  return wasm_v128_any_true(nan);
+  if (!wasm_v128_any_true(nan)) {
+    fa_zero(row, ncols);
+    return 1;
+  }
+  *mnew = __builtin_nanf("");
+  return 0;
 }
 
 #if defined(FA_NATIVE)
@@ -35,14 +46,7 @@ static inline void fa_softmax_update(float *s, int32_t ld, int32_t nr, int32_t n
     }
     for (; c < ncols; c += 4) vmax0 = wasm_f32x4_pmax(vmax0, wasm_v128_load(row + c));
     float mnew = fa_hmax(wasm_f32x4_max(vmax0, vmax1));
-    if (mnew == -FA_INF) {
-      /* nothing visible so far (weights 0, and (-inf) - (-inf) is never formed), or only NaN */
-      if (!fa_row_has_nan(row, ncols)) {
-        fa_zero(row, ncols);
-        continue;
-      }
-      mnew = __builtin_nanf("");
-    }
+    if (fa_row_unseen(row, ncols, &mnew)) continue;
     const float alpha = m[r] == mnew ? 1.0f : fa_exp1(m[r] - mnew);
     const v128_t vm = VSPLAT(mnew);
     v128_t sum0 = VSPLAT(0.0f), sum1 = VSPLAT(0.0f);

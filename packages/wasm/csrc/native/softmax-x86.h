@@ -30,20 +30,7 @@ static inline void fa_softmax_update(float *s, int32_t ld, int32_t nr, int32_t n
     const v128_t q0 = (v128_t)_mm256_castps256_ps128(h0), q1 = (v128_t)_mm256_extractf128_ps(h0, 1);
     const v128_t q2 = (v128_t)_mm256_castps256_ps128(h1), q3 = (v128_t)_mm256_extractf128_ps(h1, 1);
     float mnew = fa_hmax(wasm_f32x4_max(wasm_f32x4_max(q0, q1), wasm_f32x4_max(q2, q3)));
-    if (mnew == -FA_INF) {
-      /* nothing visible so far (weights 0, and (-inf) - (-inf) is never formed), or only NaN */
-      __mmask16 nan = 0;
-      for (int32_t c = 0; c < ncols; c += 16) {
-        const __mmask16 k = fa_x86_mask(ncols - c);
-        const __m512 v = _mm512_maskz_loadu_ps(k, row + c);
-        nan |= _mm512_mask_cmp_ps_mask(k, v, v, _CMP_UNORD_Q);
-      }
-      if (!nan) {
-        fa_zero(row, ncols);
-        continue;
-      }
-      mnew = __builtin_nanf("");
-    }
+    if (fa_row_unseen(row, ncols, &mnew)) continue;
     const float alpha = m[r] == mnew ? 1.0f : fa_exp1(m[r] - mnew);
     const __m512 vm = _mm512_set1_ps(mnew);
     __m512 sum = _mm512_setzero_ps();
@@ -84,13 +71,7 @@ static inline void fa_softmax_update(float *s, int32_t ld, int32_t nr, int32_t n
     v128_t v4 = wasm_f32x4_max((v128_t)_mm256_castps256_ps128(vmax), (v128_t)_mm256_extractf128_ps(vmax, 1));
     if (n8 < ncols) v4 = wasm_f32x4_max(v4, wasm_f32x4_pmax(VSPLAT(m[r]), wasm_v128_load(row + n8)));
     float mnew = fa_hmax(v4);
-    if (mnew == -FA_INF) {
-      if (!fa_row_has_nan(row, ncols)) {
-        fa_zero(row, ncols);
-        continue;
-      }
-      mnew = __builtin_nanf("");
-    }
+    if (fa_row_unseen(row, ncols, &mnew)) continue;
     const float alpha = m[r] == mnew ? 1.0f : fa_exp1(m[r] - mnew);
     const __m256 vm = _mm256_set1_ps(mnew);
     __m256 sum = _mm256_setzero_ps();
