@@ -128,6 +128,8 @@ export class WasmBackend implements AttentionBackend {
     if (!features.threads) throw new FAError('E_DEVICE', `native engine unavailable: ${features.threadsWhy ?? 'no shared memory'}`);
     const url = addonUrl(target.level, opts.nativePath);
     const addon = await loadAddon(url);
+    // a file of the other level would run instructions this CPU may lack (the process would die)
+    if (addon.level !== (target.level === 'x86-64-v4' ? 4 : 3)) throw new FAError('E_DEVICE', `native engine unavailable: ${url.href} is built for x86-64-v${addon.level}, not ${target.level}`);
     const { memory, maxBytes } = createMemory(Math.min(opts.maxMemoryBytes ?? WASM32_MAX_BYTES, WASM32_MAX_BYTES), true);
     const kernels = nativeKernels(addon, memory);
     // no static data or wasm stack: the heap starts one stack's worth in, keeping address 0 (null) unused

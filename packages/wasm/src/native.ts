@@ -34,7 +34,6 @@ export function levelFromCpuinfo(cpuinfo: string): NativeLevel | undefined {
   const line = cpuinfo.split('\n').find((l) => l.startsWith('flags'));
   if (!line) return undefined;
   const flags = new Set(line.slice(line.indexOf(':') + 1).trim().split(/\s+/));
-  // /proc/cpuinfo says "bmi1" as "bmi1" and MOVBE as "movbe"
   if (V4.every((f) => flags.has(f))) return 'x86-64-v4';
   if (V3.every((f) => flags.has(f))) return 'x86-64-v3';
   return undefined;
@@ -69,11 +68,9 @@ export function addonUrl(level: NativeLevel, dir?: string | URL): URL {
   return new URL(name, folder);
 }
 
-/** Why the native build cannot run here (undefined: it can), and the level to load. */
-export async function nativeTarget(forced?: NativeLevel): Promise<{ level?: NativeLevel; why?: string }> {
-  const proc = (globalThis as { process?: { versions?: { node?: string }; platform?: string; arch?: string } }).process;
-  if (typeof proc?.versions?.node !== 'string') return { why: 'the native build runs in Node only (browsers use the WebAssembly binaries)' };
-  if (proc.platform !== 'linux' || proc.arch !== 'x64') return { why: `no native build for ${proc.platform}-${proc.arch} (linux-x64 only; the WebAssembly engine runs everywhere)` };
+/** The best level of this CPU (read once a process: /proc/cpuinfo does not change), or why none. */
+let cpuLevel: Promise<{ level: NativeLevel } | { why: string }> | undefined;
+async function readCpuLevel(): Promise<{ level: NativeLevel } | { why: string }> {
   let cpuinfo = '';
   try {
     const fs = (await importNode('node:fs')) as typeof import('node:fs');
@@ -81,8 +78,18 @@ export async function nativeTarget(forced?: NativeLevel): Promise<{ level?: Nati
   } catch (e) {
     return { why: `could not read /proc/cpuinfo: ${e instanceof Error ? e.message : String(e)}` };
   }
-  const best = levelFromCpuinfo(cpuinfo);
-  if (!best) return { why: 'this CPU has no AVX2 and FMA (x86-64-v3), which the native build needs' };
+  const level = levelFromCpuinfo(cpuinfo);
+  return level ? { level } : { why: 'this CPU has no AVX2 and FMA (x86-64-v3), which the native build needs' };
+}
+
+/** Why the native build cannot run here (undefined: it can), and the level to load. */
+export async function nativeTarget(forced?: NativeLevel): Promise<{ level?: NativeLevel; why?: string }> {
+  const proc = (globalThis as { process?: { versions?: { node?: string }; platform?: string; arch?: string } }).process;
+  if (typeof proc?.versions?.node !== 'string') return { why: 'the native build runs in Node only (browsers use the WebAssembly binaries)' };
+  if (proc.platform !== 'linux' || proc.arch !== 'x64') return { why: `no native build for ${proc.platform}-${proc.arch} (linux-x64 only; the WebAssembly engine runs everywhere)` };
+  const cpu = await (cpuLevel ??= readCpuLevel());
+  if ('why' in cpu) return cpu;
+  const best = cpu.level;
   if (forced === 'x86-64-v4' && best !== 'x86-64-v4') return { why: 'nativeLevel x86-64-v4 asked for, but this CPU has no AVX-512' };
   return { level: forced ?? best };
 }

@@ -5,7 +5,9 @@
  * disposal, and Node started with V8 flags (workers must still start).
  */
 import { spawnSync } from 'node:child_process';
-import { relative } from 'node:path';
+import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { AutoBackend, describeKVCacheProblemShapes, describeProblem, isFAError, resolveBackend, tensor, type HostTensor, type Tensor } from '@fa/core';
@@ -94,6 +96,13 @@ describe('wasm engine', () => {
       const byPath = await createWasmBackend({ native: true, nativePath: rel, threads: 0 });
       expect(byPath.name).toBe('native');
       await byPath.dispose();
+      // a file that claims the other level is refused before anything runs on it
+      if (native.level === 'x86-64-v4') {
+        const dir = mkdtempSync(join(tmpdir(), 'fa-native-'));
+        copyFileSync(fileURLToPath(addonUrl('x86-64-v3')), join(dir, 'fa-x86-64-v4.node'));
+        expect(await code(createWasmBackend({ native: true, nativeLevel: 'x86-64-v4', nativePath: dir }))).toBe('E_DEVICE');
+        rmSync(dir, { recursive: true, force: true });
+      }
       // the addon relies on a shared memory keeping its address when it grows
       const addon = await loadAddon(addonUrl(native.level));
       const mem = new WebAssembly.Memory({ initial: 1, maximum: 65536, shared: true });
