@@ -6,6 +6,7 @@ import type { DType } from './dtype.js';
 import type { AttentionOptions, AttentionProblem } from './problem.js';
 import type { DeviceIndexTensor, IndexData, KVCacheOptions, KVCacheProblem } from './kvcache.js';
 import type { HostTensor, Tensor } from './tensor.js';
+import type { StreamCalls } from './stream.js';
 
 export type Support = { readonly ok: true } | { readonly ok: false; readonly reason: string };
 
@@ -63,4 +64,9 @@ export interface AttentionBackend {
   disposeTensor(t: Tensor | DeviceIndexTensor): void;
   /** Frees everything; the backend is unusable afterwards. */
   dispose(): Promise<void>;
+  /**
+   * The engine's own stream-ordered calls (stream.ts), where it has them; `streamOf(backend)`
+   * gives every engine's, a queue over the calls above where this is absent.
+   */
+  readonly stream?: StreamCalls;
 }

@@ -10,6 +10,7 @@ export * from './kvcache.js';
 export * from './kvcache-host.js';
 export * from './mask.js';
 export * from './backend.js';
+export * from './stream.js';
 export * from './registry.js';
 export * from './choose.js';
 export * from './auto-backend.js';
