@@ -10,6 +10,8 @@ import { keyRange, queryRange } from '../mask.js';
 import { referenceBackward, referenceForward, type ReferenceBackward } from '../reference.js';
 import { naiveBackward, naiveForward, type NaiveBackward, type NaiveForward } from '../naive.js';
 import { allocHost, numel, type HostData, type HostTensor, type Tensor } from '../tensor.js';
+import { streamOf } from '../stream.js';
+import { isFAError } from '../errors.js';
 import { caseInputs, conformanceCases, makeCase, type ConformanceCase, type ConformanceCaseOptions } from './cases.js';
 import { compareLse, compareTensor, formatMetric, type TensorMetric, type TensorName } from './tolerance.js';
 import { createRng, hostTensor, randomValues, tensorValues } from './random.js';
@@ -409,6 +411,73 @@ export async function checkRepeatable(backend: AttentionBackend, opts: { upload?
   return result(name, problems, t0, `two runs of "${a.name}" are bit-identical`);
 }
 
+export const STREAM_CHECK_NAME = 'extra: stream-ordered calls (streamOf) chain without awaiting, refuse a bad call in the middle at once, and equal the awaited calls bit for bit';
+
+/**
+ * Stream order: forward then backward on the forward's outputs, named before they exist, with a
+ * bad call (k of another head dim) between them that must throw an FAError at the call and leave
+ * the chain intact; the results must be bit-identical to the awaited calls' on the same inputs
+ * (a deterministic case, as checkRepeatable's), and sync() must resolve after the reads.
+ */
+export async function checkStreamOrder(backend: AttentionBackend, opts: { upload?: boolean } = {}): Promise<CaseResult> {
+  const t0 = now();
+  const name = STREAM_CHECK_NAME;
+  const dtype = extraDtype(backend);
+  const c = makeCase({ dtype, batch: 2, tq: 33, tk: 47, h: 4, hkv: 2, d: 32, causal: true, deterministic: true, seed: 13 });
+  const sup = backend.supports(caseProblemOf(c));
+  if (!sup.ok) return skipped(name, sup.reason, t0);
+  const i = caseInputs(c);
+  const problems: string[] = [];
+  const owned: Tensor[] = [];
+  try {
+    const up = async (t: HostTensor) => {
+      if (!opts.upload) return t;
+      const d = await backend.upload(t);
+      owned.push(d);
+      return d;
+    };
+    const [q, k, v, dO] = [await up(i.q), await up(i.k), await up(i.v), await up(i.dOut)];
+    const f = await backend.forward(q, k, v, i.options);
+    owned.push(f.out, f.lse);
+    const g = await backend.backward(q, k, v, f.out, dO, f.lse, i.options);
+    owned.push(g.dq, g.dk, g.dv);
+    const want: Uint32Array[] = [];
+    for (const t of [f.out, f.lse, g.dq, g.dk, g.dv]) want.push(snapshot(await backend.read(t)));
+
+    const s = streamOf(backend);
+    const [sq, sk, sv, sdO] = opts.upload ? [s.upload(i.q), s.upload(i.k), s.upload(i.v), s.upload(i.dOut)] : [i.q, i.k, i.v, i.dOut];
+    const sf = s.forward(sq, sk, sv, i.options);
+    try {
+      const kBad = hostTensor(new Float32Array(numel(i.k.shape) / 2).fill(0.5), [...i.k.shape.slice(0, -1), i.k.shape[3] / 2], dtype);
+      s.forward(sq, kBad, sv, i.options);
+      problems.push('a stream call with k of another head dim did not throw at the call');
+    } catch (e) {
+      if (!isFAError(e) || e.code !== 'E_SHAPE') problems.push(`a stream call with k of another head dim threw ${describeError(e)}, not an FAError E_SHAPE`);
+    }
+    const sg = s.backward(sq, sk, sv, sf.out, sdO, sf.lse, i.options);
+    const outs = [sf.out, sf.lse, sg.dq, sg.dk, sg.dv];
+    const got = await Promise.all(outs.map((t) => s.read(t)));
+    await s.sync();
+    ['out', 'lse', 'dq', 'dk', 'dv'].forEach((nm, t) => {
+      const at = sameBits(want[t], snapshot(got[t]));
+      if (at >= 0) problems.push(`${nm} through the stream differs from the awaited call's (first at flat index ${at})`);
+    });
+    for (const t of [...outs, sq, sk, sv, sdO]) s.disposeTensor(t);
+    await s.sync();
+  } catch (e) {
+    problems.push(`a call threw ${describeError(e)}`);
+  } finally {
+    for (const t of owned) {
+      try {
+        backend.disposeTensor(t);
+      } catch {
+        /* ignore */
+      }
+    }
+  }
+  return result(name, problems, t0, 'forward -> backward through the stream equals the awaited calls bit for bit; a bad call between them was refused at the call');
+}
+
 export const BAD_INPUTS_CHECK_NAME = 'extra: bad inputs throw FAError with the right code, and the backend stays usable';
 
 function badInputs(backend: AttentionBackend, dtype: DType): BadCall[] {
@@ -462,6 +531,7 @@ export const EXTRA_CHECKS: readonly { readonly name: string; readonly run: (b: A
   { name: NAN_CHECK_NAME, run: checkNaNPropagation },
   { name: REPEAT_CHECK_NAME, run: checkRepeatable },
   { name: BAD_INPUTS_CHECK_NAME, run: checkBadInputs },
+  { name: STREAM_CHECK_NAME, run: checkStreamOrder },
 ];
 
 export interface ConformanceOptions extends ConformanceCaseOptions, CheckOptions {
