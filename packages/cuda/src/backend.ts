@@ -34,6 +34,7 @@ import {
   type Tensor,
 } from '@fa/core';
 import { CudaIndexTensor, cudaForwardWithKVCache, cudaUploadIndex, cudaWriteIndex, type KvEngine } from './kvcache.js';
+import { CudaStream } from './stream.js';
 import { loadNative, type NativeAttnSpec, type NativeBuffer, type NativeContext, type NativeF32Path, type NativeProbe } from './native.js';
 
 const CODES = new Set<FAErrorCode>(['E_SHAPE', 'E_DTYPE', 'E_ARG', 'E_UNSUPPORTED', 'E_TOO_LARGE', 'E_OOM', 'E_DEVICE', 'E_IO']);
@@ -114,6 +115,23 @@ export class CudaBackend implements AttentionBackend {
       read: (t) => this.read(t),
       fail: toFAError,
     };
+  }
+
+  #stream: CudaStream | undefined;
+
+  /**
+   * Stream-ordered calls (core's stream.ts contract): outputs at once, work queued in call order
+   * on this backend's CUDA stream, only read and sync wait.
+   */
+  get stream(): CudaStream {
+    this.#live();
+    return (this.#stream ??= new CudaStream({
+      ...this.#kv,
+      backend: this,
+      check: (p) => this.#check(p),
+      spec: (p) => this.#spec(p),
+      own: (t, what) => this.#own(t, what),
+    }));
   }
 
   /** The native context (stream); for benchmarks and tests. */

@@ -31,7 +31,7 @@ import {
   type Support,
   type Tensor,
 } from '@fa/core';
-import type { NativeBuffer, NativeContext } from './native.js';
+import type { NativeBuffer, NativeContext, NativeKvSpec } from './native.js';
 
 /** An int32 index tensor (lengths, a block table) in CUDA device memory, with its host mirror. */
 export class CudaIndexTensor implements DeviceIndexTensor {
@@ -69,7 +69,7 @@ export interface KvEngine {
 }
 
 /** The device copy of an index input: this backend's index tensor's buffer, or null for host data. */
-function indexBuffer(engine: KvEngine, x: IndexInput | undefined, what: string): NativeBuffer | null {
+export function indexBuffer(engine: KvEngine, x: IndexInput | undefined, what: string): NativeBuffer | null {
   if (!isDeviceIndexTensor(x)) return null;
   if (!(x instanceof CudaIndexTensor) || x.owner !== engine.owner) {
     throw new FAError('E_ARG', `${what} is an index tensor of another CUDA backend (or not made by uploadIndex); make it with this backend's uploadIndex`);
@@ -98,37 +98,7 @@ export async function cudaForwardWithKVCache(engine: KvEngine, q: Tensor, kCache
     const bvn = p.tnew > 0 ? await engine.dev(opts.vNew!, 'vNew', temps) : null;
     const out = engine.alloc(numel(p.qShape) * bytesPerElement(p.dtype), outs);
     const lse = engine.alloc(numel(p.lseShape) * 4, outs);
-    if (p.batch > 0) {
-      await engine.ctx.kvForward({
-        dtype: p.dtype,
-        B: p.batch,
-        H: p.h,
-        Hkv: p.hkv,
-        d: p.d,
-        tq: p.tq,
-        tnew: p.tnew,
-        paged: p.paged,
-        blockSize: p.blockSize,
-        numBlocks: p.numBlocks,
-        maxBlocksPerSeq: p.maxBlocksPerSeq,
-        cacheSeqlens: p.cacheSeqlens,
-        blockTable: p.paged ? p.blockTable : null,
-        cacheSeqlensBuf: lensBuf,
-        blockTableBuf: tableBuf,
-        alibi: p.alibi ?? null,
-        scale: p.scale,
-        softcap: p.softcap,
-        windowLeft: p.windowLeft,
-        windowRight: p.windowRight,
-        q: bq,
-        kCache: bk,
-        vCache: bv,
-        kNew: bkn,
-        vNew: bvn,
-        out,
-        lse,
-      });
-    }
+    if (p.batch > 0) await engine.ctx.kvForward(kvSpec(p, lensBuf, tableBuf, { q: bq, kCache: bk, vCache: bv, kNew: bkn, vNew: bvn, out, lse }));
     const tOut = engine.wrap(p.dtype, p.qShape, out);
     const tLse = engine.wrap('f32', p.lseShape, lse);
     const result = isDeviceTensor(q) ? { out: tOut, lse: tLse } : { out: await engine.read(tOut), lse: await engine.read(tLse) };
@@ -146,6 +116,38 @@ export async function cudaForwardWithKVCache(engine: KvEngine, q: Tensor, kCache
     for (const b of temps) b.dispose();
     for (const b of outs) b.dispose();
   }
+}
+
+/** The addon's kvForward spec of a validated KV-cache call over these device buffers. */
+export function kvSpec(
+  p: KVCacheProblem,
+  lensBuf: NativeBuffer | null,
+  tableBuf: NativeBuffer | null,
+  b: { q: NativeBuffer; kCache: NativeBuffer; vCache: NativeBuffer; kNew: NativeBuffer | null; vNew: NativeBuffer | null; out: NativeBuffer; lse: NativeBuffer },
+): NativeKvSpec {
+  return {
+    dtype: p.dtype,
+    B: p.batch,
+    H: p.h,
+    Hkv: p.hkv,
+    d: p.d,
+    tq: p.tq,
+    tnew: p.tnew,
+    paged: p.paged,
+    blockSize: p.blockSize,
+    numBlocks: p.numBlocks,
+    maxBlocksPerSeq: p.maxBlocksPerSeq,
+    cacheSeqlens: p.cacheSeqlens,
+    blockTable: p.paged ? p.blockTable : null,
+    cacheSeqlensBuf: lensBuf,
+    blockTableBuf: tableBuf,
+    alibi: p.alibi ?? null,
+    scale: p.scale,
+    softcap: p.softcap,
+    windowLeft: p.windowLeft,
+    windowRight: p.windowRight,
+    ...b,
+  };
 }
 
 /** backend.uploadIndex: the data in device memory, its copy as the mirror. */
