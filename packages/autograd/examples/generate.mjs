@@ -17,6 +17,7 @@
  */
 import '@fa/core'; // registers the "cpu" backend
 import { pathToFileURL } from 'node:url';
+import { loadEngines } from './engines.mjs';
 import { AdamW, Embedding, KVCache, LayerNorm, Linear, Module, Rng, Tensor, TransformerBlock, add, crossEntropy, noGrad } from '@fa/autograd';
 
 export const CONFIG = {
@@ -242,9 +243,7 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
     parsed[key] = typeof CONFIG[/** @type {keyof typeof CONFIG} */ (key)] === 'number' ? Number(process.argv[i + 1]) : process.argv[i + 1];
   }
   const args = /** @type {Partial<typeof CONFIG>} */ (parsed);
-  if (args.backend && args.backend !== 'cpu') {
-    await import(`@fa/${args.backend}`).catch(() => import(new URL(`../../${args.backend}/dist/index.js`, import.meta.url).href));
-  }
+  if (args.backend) await loadEngines(args.backend);
   const r = await run(args, (line) => console.log(line));
   process.exit(r.identical === r.heldOut ? 0 : 1);
 }

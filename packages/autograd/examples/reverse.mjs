@@ -20,8 +20,9 @@
  * An engine that cannot run the model (not installed, no driver, declines its attention
  * problem) ends the run with one line "reverse: E_CODE: message" and exit status 1.
  */
-import { FAError, isFAError, registeredBackendNames } from '@fa/core'; // @fa/core registers the "cpu" backend
+import { FAError, isFAError } from '@fa/core'; // @fa/core registers the "cpu" backend
 import { pathToFileURL } from 'node:url';
+import { loadEngines } from './engines.mjs';
 import { AdamW, Embedding, LayerNorm, Linear, Module, Rng, TransformerBlock, add, crossEntropy, noGrad } from '@fa/autograd';
 
 export const CONFIG = {
@@ -164,20 +165,6 @@ function parseArgs(/** @type {string[]} */ argv) {
     out[key] = typeof CONFIG[/** @type {keyof typeof CONFIG} */ (key)] === 'number' ? Number(v) : v;
   }
   return /** @type {Partial<typeof CONFIG>} */ (out);
-}
-
-/** Imports the engine packages a --backend choice needs (a name registered already, e.g. by --import, is used as it is). */
-async function loadEngines(/** @type {string} */ choice) {
-  const wanted = choice === 'auto' ? ['webgpu', 'cuda'] : choice.split(',');
-  for (const name of wanted) {
-    if (name === 'cpu' || registeredBackendNames().includes(name)) continue;
-    // @fa/webgpu, @fa/cuda: installed, or built in this monorepo
-    const loaded = await import(`@fa/${name}`).then(
-      () => true,
-      () => import(new URL(`../../${name}/dist/index.js`, import.meta.url).href).then(() => true, () => false),
-    );
-    if (!loaded && choice !== 'auto') throw new FAError('E_DEVICE', `backend ${name} is not installed (npm install @fa/${name})`);
-  }
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {

@@ -93,7 +93,7 @@ describe('examples/reverse.mjs with an engine that declines f32 (preloaded with 
     expect(r.stdout).toMatch(/trained 3 steps .* on fakegpu \(bf16\)/);
     const bad = reverse('--backend', 'nosuch');
     expect(bad.status).toBe(1);
-    expect(bad.stderr).toBe('reverse: E_DEVICE: backend nosuch is not installed (npm install @fa/nosuch)\n');
+    expect(bad.stderr).toBe('reverse: E_ARG: unknown engine "nosuch"; engines: cpu, wasm, native, webgpu, cuda, or auto\n');
     expect(reverse('--bogus', '1').stderr).toMatch(/^reverse: E_ARG: unknown option --bogus; options: [^\n]+\n$/);
   });
 });
@@ -126,5 +126,12 @@ describe('KVCache on the auto backend when the best engine has no KV-cache kerne
     } finally {
       warn.mockRestore();
     }
+  });
+});
+
+describe('examples/engines.mjs', () => {
+  it('names the package that registers an engine (native and wasm are @fa/wasm)', async () => {
+    const { ENGINE_PACKAGES } = await import('../examples/engines.mjs');
+    expect(ENGINE_PACKAGES).toMatchObject({ cpu: 'core', native: 'wasm', wasm: 'wasm', webgpu: 'webgpu', cuda: 'cuda' });
   });
 });
