@@ -3,7 +3,7 @@
 // back. With --dry the context queues nothing on a GPU (any machine): what remains is N-API,
 // spec parsing, op construction and our JavaScript. On the H200 machine run it without --dry.
 //   node bench/host-cost.mjs [--dry] [--n 2000]
-import { loadNative, CudaBackend } from '../dist/index.js';
+import { loadNative, CudaBackend } from '@fa/cuda';
 import { tensor } from '@fa/core';
 
 const dry = process.argv.includes('--dry');

@@ -136,9 +136,17 @@ struct CtxState {
   void* small_dev = nullptr;
   size_t small_cap = 0;
   std::vector<int> small_host;
-  // KV-cache calls: a mapped host int the kernels set when a device index is out of range.
+  // KV-cache calls: mapped host ints the kernels set when a device index is out of range, one
+  // slot per call in flight (KvOp::Slot), so that a call can queue behind one whose flag is unread.
+  static constexpr uint64_t kKvSlots = 128;
   int* kv_flag_host = nullptr;
   int* kv_flag_dev = nullptr;
+  // Small uploads (writeIndex, uploadIndex: a decode loop's lengths each step) are staged in
+  // pinned slots, one per call in flight, so that the copy is truly asynchronous and queues on
+  // the calling thread like a kernel (CopyOp). Made by the first small upload, on a worker.
+  static constexpr uint64_t kUploadSlots = 128;
+  static constexpr size_t kUploadSlotBytes = 16384;
+  uint8_t* upload_ring = nullptr;
   ~CtxState() {
     if (stream) {
       cudaSetDevice(device);
@@ -148,6 +156,7 @@ struct CtxState {
       TrimPool(device);  // what the default pool kept for this context's calls goes back (KeepPoolMemory)
     }
     if (kv_flag_host) cudaFreeHost(kv_flag_host);
+    if (upload_ring) cudaFreeHost(upload_ring);
   }
 };
 
@@ -554,16 +563,49 @@ class CopyOp : public Op {
       staging_.resize(b->bytes_);
     }
   }
+  ~CopyOp() override {
+    if (done_) cudaEventDestroy(done_);
+  }
 
  protected:
+  // A small upload queues on the calling thread from its pinned slot (CtxState::upload_ring):
+  // slot ticket mod kUploadSlots is free, because Op::Start queues here only while fewer than
+  // kMainAhead < kUploadSlots calls before this one are unfinished, and a call that used the slot
+  // finished only once its copy had (Await). Larger copies and downloads take the worker.
+  bool Small() const { return up_ && !staging_.empty() && staging_.size() <= CtxState::kUploadSlotBytes; }
+  bool LaunchesHere() const override { return ctx_->dry || (Small() && ctx_->upload_ring); }
   bool Run() override {
+    static_assert(Op::kMainAhead < CtxState::kUploadSlots, "a small upload queued on the calling thread must find its slot free");
     if (staging_.empty()) return true;
-    cudaError_t e = up_ ? cudaMemcpyAsync(buf_->ptr_, staging_.data(), staging_.size(), cudaMemcpyHostToDevice, ctx_->stream)
-                        : cudaMemcpyAsync(staging_.data(), buf_->ptr_, staging_.size(), cudaMemcpyDeviceToHost, ctx_->stream);
+    cudaError_t e;
+    if (OnMain()) {
+      uint8_t* slot = ctx_->upload_ring + (ticket_ % CtxState::kUploadSlots) * CtxState::kUploadSlotBytes;
+      std::memcpy(slot, staging_.data(), staging_.size());
+      e = cudaMemcpyAsync(buf_->ptr_, slot, staging_.size(), cudaMemcpyHostToDevice, ctx_->stream);
+      if (e == cudaSuccess) e = cudaEventCreateWithFlags(&done_, cudaEventDisableTiming);
+      if (e != cudaSuccess) done_ = nullptr;
+      if (e == cudaSuccess) e = cudaEventRecord(done_, ctx_->stream);
+      return e == cudaSuccess ? true : Fail(e, "upload");
+    }
+    if (Small() && !ctx_->upload_ring) {  // (the first small upload: later ones queue on the calling thread)
+      void* h = nullptr;
+      if (cudaHostAlloc(&h, CtxState::kUploadSlots * CtxState::kUploadSlotBytes, cudaHostAllocDefault) == cudaSuccess) {
+        ctx_->upload_ring = static_cast<uint8_t*>(h);
+      } else {
+        cudaGetLastError();  // (no pinned memory to spare: small uploads keep taking the worker)
+      }
+    }
+    e = up_ ? cudaMemcpyAsync(buf_->ptr_, staging_.data(), staging_.size(), cudaMemcpyHostToDevice, ctx_->stream)
+            : cudaMemcpyAsync(staging_.data(), buf_->ptr_, staging_.size(), cudaMemcpyDeviceToHost, ctx_->stream);
     if (e != cudaSuccess) return Fail(e, up_ ? "upload" : "download");
     e = cudaStreamSynchronize(ctx_->stream);
     if (e != cudaSuccess) return Fail(e, up_ ? "upload" : "download");
     return true;
+  }
+  bool Await() override {
+    if (ctx_->dry || !done_) return true;
+    cudaError_t e = cudaEventSynchronize(done_);
+    return e == cudaSuccess ? true : Fail(e, "upload");
   }
   Napi::Value Result(Napi::Env env) override {
     if (up_) return env.Undefined();
@@ -587,6 +629,7 @@ class CopyOp : public Op {
   bool up_;
   std::vector<uint8_t> staging_;
   Napi::ObjectReference target_;
+  cudaEvent_t done_ = nullptr;
 };
 
 class AttnOp : public Op {
@@ -716,6 +759,9 @@ class AttnOp : public Op {
 class KvOp : public Op {
  public:
   KvOp(Napi::Env env, std::shared_ptr<CtxState> ctx) : Op(env, std::move(ctx)) {}
+  ~KvOp() override {
+    if (done_) cudaEventDestroy(done_);
+  }
   fa::KvArgs args{};
   fa::KvTensors tens{};
   std::vector<int> lens, table;  // host copies; uploaded when no device copy was given
@@ -724,7 +770,25 @@ class KvOp : public Op {
   int splits_ = 1;
 
  protected:
+  // On the calling thread when nothing needs copying to the device first (device lengths and
+  // block table, no ALiBi: every step of a decode loop) and the flags exist: the kernels are
+  // queued, and the worker only waits for them and reads this call's flag (Await). Like AttnOp,
+  // the next call may then queue its work while ours runs.
+  bool LaunchesHere() const override {
+    return ctx_->dry || (ctx_->kv_flag_host && !upload_lens && !upload_table && alibi.empty());
+  }
+  // This call's flag: a slot no unfinished call uses (a call takes slot ticket mod kKvSlots, and
+  // queues only while fewer than kKvSlots calls before it are unfinished: Op::Start allows
+  // kMainAhead < kKvSlots on the calling thread; a worker waits here).
+  volatile int* Slot() {
+    if (!OnMain()) {
+      std::unique_lock<std::mutex> lk(ctx_->mu);
+      ctx_->cv.wait(lk, [&] { return ticket_ - ctx_->completed < CtxState::kKvSlots; });
+    }
+    return reinterpret_cast<volatile int*>(ctx_->kv_flag_host) + ticket_ % CtxState::kKvSlots;
+  }
   bool Run() override {
+    static_assert(Op::kMainAhead < CtxState::kKvSlots, "a call queued on the calling thread must find its flag slot free");
     args.smem_optin = ctx_->smem_optin;
     const size_t kv_smem = fa::kv_smem_bytes(args.dtype, args.d, ctx_->smem_optin);
     if (kv_smem > ctx_->smem_optin) {
@@ -733,11 +797,14 @@ class KvOp : public Op {
              " bytes of shared memory per block; this GPU allows " + std::to_string(ctx_->smem_optin);
       return false;
     }
-    SyncOnExit sync(ctx_->stream);  // on the CUDA error paths, after the scratch below is freed
+    // on the CUDA error paths, after the scratch below is freed (the worker does, when this runs on
+    // the calling thread: Execute)
+    SyncOnExit sync(OnMain() ? nullptr : ctx_->stream);
     DeviceScratch dsmall, ws;
     const size_t nl = upload_lens ? lens.size() : 0, nt = upload_table ? table.size() : 0;
     const size_t small = (nl + nt) * sizeof(int) + alibi.size() * sizeof(float);
-    std::vector<uint8_t> host(small);
+    std::vector<uint8_t>& host = host_small_;  // (kept until the op is done: the copy below is asynchronous)
+    host.resize(small);
     cudaError_t e = dsmall.Alloc(small, ctx_->stream);
     if (e != cudaSuccess) return Fail(e, "allocating the KV-cache index copies");
     if (small) {
@@ -753,9 +820,9 @@ class KvOp : public Op {
     if (upload_table) args.block_table = di + nl;
     args.alibi = alibi.empty() ? nullptr : reinterpret_cast<const float*>(di + nl + nt);
     args.num_sms = ctx_->sms;
-    if (!ctx_->kv_flag_host) {
+    if (!ctx_->kv_flag_host) {  // (on a worker: LaunchesHere needs the flags)
       void* h = nullptr;
-      e = cudaHostAlloc(&h, sizeof(int), cudaHostAllocMapped);
+      e = cudaHostAlloc(&h, CtxState::kKvSlots * sizeof(int), cudaHostAllocMapped);
       if (e == cudaSuccess) {
         void* d = nullptr;
         e = cudaHostGetDevicePointer(&d, h, 0);
@@ -768,25 +835,45 @@ class KvOp : public Op {
       }
       if (e != cudaSuccess) return Fail(e, "allocating the KV-cache index flag");
     }
-    *reinterpret_cast<volatile int*>(ctx_->kv_flag_host) = 0;
-    args.bad_index = ctx_->kv_flag_dev;
+    flag_ = Slot();
+    *flag_ = 0;
+    args.bad_index = ctx_->kv_flag_dev + ticket_ % CtxState::kKvSlots;
     const size_t wsb = fa::kv_workspace_bytes(&args);
-    e = ws.Alloc(wsb, ctx_->stream);
+    e = ws.Alloc(wsb, ctx_->stream, /*retry=*/!OnMain());
+    if (e == cudaErrorMemoryAllocation && OnMain()) {  // (nothing queued yet: nothing to copy on this thread)
+      cudaGetLastError();
+      to_worker_ = true;
+      return false;
+    }
     if (e != cudaSuccess) return Fail(e, "allocating the split-KV workspace (" + std::to_string(wsb) + " bytes)");
     splits_ = args.num_splits;
     e = fa::kv_forward(&args, tens, ws.get(), ctx_->stream);
     if (e != cudaSuccess) return Fail(e, "KV-cache attention");
-    e = cudaStreamSynchronize(ctx_->stream);
-    if (e == cudaSuccess) e = cudaGetLastError();
+    e = cudaEventCreateWithFlags(&done_, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+      done_ = nullptr;
+      return Fail(e, "KV-cache attention");
+    }
+    e = cudaEventRecord(done_, ctx_->stream);
     if (e != cudaSuccess) return Fail(e, "KV-cache attention");
-    sync.Cancel();  // the scratch's frees are stream-ordered: no second synchronize
-    if (*reinterpret_cast<volatile int*>(ctx_->kv_flag_host) != 0) {
+    sync.Cancel();  // the scratch's frees are stream-ordered, behind the kernels
+    return true;
+  }
+  // Waits for the kernels, then reads this call's flag (no later call has its slot: Slot).
+  bool Await() override {
+    if (ctx_->dry || !done_) return true;
+    cudaError_t e = cudaEventSynchronize(done_);
+    if (e != cudaSuccess) return Fail(e, "KV-cache attention");
+    if (*flag_ != 0) {
       code_ = "E_ARG";
       msg_ = "a device index tensor (cacheSeqlens or blockTable) holds a value out of range that its host copy does not; the kernels skipped those entries (nothing out of bounds was read or written)";
       return false;
     }
     return true;
   }
+  cudaEvent_t done_ = nullptr;
+  volatile int* flag_ = nullptr;
+  std::vector<uint8_t> host_small_;
   Napi::Value Result(Napi::Env env) override {
     Napi::Object r = Napi::Object::New(env);
     r.Set("splits", Napi::Number::New(env, splits_));
