@@ -36,8 +36,10 @@ console.log('|---|---|');
     cuSeqlensQ: Int32Array.from({ length: 5 }, (_, i) => i * 4096), cuSeqlensK: Int32Array.from({ length: 5 }, (_, i) => i * 4096),
     scale: 1 / Math.sqrt(128), softcap: 0, windowLeft: -1, windowRight: -1, deterministic: false, alibi: null,
     q: q.handle, k: k.handle, v: v.handle, out: r0.out.handle, lse: r0.lse.handle };
-  const ps = [];
-  await time('binding ctx.forward (spec built once)', () => ps.push(ctx.forward(spec)), async () => { await Promise.all(ps.splice(0)); });
+  const ps = [], queued = [];
+  const drainTraces = async () => { for (const r of await Promise.all(ps.splice(0))) queued.push(r.trace[1] - r.trace[0]); };
+  await time('binding ctx.forward (spec built once)', () => ps.push(ctx.forward(spec)), drainTraces);
+  if (!dry) console.log(`| of which queueing on the calling thread (Run: CUDA calls, launches; trace) | ${med(queued).toFixed(1)} |`);
   await time('stream.forward', () => { const r = s.forward(q, k, v, {}); s.disposeTensor(r.out); s.disposeTensor(r.lse); }, () => s.sync());
   const aw = [];
   await time('backend.forward (issued, not awaited)', () => aw.push(be.forward(q, k, v, {}).then((r) => { be.disposeTensor(r.out); be.disposeTensor(r.lse); })), async () => { await Promise.all(aw.splice(0)); });
@@ -48,8 +50,19 @@ console.log('|---|---|');
   const q = dev([B, 1, H, D]), kn = dev([B, 1, Hkv, D]), vn = dev([B, 1, Hkv, D]);
   const lens = s.uploadIndex(Int32Array.of(32768 - 40));
   await s.sync();
+  const kspec = { dtype: 'bf16', B, H, Hkv, d: D, tq: 1, tnew: 1, paged: false, blockSize: cap, numBlocks: B, maxBlocksPerSeq: 1,
+    cacheSeqlens: Int32Array.of(32768 - 40), blockTable: null, cacheSeqlensBuf: lens.handle, blockTableBuf: null, alibi: null,
+    scale: 1 / Math.sqrt(D), softcap: 0, windowLeft: -1, windowRight: 0, q: q.handle, kCache: kc.handle, vCache: vc.handle,
+    kNew: kn.handle, vNew: vn.handle, out: ctx.alloc(B * H * D * 2), lse: ctx.alloc(B * H * 4) };
+  const kps = [], kq = [];
+  await time('binding ctx.kvForward (spec built once)', () => kps.push(ctx.kvForward(kspec)), async () => { for (const r of await Promise.all(kps.splice(0))) kq.push(r.trace[1] - r.trace[0]); });
+  if (!dry) console.log(`| of which queueing on the calling thread (trace) | ${med(kq).toFixed(1)} |`);
   await time('stream.forwardWithKVCache (device lens)', () => { const r = s.forwardWithKVCache(q, kc, vc, { cacheSeqlens: lens, kNew: kn, vNew: vn, causal: true }); s.disposeTensor(r.out); s.disposeTensor(r.lse); }, () => s.sync());
   let n = 32768 - 40;
   await time('stream.writeIndex (1 length)', () => { s.writeIndex(lens, [n]); }, () => s.sync());
+}
+{
+  const bufs = [];
+  await time('ctx.alloc + dispose (8 KiB)', () => { const x = ctx.alloc(8192); x.dispose(); }, async () => {});
 }
 await s.sync();

@@ -147,14 +147,47 @@ struct CtxState {
   static constexpr uint64_t kUploadSlots = 128;
   static constexpr size_t kUploadSlotBytes = 16384;
   uint8_t* upload_ring = nullptr;
+  // A workspace kept between calls (split-KV partials, tile counters: what most calls need is
+  // small), so that a call does not allocate and free one: calls run in stream order on one
+  // stream, so the next call's kernels use it only after the last call's are done. Larger
+  // workspaces are allocated for their call (KeptWorkspace).
+  static constexpr size_t kKeptWorkspace = size_t{32} << 20;
+  void* ws_dev = nullptr;
+  size_t ws_cap = 0;
+  // Events of finished calls, reused by later ones (an op's destructor runs once its work is done:
+  // Await waited for the event, or a failure was synchronised), instead of a create and a destroy
+  // on every call.
+  std::mutex ev_mu;
+  std::vector<cudaEvent_t> spare_events;
+  cudaError_t NewEvent(cudaEvent_t* ev) {
+    {
+      std::lock_guard<std::mutex> lk(ev_mu);
+      if (!spare_events.empty()) {
+        *ev = spare_events.back();
+        spare_events.pop_back();
+        return cudaSuccess;
+      }
+    }
+    return cudaEventCreateWithFlags(ev, cudaEventDisableTiming);
+  }
+  void Recycle(cudaEvent_t ev) {
+    std::lock_guard<std::mutex> lk(ev_mu);
+    if (spare_events.size() < 256) {
+      spare_events.push_back(ev);
+    } else {
+      cudaEventDestroy(ev);
+    }
+  }
   ~CtxState() {
     if (stream) {
       cudaSetDevice(device);
       if (small_dev) cudaFreeAsync(small_dev, stream);
+      if (ws_dev) cudaFreeAsync(ws_dev, stream);
       cudaStreamSynchronize(stream);
       cudaStreamDestroy(stream);
       TrimPool(device);  // what the default pool kept for this context's calls goes back (KeepPoolMemory)
     }
+    for (cudaEvent_t ev : spare_events) cudaEventDestroy(ev);
     if (kv_flag_host) cudaFreeHost(kv_flag_host);
     if (upload_ring) cudaFreeHost(upload_ring);
   }
@@ -344,6 +377,29 @@ class DeviceScratch {
   void* ptr_ = nullptr;
   cudaStream_t stream_ = nullptr;
 };
+
+// A call's workspace of n bytes: the context's kept one (grown when too small) up to
+// kKeptWorkspace, else `own` allocated for this call. Retry as DeviceScratch::Alloc.
+cudaError_t Workspace(CtxState* ctx, size_t n, DeviceScratch* own, void** ws, bool retry) {
+  *ws = nullptr;
+  if (n == 0) return cudaSuccess;
+  if (n > CtxState::kKeptWorkspace) {
+    cudaError_t e = own->Alloc(n, ctx->stream, retry);
+    *ws = own->get();
+    return e;
+  }
+  if (n > ctx->ws_cap) {
+    const size_t cap = std::max<size_t>(n, size_t{1} << 20);
+    void* p = nullptr;
+    cudaError_t e = retry ? MallocPooled(&p, cap, ctx->stream) : cudaMallocAsync(&p, cap, ctx->stream);
+    if (e != cudaSuccess) return e;
+    if (ctx->ws_dev) cudaFreeAsync(ctx->ws_dev, ctx->stream);  // (behind the kernels that used it)
+    ctx->ws_dev = p;
+    ctx->ws_cap = cap;
+  }
+  *ws = ctx->ws_dev;
+  return cudaSuccess;
+}
 
 // Waits for a stream when it goes out of scope, unless cancelled. Declared before an operation's
 // DeviceScratch objects, it runs after their frees: an operation that fails settles only once the
@@ -564,7 +620,7 @@ class CopyOp : public Op {
     }
   }
   ~CopyOp() override {
-    if (done_) cudaEventDestroy(done_);
+    if (done_) ctx_->Recycle(done_);
   }
 
  protected:
@@ -582,7 +638,7 @@ class CopyOp : public Op {
       uint8_t* slot = ctx_->upload_ring + (ticket_ % CtxState::kUploadSlots) * CtxState::kUploadSlotBytes;
       std::memcpy(slot, staging_.data(), staging_.size());
       e = cudaMemcpyAsync(buf_->ptr_, slot, staging_.size(), cudaMemcpyHostToDevice, ctx_->stream);
-      if (e == cudaSuccess) e = cudaEventCreateWithFlags(&done_, cudaEventDisableTiming);
+      if (e == cudaSuccess) e = ctx_->NewEvent(&done_);
       if (e != cudaSuccess) done_ = nullptr;
       if (e == cudaSuccess) e = cudaEventRecord(done_, ctx_->stream);
       return e == cudaSuccess ? true : Fail(e, "upload");
@@ -636,7 +692,7 @@ class AttnOp : public Op {
  public:
   AttnOp(Napi::Env env, std::shared_ptr<CtxState> ctx, bool backward) : Op(env, std::move(ctx)), backward_(backward) {}
   ~AttnOp() override {
-    if (done_) cudaEventDestroy(done_);
+    if (done_) ctx_->Recycle(done_);
   }
   fa::FaArgs args{};
   fa::FaTensors tens{};
@@ -711,7 +767,8 @@ class AttnOp : public Op {
       args.cu_k = args.cu_q + n_cu;
       args.alibi = has_alibi ? reinterpret_cast<const float*>(args.cu_k + n_cu) : nullptr;
       const size_t wsb = backward_ ? fa::bwd_workspace_bytes(&args) : fa::fwd_workspace_bytes(&args);
-      e = ws.Alloc(wsb, ctx_->stream, /*retry=*/!OnMain());
+      void* wsp = nullptr;
+      e = Workspace(ctx_.get(), wsb, &ws, &wsp, /*retry=*/!OnMain());
       if (e == cudaErrorMemoryAllocation && OnMain()) {  // (nothing queued yet: SmallInputs had nothing to copy)
         cudaGetLastError();
         to_worker_ = true;
@@ -719,9 +776,9 @@ class AttnOp : public Op {
       }
       if (e != cudaSuccess) return Fail(e, "allocating the workspace (" + std::to_string(wsb) + " bytes)");
       splits_ = args.num_splits;
-      e = backward_ ? fa::bwd(&args, tens, ws.get(), ctx_->stream) : fa::fwd(&args, tens, ws.get(), ctx_->stream);
+      e = backward_ ? fa::bwd(&args, tens, wsp, ctx_->stream) : fa::fwd(&args, tens, wsp, ctx_->stream);
       if (e != cudaSuccess) return Fail(e, What());
-      e = cudaEventCreateWithFlags(&done_, cudaEventDisableTiming);
+      e = ctx_->NewEvent(&done_);
       if (e != cudaSuccess) {
         done_ = nullptr;
         return Fail(e, What());
@@ -760,7 +817,7 @@ class KvOp : public Op {
  public:
   KvOp(Napi::Env env, std::shared_ptr<CtxState> ctx) : Op(env, std::move(ctx)) {}
   ~KvOp() override {
-    if (done_) cudaEventDestroy(done_);
+    if (done_) ctx_->Recycle(done_);
   }
   fa::KvArgs args{};
   fa::KvTensors tens{};
@@ -839,7 +896,8 @@ class KvOp : public Op {
     *flag_ = 0;
     args.bad_index = ctx_->kv_flag_dev + ticket_ % CtxState::kKvSlots;
     const size_t wsb = fa::kv_workspace_bytes(&args);
-    e = ws.Alloc(wsb, ctx_->stream, /*retry=*/!OnMain());
+    void* wsp = nullptr;
+    e = Workspace(ctx_.get(), wsb, &ws, &wsp, /*retry=*/!OnMain());
     if (e == cudaErrorMemoryAllocation && OnMain()) {  // (nothing queued yet: nothing to copy on this thread)
       cudaGetLastError();
       to_worker_ = true;
@@ -847,9 +905,9 @@ class KvOp : public Op {
     }
     if (e != cudaSuccess) return Fail(e, "allocating the split-KV workspace (" + std::to_string(wsb) + " bytes)");
     splits_ = args.num_splits;
-    e = fa::kv_forward(&args, tens, ws.get(), ctx_->stream);
+    e = fa::kv_forward(&args, tens, wsp, ctx_->stream);
     if (e != cudaSuccess) return Fail(e, "KV-cache attention");
-    e = cudaEventCreateWithFlags(&done_, cudaEventDisableTiming);
+    e = ctx_->NewEvent(&done_);
     if (e != cudaSuccess) {
       done_ = nullptr;
       return Fail(e, "KV-cache attention");
@@ -877,6 +935,9 @@ class KvOp : public Op {
   Napi::Value Result(Napi::Env env) override {
     Napi::Object r = Napi::Object::New(env);
     r.Set("splits", Napi::Number::New(env, splits_));
+    Napi::Array tr = Napi::Array::New(env, 5);
+    for (uint32_t i = 0; i < 5; ++i) tr.Set(i, Napi::Number::New(env, stamp_[i]));
+    r.Set("trace", tr);
     return r;
   }
 };

@@ -1,11 +1,29 @@
 // Host entry points: the plan of a call (fa_api.h), head-dim buckets, the split-KV heuristic,
 // workspaces, operand preparation and dtype dispatch.
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "fa_host.h"
 #include "fa_launch.cuh"
 
 namespace fa {
+
+cudaError_t set_smem_limit(const void* kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, size_t> set;  // the limit each (kernel, device) has
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  std::lock_guard<std::mutex> lk(mu);
+  size_t& have = set[{kernel, dev}];
+  if (have >= bytes) return cudaSuccess;
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (e == cudaSuccess) have = bytes;
+  return e;
+}
 
 int head_dim_bucket(int d) {
   if (d <= 0 || d > 256) return 0;

@@ -273,8 +273,7 @@ __global__ void __launch_bounds__(F::NW * 32) ffma_bwd_dkv_kernel(FaArgs a, FaTe
 
 template <typename K>
 cudaError_t smem_attr(K kernel, size_t bytes) {
-  if (bytes <= 48 * 1024) return cudaSuccess;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  return set_smem_limit(reinterpret_cast<const void*>(kernel), bytes);
 }
 
 }  // namespace

@@ -11,6 +11,12 @@ namespace fa {
     if (e_ != cudaSuccess) return e_;          \
   } while (0)
 
+// Raises a kernel's dynamic shared memory limit to `bytes` on the current device, once per
+// (kernel, device, size): the attribute stays set, and asking the driver again on every launch
+// cost host time on every call (cudaFuncSetAttribute, ~1-2 us). Kernels within the default 48 KiB
+// need nothing. Thread-safe (contexts of two devices may launch at once).
+cudaError_t set_smem_limit(const void* kernel, size_t bytes);
+
 // Tensor-core kernels of one dtype (fa_fwd_<dtype>.cu, fa_bwd_<dtype>.cu), on the kernel view of
 // a call: operands in the kernel layout, a->d a multiple of 8, a->d_out the caller's head dim.
 cudaError_t fwd_bf16(FaArgs* a, const FaTensors& t, cudaStream_t st);

@@ -19,8 +19,7 @@ namespace fa {
 
 template <typename K>
 static cudaError_t set_smem(K kernel, size_t bytes) {
-  if (bytes <= 48 * 1024) return cudaSuccess;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  return set_smem_limit(reinterpret_cast<const void*>(kernel), bytes);
 }
 
 static_assert(sizeof(__nv_bfloat16) == 2 && sizeof(__half) == 2, "fa_smem.cuh counts 2-byte elements");

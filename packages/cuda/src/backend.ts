@@ -65,6 +65,22 @@ export class CudaTensor implements DeviceTensor {
   }
 }
 
+/** The device buffers of an attention call: inputs, out and LSE. */
+export interface AttnBuffers {
+  q: NativeBuffer;
+  k: NativeBuffer;
+  v: NativeBuffer;
+  out: NativeBuffer;
+  lse: NativeBuffer;
+}
+/** A backward's further buffers. */
+export interface GradBuffers {
+  dout: NativeBuffer;
+  dq: NativeBuffer;
+  dk: NativeBuffer;
+  dv: NativeBuffer;
+}
+
 const bytesOf = (dtype: DType, shape: readonly number[]) => numel(shape) * bytesPerElement(dtype);
 
 export interface CudaBackendOptions {
@@ -129,7 +145,7 @@ export class CudaBackend implements AttentionBackend {
       ...this.#kv,
       backend: this,
       check: (p) => this.#check(p),
-      spec: (p) => this.#spec(p),
+      spec: (p, b, g) => this.#spec(p, b, g),
       own: (t, what) => this.#own(t, what),
     }));
   }
@@ -282,7 +298,9 @@ export class CudaBackend implements AttentionBackend {
     t.handle.dispose();
   }
 
-  #spec(p: AttentionProblem): Omit<NativeAttnSpec, 'q' | 'k' | 'v' | 'out' | 'lse'> {
+  // (one object literal with every field, no spread: a spread copy cost ~8 µs a call in the
+  // binding's property reads, bench/host-cost.mjs)
+  #spec(p: AttentionProblem, b: AttnBuffers, g?: GradBuffers): NativeAttnSpec {
     return {
       dtype: p.dtype,
       f32Path: this.f32Path,
@@ -301,6 +319,15 @@ export class CudaBackend implements AttentionBackend {
       windowLeft: p.windowLeft,
       windowRight: p.windowRight,
       deterministic: p.deterministic,
+      q: b.q,
+      k: b.k,
+      v: b.v,
+      out: b.out,
+      lse: b.lse,
+      dout: g?.dout,
+      dq: g?.dq,
+      dk: g?.dk,
+      dv: g?.dv,
     };
   }
 
@@ -321,7 +348,7 @@ export class CudaBackend implements AttentionBackend {
       const [bq, bk, bv] = Array.isArray(bufs) ? bufs : await bufs;
       const out = this.#alloc(bytesOf(p.dtype, p.qShape), outs);
       const lse = this.#alloc(numel(p.lseShape) * 4, outs);
-      if (p.batch > 0 && p.totalQ > 0) await this.#ctx.forward({ ...this.#spec(p), q: bq, k: bk, v: bv, out, lse });
+      if (p.batch > 0 && p.totalQ > 0) await this.#ctx.forward(this.#spec(p, { q: bq, k: bk, v: bv, out, lse }));
       const tOut = new CudaTensor(p.dtype, p.qShape, out, this);
       const tLse = new CudaTensor('f32', p.lseShape, lse, this);
       if (onDevice) {
@@ -351,7 +378,7 @@ export class CudaBackend implements AttentionBackend {
       const dk = this.#alloc(bytesOf(p.dtype, p.kShape), outs);
       const dv = this.#alloc(bytesOf(p.dtype, p.kShape), outs);
       if (p.batch > 0 && (p.totalQ > 0 || p.totalK > 0)) {
-        await this.#ctx.backward({ ...this.#spec(p), q: bq, k: bk, v: bv, out: bo, dout: bdo, lse: bl, dq, dk, dv });
+        await this.#ctx.backward(this.#spec(p, { q: bq, k: bk, v: bv, out: bo, lse: bl }, { dout: bdo, dq, dk, dv }));
       }
       const r = {
         dq: new CudaTensor(p.dtype, p.qShape, dq, this),

@@ -146,7 +146,13 @@ export function kvSpec(
     softcap: p.softcap,
     windowLeft: p.windowLeft,
     windowRight: p.windowRight,
-    ...b,
+    q: b.q,
+    kCache: b.kCache,
+    vCache: b.vCache,
+    kNew: b.kNew,
+    vNew: b.vNew,
+    out: b.out,
+    lse: b.lse,
   };
 }
 

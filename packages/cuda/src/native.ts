@@ -128,7 +128,7 @@ export interface NativeContext {
   forward(spec: NativeAttnSpec): Promise<NativeAttnResult>;
   backward(spec: NativeAttnSpec): Promise<NativeAttnResult>;
   /** KV-cache append + attention; resolves with the number of key splits it ran. */
-  kvForward(spec: NativeKvSpec): Promise<{ splits: number }>;
+  kvForward(spec: NativeKvSpec): Promise<NativeAttnResult>;
   memInfo(): { free: number; total: number };
   /**
    * Shared memory per block (bytes) the kernels of a call with head dim d (1..256), dtype (default

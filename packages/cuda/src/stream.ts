@@ -34,13 +34,15 @@ import {
 import type { CudaBackend, CudaTensor } from './backend.js';
 import { CudaIndexTensor, indexBuffer, kvSpec, type KvEngine } from './kvcache.js';
 import type { NativeAttnSpec, NativeBuffer } from './native.js';
+import type { AttnBuffers, GradBuffers } from './backend.js';
 
 /** What the stream needs of its CudaBackend (its private parts, handed over once). */
 export interface StreamEngine extends KvEngine {
   readonly backend: CudaBackend;
   /** Throws FAError E_UNSUPPORTED when the engine declines the problem. */
   check(p: ReturnType<typeof describeProblem>): void;
-  spec(p: ReturnType<typeof describeProblem>): Omit<NativeAttnSpec, 'q' | 'k' | 'v' | 'out' | 'lse'>;
+  /** The binding's spec of a call over these buffers (a backward's with `g`). */
+  spec(p: ReturnType<typeof describeProblem>, b: AttnBuffers, g?: GradBuffers): NativeAttnSpec;
   /** The buffer of one of this backend's live device tensors, or an FAError E_ARG. */
   own(t: Tensor, what: string): CudaTensor;
 }
@@ -127,7 +129,7 @@ export class CudaStream implements StreamCalls {
       const [bq, bk, bv] = [this.#input(q, 'q', temps), this.#input(k, 'k', temps), this.#input(v, 'v', temps)];
       const out = this.#e.alloc(bytesPerElement(p.dtype) * numel(p.qShape), outs), lse = this.#e.alloc(4 * numel(p.lseShape), outs);
       const what = this.#name('forward');
-      if (p.batch > 0 && p.totalQ > 0) this.#call(what, [bq, bk, bv], ['q', 'k', 'v'], outs, () => this.#e.ctx.forward({ ...this.#e.spec(p), q: bq, k: bk, v: bv, out, lse }));
+      if (p.batch > 0 && p.totalQ > 0) this.#call(what, [bq, bk, bv], ['q', 'k', 'v'], outs, () => this.#e.ctx.forward(this.#e.spec(p, { q: bq, k: bk, v: bv, out, lse })));
       const r = { out: this.#e.wrap(p.dtype, p.qShape, out), lse: this.#e.wrap('f32', p.lseShape, lse) };
       outs.length = 0;
       return r;
@@ -149,7 +151,7 @@ export class CudaStream implements StreamCalls {
       const dq = this.#e.alloc(nq, outs), dk = this.#e.alloc(nk, outs), dv = this.#e.alloc(nk, outs);
       const what = this.#name('backward');
       if (p.batch > 0 && (p.totalQ > 0 || p.totalK > 0)) {
-        this.#call(what, ins, names, outs, () => this.#e.ctx.backward({ ...this.#e.spec(p), q: bq, k: bk, v: bv, out: bo, dout: bdo, lse: bl, dq, dk, dv }));
+        this.#call(what, ins, names, outs, () => this.#e.ctx.backward(this.#e.spec(p, { q: bq, k: bk, v: bv, out: bo, lse: bl }, { dout: bdo, dq, dk, dv })));
       }
       const r = { dq: this.#e.wrap(p.dtype, p.qShape, dq), dk: this.#e.wrap(p.dtype, p.kShape, dk), dv: this.#e.wrap(p.dtype, p.kShape, dv) };
       outs.length = 0;
