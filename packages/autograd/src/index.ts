@@ -27,6 +27,7 @@ export { softmax } from './ops/softmax.js';
 export { crossEntropy, type CrossEntropyOptions } from './ops/cross-entropy.js';
 export { embedding } from './ops/embedding.js';
 export { sum, mean } from './ops/reduce.js';
+export { setModelEngine, modelEngine } from './engine.js';
 export { attention, setDefaultBackend, getDefaultBackend, pickBackend, type AttentionCallOptions, type BackendChoice } from './ops/attention.js';
 
 export { Module } from './nn/module.js';

@@ -7,6 +7,7 @@ import type { AttentionOptions, AttentionProblem } from './problem.js';
 import type { DeviceIndexTensor, IndexData, KVCacheOptions, KVCacheProblem } from './kvcache.js';
 import type { HostTensor, Tensor } from './tensor.js';
 import type { StreamCalls } from './stream.js';
+import type { HostModelOps } from './ops/model-ops.js';
 
 export type Support = { readonly ok: true } | { readonly ok: false; readonly reason: string };
 
@@ -29,6 +30,12 @@ export interface AttentionBackend {
   readonly device: string;
   /** Dtypes the engine accepts. Arithmetic is float32 or wider in every engine. */
   readonly dtypes: readonly DType[];
+  /**
+   * The model ops this engine runs (ops/model-ops.ts; so far the matrix product, on host memory):
+   * what @fa/autograd computes a model's products with when the model names this engine.
+   * Absent: the engine runs attention only.
+   */
+  readonly modelOps?: HostModelOps;
   /** Whether this engine computes the problem, and if not, why. */
   supports(p: AttentionProblem): Support;
   /**

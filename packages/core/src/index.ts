@@ -21,3 +21,4 @@ export * from './iomodel.js';
 export * from './npy.js';
 export * from './parallel/index.js';
 export * from './cpu/register.js';
+export * from './ops/index.js';

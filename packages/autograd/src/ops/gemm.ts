@@ -1,10 +1,13 @@
 /**
- * The one matrix-product kernel: C (M×N) = op(A) · op(B) (or += with `accumulate`), row-major,
- * where op(A) is M×K and op(B) is K×N, optionally transposed in storage. Both operands are first
- * packed as float64 rows over k (A as M rows, B as N rows), then a 4×4 register-blocked kernel
- * forms the dot products. Sums run in float64 and are rounded once into C.
+ * The one matrix-product entry of the package: C (M×N) = op(A) · op(B) (or += with
+ * `accumulate`), row-major, where op(A) is M×K and op(B) is K×N, optionally transposed in
+ * storage, at element offsets into the arrays. Float32 products run on the model engine
+ * (engine.ts: cpu by default, the SIMD micro-kernels of native/wasm when set); float64 ones
+ * (gradcheck's twin) on core's float64-sum kernel.
  */
+import { gemmCpu } from '@fa/core';
 import type { Data } from '../tensor.js';
+import { modelEngine } from '../engine.js';
 
 export interface GemmArgs {
   transA: boolean;
@@ -21,94 +24,25 @@ export interface GemmArgs {
   accumulate?: boolean;
 }
 
-let bufA = new Float64Array(0);
-let bufB = new Float64Array(0);
-
-/** Packs `rows` × K values so that row r, column k sits at r·K + k. `trans`: the source is stored K × rows. */
-function pack(src: Data, off: number, rows: number, K: number, trans: boolean, dst: Float64Array): void {
-  if (!trans) {
-    for (let i = 0; i < rows * K; i++) dst[i] = src[off + i];
-    return;
-  }
-  for (let k = 0; k < K; k++) {
-    const s = off + k * rows;
-    for (let r = 0; r < rows; r++) dst[r * K + k] = src[s + r];
-  }
-}
+const part = <T extends Data>(x: T, off: number | undefined, n: number): T => (off === undefined && x.length === n ? x : (x.subarray(off ?? 0, (off ?? 0) + n) as T));
 
 export function gemm(g: GemmArgs): void {
-  const { M, N, K, C } = g;
-  const co = g.cOff ?? 0;
-  const acc = g.accumulate === true;
+  const { M, N, K } = g;
   if (M === 0 || N === 0) return;
-  if (bufA.length < M * K) bufA = new Float64Array(M * K);
-  if (bufB.length < N * K) bufB = new Float64Array(N * K);
-  const A = bufA;
-  const B = bufB;
-  pack(g.A, g.aOff ?? 0, M, K, g.transA, A);
-  // op(B) is K×N; its columns are the rows we want: stored N×K when transB, K×N otherwise.
-  pack(g.B, g.bOff ?? 0, N, K, !g.transB, B);
-
-  let m = 0;
-  for (; m + 3 < M; m += 4) {
-    const a0 = m * K;
-    const a1 = a0 + K;
-    const a2 = a1 + K;
-    const a3 = a2 + K;
-    let n = 0;
-    for (; n + 3 < N; n += 4) {
-      const b0 = n * K;
-      const b1 = b0 + K;
-      const b2 = b1 + K;
-      const b3 = b2 + K;
-      let c00 = 0, c01 = 0, c02 = 0, c03 = 0;
-      let c10 = 0, c11 = 0, c12 = 0, c13 = 0;
-      let c20 = 0, c21 = 0, c22 = 0, c23 = 0;
-      let c30 = 0, c31 = 0, c32 = 0, c33 = 0;
-      for (let k = 0; k < K; k++) {
-        const x0 = A[a0 + k];
-        const x1 = A[a1 + k];
-        const x2 = A[a2 + k];
-        const x3 = A[a3 + k];
-        const y0 = B[b0 + k];
-        const y1 = B[b1 + k];
-        const y2 = B[b2 + k];
-        const y3 = B[b3 + k];
-        c00 += x0 * y0; c01 += x0 * y1; c02 += x0 * y2; c03 += x0 * y3;
-        c10 += x1 * y0; c11 += x1 * y1; c12 += x1 * y2; c13 += x1 * y3;
-        c20 += x2 * y0; c21 += x2 * y1; c22 += x2 * y2; c23 += x2 * y3;
-        c30 += x3 * y0; c31 += x3 * y1; c32 += x3 * y2; c33 += x3 * y3;
-      }
-      const r0 = co + m * N + n;
-      const r1 = r0 + N;
-      const r2 = r1 + N;
-      const r3 = r2 + N;
-      if (acc) {
-        C[r0] += c00; C[r0 + 1] += c01; C[r0 + 2] += c02; C[r0 + 3] += c03;
-        C[r1] += c10; C[r1 + 1] += c11; C[r1 + 2] += c12; C[r1 + 3] += c13;
-        C[r2] += c20; C[r2 + 1] += c21; C[r2 + 2] += c22; C[r2 + 3] += c23;
-        C[r3] += c30; C[r3 + 1] += c31; C[r3 + 2] += c32; C[r3 + 3] += c33;
-      } else {
-        C[r0] = c00; C[r0 + 1] = c01; C[r0 + 2] = c02; C[r0 + 3] = c03;
-        C[r1] = c10; C[r1 + 1] = c11; C[r1 + 2] = c12; C[r1 + 3] = c13;
-        C[r2] = c20; C[r2 + 1] = c21; C[r2 + 2] = c22; C[r2 + 3] = c23;
-        C[r3] = c30; C[r3 + 1] = c31; C[r3 + 2] = c32; C[r3 + 3] = c33;
-      }
-    }
-    for (; n < N; n++) edge(A, B, C, co, K, N, m, m + 4, n, acc);
-  }
-  for (; m < M; m++) for (let n = 0; n < N; n++) edge(A, B, C, co, K, N, m, m + 1, n, acc);
-}
-
-/** Column n of rows [m0, m1): plain dot products (the ragged edge of the 4×4 blocks). */
-function edge(A: Float64Array, B: Float64Array, C: Data, co: number, K: number, N: number, m0: number, m1: number, n: number, acc: boolean): void {
-  const b0 = n * K;
-  for (let m = m0; m < m1; m++) {
-    const a0 = m * K;
-    let s = 0;
-    for (let k = 0; k < K; k++) s += A[a0 + k] * B[b0 + k];
-    const i = co + m * N + n;
-    if (acc) C[i] += s;
-    else C[i] = s;
+  const call = {
+    transA: g.transA,
+    transB: g.transB,
+    M,
+    N,
+    K,
+    a: part(g.A, g.aOff, M * K),
+    b: part(g.B, g.bOff, K * N),
+    c: part(g.C, g.cOff, M * N),
+    accumulate: g.accumulate === true,
+  };
+  if (call.a instanceof Float32Array && call.b instanceof Float32Array && call.c instanceof Float32Array) {
+    modelEngine().gemm(call as typeof call & { a: Float32Array; b: Float32Array; c: Float32Array });
+  } else {
+    gemmCpu(call);
   }
 }

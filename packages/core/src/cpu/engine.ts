@@ -30,6 +30,8 @@ import { planForward } from './forward.js';
 import { BWD_UNIT, FWD_UNIT, KV_UNIT, Workspace, type BackwardJob, type DvecJob, type ForwardJob, type Job, type KVCacheJob } from './job.js';
 import type { WorkerPool } from './pool.js';
 import { runJob } from './run.js';
+import { cpuModelOps } from '../ops/gemm-cpu.js';
+import type { HostModelOps } from '../ops/model-ops.js';
 import { checkTiles, chooseTiles, DEFAULT_CPU_CACHE, paddedD, type CacheModel, type TileSizes } from './tiles.js';
 
 export interface CpuEngineOptions {
@@ -120,6 +122,7 @@ export class CpuBackend implements AttentionBackend {
   readonly name = 'cpu';
   readonly device: string;
   readonly dtypes: readonly DType[] = ['f32', 'f16', 'bf16'];
+  readonly modelOps: HostModelOps = cpuModelOps;
   /** Worker threads used for large problems (0: everything runs on the calling thread). */
   readonly threads: number;
   private readonly ws = new Workspace();

@@ -15,3 +15,4 @@ export * from './reference-backend.js';
 export * from './suite.js';
 export * from './declining-backend.js';
 export * from './memory.js';
+export * from './op-kit.js';
