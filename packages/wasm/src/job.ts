@@ -46,6 +46,8 @@ export interface Kernels {
   readonly fa_kv_combine: (kv: number, scratch: number, b: number, kvh: number, t: number, slot0: number, chunks: number) => void;
   readonly fa_copy_range: (src: number, n: number, dst: number, ring: number, method: number) => void;
   readonly fa_set_stack: (top: number) => void;
+  readonly fa_gemm_ws_bytes: (transA: number, transB: number, m: number, n: number, k: number) => number;
+  readonly fa_gemm_f32: (transA: number, transB: number, m: number, n: number, k: number, a: number, b: number, c: number, accumulate: number, ws: number) => void;
   readonly __heap_base: WebAssembly.Global;
 }
 

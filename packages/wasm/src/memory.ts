@@ -126,6 +126,18 @@ export class Arena {
     return p;
   }
 
+  /**
+   * A region of `bytes` above everything allocated (the call's blocks and the heap's), growing the
+   * memory if needed, for synchronous work that allocates nothing else while it uses it: the model
+   * ops' matrix product (gemm.ts), which may run between the steps of a call that waits on its
+   * workers. Valid until the next alloc; not counted in `peak`.
+   */
+  scratch(bytes: number, what: string): number {
+    const p = align(Math.max(this.top, this.heap.top), 16);
+    ensure(this.memory, p + bytes + SLACK, this.maxBytes, what, 'the matrix product');
+    return p;
+  }
+
   f32(ptr: number, n: number): Float32Array {
     return new Float32Array(this.memory.buffer, ptr, n);
   }

@@ -54,6 +54,8 @@ void fa_dvec(const fa_problem *p, const float *out);
 void fa_backward_unit(const fa_problem *p, float *scratch, int32_t b, int32_t kvh, int32_t kt_start, int32_t kt_end, float *dq_private);
 void fa_encode16(float *data, int32_t n, int32_t bf16);
 void fa_copy_range(const uint8_t *src, int32_t n, uint8_t *dst, int32_t ring, int32_t method);
+int32_t fa_gemm_ws_bytes(int32_t trans_a, int32_t trans_b, int32_t m, int32_t n, int32_t k);
+void fa_gemm_f32(int32_t trans_a, int32_t trans_b, int32_t m, int32_t n, int32_t k, const float *a, const float *b, float *c, int32_t accumulate, float *ws);
 void fa_test_mm(int32_t form, int32_t m, int32_t n, int32_t k, const float *a, int32_t lda, const float *b, int32_t ldb, float *c, int32_t ldc);
 void fa_test_vmath(int32_t fn, const float *x, float *y, int32_t n);
 void fa_test_widen(int32_t dt, const void *src, float *dst, int32_t n);
@@ -282,6 +284,21 @@ static napi_value w_problem_bytes(napi_env env, napi_callback_info info) {
   if (!args_of(env, info, 0, &a)) return 0;
   return done_i32(&a, (int32_t)sizeof(wire_problem));
 }
+static napi_value w_gemm_ws_bytes(napi_env env, napi_callback_info info) {
+  call_args a;
+  if (!args_of(env, info, 5, &a)) return 0;
+  int32_t ta = ai(&a, 0), tb = ai(&a, 1), m = ai(&a, 2), n = ai(&a, 3), k = ai(&a, 4);
+  return a.bad ? done(&a) : done_i32(&a, fa_gemm_ws_bytes(ta, tb, m, n, k));
+}
+static napi_value w_gemm_f32(napi_env env, napi_callback_info info) {
+  call_args a;
+  if (!args_of(env, info, 10, &a)) return 0;
+  int32_t ta = ai(&a, 0), tb = ai(&a, 1), m = ai(&a, 2), n = ai(&a, 3), k = ai(&a, 4), acc = ai(&a, 8);
+  const float *pa = ap(&a, 5), *pb = ap(&a, 6);
+  float *pc = ap(&a, 7), *ws = ap(&a, 9);
+  RUN(fa_gemm_f32(ta, tb, m, n, k, pa, pb, pc, acc, ws));
+  return done(&a);
+}
 static napi_value w_test_mm(napi_env env, napi_callback_info info) {
   call_args a;
   if (!args_of(env, info, 10, &a)) return 0;
@@ -326,6 +343,8 @@ static const struct {
   {"fa_kv_unit", w_kv_unit},
   {"fa_kv_combine", w_kv_combine},
   {"fa_copy_range", w_copy_range},
+  {"fa_gemm_ws_bytes", w_gemm_ws_bytes},
+  {"fa_gemm_f32", w_gemm_f32},
   {"fa_set_stack", w_set_stack},
   {"fa_problem_bytes", w_problem_bytes},
   {"fa_test_mm", w_test_mm},

@@ -1,0 +1,124 @@
+/**
+ * The model ops (src/gemm.ts over csrc/gemm.c) against @fa/core's op kit (runOpConformance:
+ * every transpose pair, ragged edges, K past the blocking, empty dims, views, a transformer
+ * layer's shapes, checked against a float64 reference; and the bad calls, which must throw
+ * checkGemm's FAErrors and leave c untouched) on every binary the engine loads here: SIMD128 and
+ * relaxed SIMD, each with shared memory (worker threads) and unshared (one thread), and the
+ * native levels this CPU runs (x86-64-v4 and v3 on an AVX-512 CPU). Plus what the engine's
+ * memory must survive: a product between the steps of an attention call that waits on its
+ * workers, device tensors held in the heap, and a disposed backend.
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { gemmReference, runOpConformance } from '@fa/core/testing';
+import { isFAError, tensor, type GemmCall, type HostTensor } from '@fa/core';
+import { createWasmBackend, enableRelaxedSimd, nativeTarget, type WasmBackend, type WasmBackendOptions } from '../dist/index.js';
+
+const relaxed = await enableRelaxedSimd();
+const native = await nativeTarget();
+const nativeLevels = native.level === 'x86-64-v4' ? (['x86-64-v4', 'x86-64-v3'] as const) : native.level ? [native.level] : [];
+
+const variants: [string, WasmBackendOptions][] = [
+  ['wasm SIMD128, shared memory', { relaxedSimd: false }],
+  ['wasm SIMD128, one thread', { relaxedSimd: false, threads: 0 }],
+  ...(relaxed
+    ? ([
+        ['wasm relaxed SIMD, shared memory', { relaxedSimd: true }],
+        ['wasm relaxed SIMD, one thread', { relaxedSimd: true, threads: 0 }],
+      ] as [string, WasmBackendOptions][])
+    : []),
+  ...nativeLevels.map((l): [string, WasmBackendOptions] => [`native ${l}`, { native: true, nativeLevel: l }]),
+];
+
+const made: WasmBackend[] = [];
+afterAll(async () => {
+  for (const b of made) await b.dispose();
+});
+async function backend(o: WasmBackendOptions): Promise<WasmBackend> {
+  const b = await createWasmBackend(o);
+  made.push(b);
+  return b;
+}
+
+function rand(n: number, seed: number): Float32Array {
+  const a = new Float32Array(n);
+  let s = seed >>> 0 || 1;
+  for (let i = 0; i < n; i++) {
+    s ^= s << 13;
+    s >>>= 0;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    s >>>= 0;
+    a[i] = s / 2 ** 32 - 0.5;
+  }
+  return a;
+}
+
+function relError(x: Float32Array, ref: Float64Array): number {
+  let num = 0, den = 0;
+  for (let i = 0; i < ref.length; i++) {
+    num += (x[i] - ref[i]) ** 2;
+    den += ref[i] ** 2;
+  }
+  return Math.sqrt(num / den);
+}
+
+describe('model ops: the op kit', () => {
+  if (!native.level) it.skip(`native levels skipped: ${native.why ?? 'unavailable'}`, () => undefined);
+  for (const [name, o] of variants) {
+    it(name, async () => {
+      const b = await backend(o);
+      expect(b.modelOps.engine).toBe(b.name);
+      expect(b.modelOps.kernel).toContain('1 thread');
+      const r = runOpConformance(b.modelOps);
+      const failures = r.failures.map((f) => `${f.name}: ${f.message ?? ''}`);
+      expect(failures, failures.join('\n')).toEqual([]);
+      expect(r.failed).toBe(0);
+      expect(r.passed).toBeGreaterThan(100);
+    });
+  }
+});
+
+describe('model ops: the engine memory around a product', () => {
+  const o: WasmBackendOptions = native.level ? { native: true } : {};
+
+  it('a product between the steps of a pooled attention call changes neither', async () => {
+    const b = await backend({ ...o, inlineBelowFlops: 0 });
+    const [T, H, D] = [2048, 4, 64]; // long enough (tens of ms) for the product to land while the workers run
+    const q = tensor(rand(T * H * D, 1), [1, T, H, D]), k = tensor(rand(T * H * D, 2), [1, T, H, D]), v = tensor(rand(T * H * D, 3), [1, T, H, D]);
+    const alone = await b.forward(q, k, v, { causal: true });
+    const g: GemmCall = { transA: false, transB: true, M: 300, N: 200, K: 130, a: rand(300 * 130, 4), b: rand(200 * 130, 5), c: new Float32Array(300 * 200) };
+    const pending = b.forward(q, k, v, { causal: true });
+    // the call is now waiting on its workers (or queued): the product runs above its arena
+    await new Promise((r) => setTimeout(r, 0));
+    b.modelOps.gemm(g);
+    const during = await pending;
+    expect(Array.from((during.out as HostTensor).data)).toEqual(Array.from((alone.out as HostTensor).data));
+    expect(relError(g.c, gemmReference(g))).toBeLessThan(1e-6);
+  });
+
+  it('leaves device tensors held in the heap as they were', async () => {
+    const b = await backend(o);
+    const data = rand(4096, 6);
+    const dev = await b.upload(tensor(data, [64, 64]));
+    const g: GemmCall = { transA: true, transB: false, M: 257, N: 129, K: 300, a: rand(257 * 300, 7), b: rand(300 * 129, 8), c: rand(257 * 129, 9), accumulate: true };
+    const ref = gemmReference(g);
+    b.modelOps.gemm(g);
+    expect(relError(g.c, ref)).toBeLessThan(1e-6);
+    const back = await b.read(dev);
+    expect(Array.from(back.data as Float32Array)).toEqual(Array.from(data));
+  });
+
+  it('refuses products once the backend is disposed', async () => {
+    const b = await createWasmBackend(o);
+    await b.dispose();
+    const c = new Float32Array(4).fill(7);
+    let err: unknown;
+    try {
+      b.modelOps.gemm({ transA: false, transB: false, M: 2, N: 2, K: 2, a: new Float32Array(4), b: new Float32Array(4), c });
+    } catch (e) {
+      err = e;
+    }
+    expect(isFAError(err) && err.code).toBe('E_DEVICE');
+    expect(Array.from(c)).toEqual([7, 7, 7, 7]);
+  });
+});
