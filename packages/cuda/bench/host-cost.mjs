@@ -62,7 +62,6 @@ console.log('|---|---|');
   await time('stream.writeIndex (1 length)', () => { s.writeIndex(lens, [n]); }, () => s.sync());
 }
 {
-  const bufs = [];
   await time('ctx.alloc + dispose (8 KiB)', () => { const x = ctx.alloc(8192); x.dispose(); }, async () => {});
 }
 await s.sync();

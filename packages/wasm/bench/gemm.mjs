@@ -28,6 +28,7 @@ import { createRequire } from 'node:module';
 import { cpus, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { cpuModelOps, gemmFlops } from '@fa/core';
+import { createRng, randomValues } from '@fa/core/testing';
 import { createWasmBackend, nativeTarget } from '../dist/index.js';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
@@ -48,15 +49,7 @@ const SHAPES = [
   { name: 'square', form: 'nn', M: 512, N: 512, K: 512 },
 ];
 
-function randn(n, seed) {
-  const a = new Float32Array(n);
-  let s = seed >>> 0 || 1;
-  for (let i = 0; i < n; i++) {
-    s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
-    a[i] = s / 2 ** 32 - 0.5;
-  }
-  return a;
-}
+const randn = (n, seed) => randomValues(createRng(seed), n, 0.5);
 
 /** rows × cols row-major → cols × rows. */
 function transpose(x, rows, cols) {

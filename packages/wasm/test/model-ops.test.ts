@@ -9,7 +9,7 @@
  * workers, device tensors held in the heap, and a disposed backend.
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { gemmReference, runOpConformance } from '@fa/core/testing';
+import { createRng, gemmError, gemmReference, randomValues, runOpConformance } from '@fa/core/testing';
 import { isFAError, tensor, type GemmCall, type HostTensor } from '@fa/core';
 import { createWasmBackend, enableRelaxedSimd, nativeTarget, type WasmBackend, type WasmBackendOptions } from '../dist/index.js';
 
@@ -39,28 +39,7 @@ async function backend(o: WasmBackendOptions): Promise<WasmBackend> {
   return b;
 }
 
-function rand(n: number, seed: number): Float32Array {
-  const a = new Float32Array(n);
-  let s = seed >>> 0 || 1;
-  for (let i = 0; i < n; i++) {
-    s ^= s << 13;
-    s >>>= 0;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    s >>>= 0;
-    a[i] = s / 2 ** 32 - 0.5;
-  }
-  return a;
-}
-
-function relError(x: Float32Array, ref: Float64Array): number {
-  let num = 0, den = 0;
-  for (let i = 0; i < ref.length; i++) {
-    num += (x[i] - ref[i]) ** 2;
-    den += ref[i] ** 2;
-  }
-  return Math.sqrt(num / den);
-}
+const rand = (n: number, seed: number): Float32Array => randomValues(createRng(seed), n);
 
 describe('model ops: the op kit', () => {
   if (!native.level) it.skip(`native levels skipped: ${native.why ?? 'unavailable'}`, () => undefined);
@@ -93,7 +72,7 @@ describe('model ops: the engine memory around a product', () => {
     b.modelOps.gemm(g);
     const during = await pending;
     expect(Array.from((during.out as HostTensor).data)).toEqual(Array.from((alone.out as HostTensor).data));
-    expect(relError(g.c, gemmReference(g))).toBeLessThan(1e-6);
+    expect(gemmError(g.c, gemmReference(g))).toBeLessThan(1e-6);
   });
 
   it('leaves device tensors held in the heap as they were', async () => {
@@ -103,7 +82,7 @@ describe('model ops: the engine memory around a product', () => {
     const g: GemmCall = { transA: true, transB: false, M: 257, N: 129, K: 300, a: rand(257 * 300, 7), b: rand(300 * 129, 8), c: rand(257 * 129, 9), accumulate: true };
     const ref = gemmReference(g);
     b.modelOps.gemm(g);
-    expect(relError(g.c, ref)).toBeLessThan(1e-6);
+    expect(gemmError(g.c, ref)).toBeLessThan(1e-6);
     const back = await b.read(dev);
     expect(Array.from(back.data as Float32Array)).toEqual(Array.from(data));
   });

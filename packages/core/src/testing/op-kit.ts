@@ -82,6 +82,17 @@ export interface OpConformanceSummary {
 
 export const GEMM_TOLERANCE = 1e-5;
 
+/** ‖x − ref‖ / ‖ref‖, the kit's measure of a product (0 for an empty one). */
+export function gemmError(x: ArrayLike<number>, ref: ArrayLike<number>): number {
+  let num = 0, den = 0;
+  for (let i = 0; i < ref.length; i++) {
+    const d = x[i] - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+  }
+  return ref.length === 0 ? 0 : Math.sqrt(num) / Math.max(Math.sqrt(den), 1e-30);
+}
+
 /** Runs one gemm case on the ops. */
 export function checkGemmCase(ops: HostModelOps, c: GemmCase, seed = 1): OpCaseResult {
   const rng = createRng(seed);
@@ -99,13 +110,7 @@ export function checkGemmCase(ops: HostModelOps, c: GemmCase, seed = 1): OpCaseR
   } catch (e) {
     return { name: c.name, pass: false, error: Number.NaN, message: `threw: ${e instanceof Error ? e.message : String(e)}` };
   }
-  let num = 0, den = 0;
-  for (let i = 0; i < ref.length; i++) {
-    const d = out[i] - ref[i];
-    num += d * d;
-    den += ref[i] * ref[i];
-  }
-  const error = ref.length === 0 ? 0 : Math.sqrt(num) / Math.max(Math.sqrt(den), 1e-30);
+  const error = gemmError(out, ref);
   const pass = error <= GEMM_TOLERANCE; // (NaN fails)
   return { name: c.name, pass, error, message: pass ? undefined : `error ${error.toExponential(3)} > ${GEMM_TOLERANCE}` };
 }
