@@ -20,7 +20,7 @@ const attn = backendName === engineName ? engine : await resolveBackend(backendN
 const ops = setModelEngine(engine);
 // count the time and FLOPs of the products
 let gemmMs = 0, gemmFl = 0;
-setModelEngine({ engine: ops.engine, kernel: ops.kernel, gemm(g) { const t0 = performance.now(); ops.gemm(g); gemmMs += performance.now() - t0; gemmFl += gemmFlops(g); } });
+setModelEngine({ ...ops, gemm(g) { const t0 = performance.now(); ops.gemm(g); gemmMs += performance.now() - t0; gemmFl += gemmFlops(g); } });
 
 class GPT extends Module {
   constructor(rng) {

@@ -1,5 +1,9 @@
-/** Optimizers (AdamW, SGD) and gradient clipping, updating parameters' data in place. */
+/**
+ * Optimizers (AdamW, SGD) and gradient clipping, updating parameters' data in place. AdamW's
+ * float32 update is one fused pass of the model engine (engine.ts) per parameter.
+ */
 import { FAError } from '@fa/core';
+import { modelEngine } from './engine.js';
 import { Tensor, alloc, type Data } from './tensor.js';
 
 export abstract class Optimizer {
@@ -56,6 +60,10 @@ export class AdamW extends Optimizer {
       const x = p.data;
       const m = this.m[i];
       const v = this.v[i];
+      if (x instanceof Float32Array && g instanceof Float32Array && m instanceof Float32Array && v instanceof Float32Array) {
+        modelEngine().adamw({ param: x, grad: g, m, v, lr, beta1: b1, beta2: b2, eps, weightDecay: wd, step: this.t });
+        return;
+      }
       for (let j = 0; j < x.length; j++) {
         if (wd !== 0) x[j] -= lr * wd * x[j];
         m[j] = b1 * m[j] + (1 - b1) * g[j];

@@ -4,34 +4,36 @@
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { checkGemm, cpuModelOps, createCpuBackend, gemmFlops, type GemmCall, type HostModelOps } from '../dist/index.js';
-import { gemmCases, gemmReference, runOpConformance } from '../dist/testing/index.js';
+import { badLayerOpCalls, gemmCases, gemmReference, layerOpCases, runOpConformance } from '../dist/testing/index.js';
 
 const cpu = await createCpuBackend({ threads: 0 });
 afterAll(() => cpu.dispose());
 
 const small = gemmCases().filter((c) => c.M * c.N * c.K <= 1e6);
-const names = (ops: HostModelOps) => runOpConformance(ops, { cases: small }).failures.map((f) => `${f.name}: ${f.message}`);
+const names = (ops: HostModelOps) => runOpConformance(ops, { cases: small, layerCases: [] }).failures.map((f) => `${f.name}: ${f.message}`);
+const layerNames = (ops: HostModelOps) => runOpConformance(ops, { cases: [] }).failures.map((f) => `${f.name}: ${f.message}`);
 
 describe('model ops: gemm', () => {
   it('the cpu engine passes the op kit, through its modelOps', () => {
     expect(cpu.modelOps).toBe(cpuModelOps);
     const s = runOpConformance(cpu.modelOps!);
     expect(s.failures.map((f) => `${f.name}: ${f.message}`)).toEqual([]);
-    expect(s.passed).toBe(gemmCases().length + 6);
+    expect(s.passed).toBe(gemmCases().length + 6 + layerOpCases().length + badLayerOpCalls().length);
   });
 
   it('catches a product that ignores accumulate', () => {
-    const bad: HostModelOps = { engine: 'bad', kernel: 'x', gemm: (g) => cpuModelOps.gemm({ ...g, accumulate: false }) };
+    const bad: HostModelOps = { ...cpuModelOps, engine: 'bad', kernel: 'x', gemm: (g) => cpuModelOps.gemm({ ...g, accumulate: false }) };
     expect(names(bad).some((n) => n.includes('+='))).toBe(true);
   });
 
   it('catches a transposed B read as if it were not', () => {
-    const bad: HostModelOps = { engine: 'bad', kernel: 'x', gemm: (g) => cpuModelOps.gemm({ ...g, transB: g.N === g.K ? !g.transB : g.transB }) };
+    const bad: HostModelOps = { ...cpuModelOps, engine: 'bad', kernel: 'x', gemm: (g) => cpuModelOps.gemm({ ...g, transB: g.N === g.K ? !g.transB : g.transB }) };
     expect(names(bad).some((n) => n.includes('gemm nt') || n.includes('gemm tt'))).toBe(true);
   });
 
   it('catches results rounded to bf16-like precision', () => {
     const bad: HostModelOps = {
+      ...cpuModelOps,
       engine: 'bad',
       kernel: 'x',
       gemm: (g) => {
@@ -43,7 +45,7 @@ describe('model ops: gemm', () => {
   });
 
   it('catches an engine that computes bad calls instead of refusing them', () => {
-    const bad: HostModelOps = { engine: 'bad', kernel: 'x', gemm: () => {} };
+    const bad: HostModelOps = { ...cpuModelOps, engine: 'bad', kernel: 'x', gemm: () => {} };
     const f = names(bad);
     expect(f.filter((n) => n.startsWith('bad gemm')).length).toBe(6);
   });
@@ -63,5 +65,67 @@ describe('model ops: gemm', () => {
     const c = Float32Array.of(10, 20, 30, 40);
     const ref = gemmReference({ transA: true, transB: true, M: 2, N: 2, K: 3, a, b, c, accumulate: true });
     expect(Array.from(ref)).toEqual([10 + 4, 20 + 5, 30 + 10, 40 + 11]);
+  });
+});
+
+describe('model ops: the layer ops', () => {
+  const broken = (patch: Partial<HostModelOps>): HostModelOps => ({ ...cpuModelOps, engine: 'bad', kernel: 'x', ...patch });
+
+  it('catches gelu computed with the tanh form when the exact one is asked', () => {
+    const f = layerNames(broken({ gelu: (c) => cpuModelOps.gelu({ ...c, approximate: 'tanh' }) }));
+    expect(f.some((n) => n.startsWith('gelu none'))).toBe(true);
+    expect(f.some((n) => n.startsWith('gelu tanh'))).toBe(false);
+  });
+
+  it('catches a gelu gradient that ignores accumulate', () => {
+    const f = layerNames(broken({ geluBackward: (c) => cpuModelOps.geluBackward({ ...c, accumulate: false }) }));
+    expect(f.some((n) => n.startsWith('geluBackward') && n.includes('+='))).toBe(true);
+  });
+
+  it('catches a layerNorm with an f32 one-pass variance (rows far from zero)', () => {
+    const f = layerNames(
+      broken({
+        layerNorm: (c) => {
+          cpuModelOps.layerNorm(c);
+          for (let r = 0; r < c.rows; r++) {
+            let s = 0, q = 0;
+            for (let j = 0; j < c.cols; j++) {
+              s = Math.fround(s + c.x[r * c.cols + j]);
+              q = Math.fround(q + c.x[r * c.cols + j] ** 2);
+            }
+            const mu = Math.fround(s / c.cols);
+            c.rstd[r] = 1 / Math.sqrt(Math.max(0, Math.fround(q / c.cols - mu * mu)) + c.eps);
+            for (let j = 0; j < c.cols; j++) c.y[r * c.cols + j] = (c.x[r * c.cols + j] - mu) * c.rstd[r] * (c.weight?.[j] ?? 1) + (c.bias?.[j] ?? 0);
+          }
+        },
+      }),
+    );
+    expect(f.some((n) => n.includes('mean 1000'))).toBe(true);
+  });
+
+  it('catches a layerNorm backward that drops the mean term, and dbias left unset', () => {
+    expect(layerNames(broken({ layerNormBackward: (c) => cpuModelOps.layerNormBackward({ ...c, dbias: null }) })).some((n) => n.startsWith('layerNormBackward'))).toBe(true);
+  });
+
+  it('catches cross-entropy that counts ignored rows, and a gradient without the target term', () => {
+    const f = layerNames(broken({ crossEntropy: (c) => { const r = cpuModelOps.crossEntropy(c); return { ...r, count: c.rows }; } }));
+    expect(f.some((n) => n.startsWith('crossEntropy ') && n.includes('ignored'))).toBe(true);
+    const g = layerNames(broken({ crossEntropyBackward: (c) => cpuModelOps.crossEntropyBackward({ ...c, targets: c.targets.map(() => -100), ignoreIndex: -100 }) }));
+    expect(g.some((n) => n.startsWith('crossEntropyBackward'))).toBe(true);
+  });
+
+  it('catches AdamW without bias correction, and coupled weight decay', () => {
+    expect(layerNames(broken({ adamw: (c) => cpuModelOps.adamw({ ...c, step: 1e6 }) })).some((n) => n.startsWith('adamw') && n.includes('step7'))).toBe(true);
+    expect(layerNames(broken({ adamw: (c) => cpuModelOps.adamw({ ...c, weightDecay: 0 }) })).some((n) => /^adamw .*weightDecay 0\.\d/.test(n))).toBe(true);
+  });
+
+  it('catches a product that drops the bias, and a row sum that ignores accumulate', () => {
+    expect(layerNames(broken({ gemm: (g) => cpuModelOps.gemm({ ...g, bias: null }) })).some((n) => n.includes('+ bias'))).toBe(true);
+    expect(layerNames(broken({ sumRows: (c) => cpuModelOps.sumRows({ ...c, accumulate: false }) })).some((n) => n.startsWith('sumRows') && n.includes('+='))).toBe(true);
+  });
+
+  it('catches an engine that computes bad calls instead of refusing them', () => {
+    const f = layerNames(broken({ gelu: () => {}, adamw: () => {}, crossEntropy: () => ({ loss: 0, count: 0 }) }));
+    expect(f.filter((n) => n.startsWith('bad ')).length).toBeGreaterThanOrEqual(6);
   });
 });

@@ -1,5 +1,5 @@
 /**
- * The model ops' matrix product (`backend.modelOps.gemm`, src/gemm.ts over csrc/gemm.c) on the
+ * The model ops' matrix product (`backend.modelOps.gemm`, src/model-ops.ts over csrc/gemm.c) on the
  * native and wasm engines, against onnxruntime-node's CPU MatMul, in one process, on the products
  * of a transformer training step (d_model 256, MLP 1024, 1024 tokens) and a 512³ square:
  *
@@ -7,9 +7,11 @@
  *   nt (1024, 1024, 256)  MLP up             nt (1024, 256, 1024)  MLP down
  *   tn (768, 256, 1024)   a weight gradient (dW = dYᵀ · X)        nn (512, 512, 512)
  *
- * - Ours: GFLOP/s (2·M·N·K) of one synchronous call on the calling thread, copies of a, b into
- *   the engine's memory and of c out included; every native level this CPU runs and the
- *   WebAssembly SIMD128 build (Node 20's default; FA_BENCH_RELAXED=1 adds relaxed SIMD).
+ * - Ours: GFLOP/s (2·M·N·K) of one synchronous call: native in place on 1 thread for every level
+ *   this CPU runs and on 2 threads for the best one (the caller and a helper thread); the
+ *   WebAssembly SIMD128 build on 1 thread, copies of a, b into the engine's memory and of c out
+ *   included (Node 20's default; FA_BENCH_RELAXED=1 adds relaxed SIMD). Each is compared with ORT
+ *   at the same number of threads.
  * - ORT: an ONNX model with one MatMul node per shape, built here (no onnx package needed), both
  *   operands graph inputs (weights change every step of training, so no prepacking), fed in the
  *   layout MatMul takes (op(A) M×K, op(B) K×N: the same products); 1 intra-op thread (ours runs on
@@ -107,11 +109,12 @@ const nt = await nativeTarget();
 const levels = nt.level === 'x86-64-v4' ? ['x86-64-v4', 'x86-64-v3'] : nt.level ? [nt.level] : [];
 for (const level of levels) {
   const b = await createWasmBackend({ native: true, nativeLevel: level, threads: 0 });
-  engines.push({ key: `native ${level.slice(-2)}`, label: `native ${level}`, b });
+  engines.push({ key: `native ${level.slice(-2)}`, label: `native ${level}`, b, threads: 1 });
 }
+if (levels.length) engines.push({ key: `native ${levels[0].slice(-2)} ×2`, label: `native ${levels[0]}, 2 threads`, b: await createWasmBackend({ native: true, nativeLevel: levels[0], threads: 2 }), threads: 2 });
 if (!levels.length) console.error(`bench: native engine unavailable: ${nt.why}`);
-engines.push({ key: 'wasm', label: 'wasm SIMD128', b: await createWasmBackend({ threads: 0, relaxedSimd: false }) });
-if (env.FA_BENCH_RELAXED === '1') engines.push({ key: 'relaxed', label: 'wasm relaxed SIMD', b: await createWasmBackend({ threads: 0, relaxedSimd: true }) });
+engines.push({ key: 'wasm', label: 'wasm SIMD128', b: await createWasmBackend({ threads: 0, relaxedSimd: false }), threads: 1 });
+if (env.FA_BENCH_RELAXED === '1') engines.push({ key: 'relaxed', label: 'wasm relaxed SIMD', b: await createWasmBackend({ threads: 0, relaxedSimd: true }), threads: 1 });
 
 const opts = (threads) => ({ intraOpNumThreads: threads, interOpNumThreads: 1, executionProviders: ['cpu'], graphOptimizationLevel: 'all' });
 const rows = [];
@@ -180,14 +183,17 @@ const cpuShape = SHAPES[1];
 
 const f = (x) => (x === undefined ? '–' : x.toFixed(1));
 const fb = (r, k) => (r.gf[k] === undefined ? '–' : `${f(r.gf[k])} (${f(r.best[k])})`);
-const ratio = (r, k) => (r.gf[k] === undefined || r.gf.ort1 === undefined ? '–' : `${(r.gf[k] / r.gf.ort1).toFixed(2)}× (${(r.best[k] / r.best.ort1).toFixed(2)}×)`);
+const ratio = (r, e) => {
+  const o = `ort${e.threads}`;
+  return r.gf[e.key] === undefined || r.gf[o] === undefined ? '–' : `${(r.gf[e.key] / r.gf[o]).toFixed(2)}× (${(r.best[e.key] / r.best[o]).toFixed(2)}×)`;
+};
 const ours = engines.map((e) => e.key);
-const head = ['form', 'M×N×K', ...engines.map((e) => e.label), 'ORT MatMul 1 thread', 'ORT MatMul 2 threads', 'ORT Gemm (trans flags) 1 thread', ...ours.map((k) => `${k} / ORT 1t`)];
+const head = ['form', 'M×N×K', ...engines.map((e) => e.label), 'ORT MatMul 1 thread', 'ORT MatMul 2 threads', 'ORT Gemm (trans flags) 1 thread', ...engines.map((e) => `${e.key} / ORT ${e.threads}t`)];
 console.log(`\nGFLOP/s (2·M·N·K / wall time of one call): median of ${REPS} (best in parentheses); load at the end ${load()}\n`);
 console.log(`| ${head.join(' | ')} |`);
 console.log(`|${head.map(() => '---').join('|')}|`);
 for (const r of rows) {
-  const cells = [r.form, `${r.M}×${r.N}×${r.K}`, ...ours.map((k) => fb(r, k)), fb(r, 'ort1'), fb(r, 'ort2'), fb(r, 'ortGemm1'), ...ours.map((k) => ratio(r, k))];
+  const cells = [r.form, `${r.M}×${r.N}×${r.K}`, ...ours.map((k) => fb(r, k)), fb(r, 'ort1'), fb(r, 'ort2'), fb(r, 'ortGemm1'), ...engines.map((e) => ratio(r, e))];
   console.log(`| ${cells.join(' | ')} |`);
 }
 console.log(`\nTypeScript cpu engine (cpuModelOps: ${cpuModelOps.kernel}), ${cpuShape.form} ${cpuShape.M}×${cpuShape.N}×${cpuShape.K}: ${f(cpuShape.cpu)} GFLOP/s`);

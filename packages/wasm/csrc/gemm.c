@@ -74,11 +74,17 @@ int32_t fa_gemm_ws_bytes(int32_t trans_a, int32_t trans_b, int32_t m, int32_t n,
   return (int32_t)sizeof(float) * (kc * ncp + (trans_a ? mc * kc : 0) + mc * 8);
 }
 
-FA_EXPORT(fa_gemm_f32)
-void fa_gemm_f32(int32_t trans_a, int32_t trans_b, int32_t m, int32_t n, int32_t k, const float *a, const float *b, float *c, int32_t accumulate, float *ws) {
+/*
+ * The product on strided storage: A's rows (or, with trans_a, its K rows of M) lda floats apart,
+ * B's ldb apart, C's ldc apart. fa_gemm_f32 is the packed case; the native build's threaded
+ * product (native/direct.c) hands each thread a block of rows or columns through it.
+ */
+void fa_gemm_f32_ld(int32_t trans_a, int32_t trans_b, int32_t m, int32_t n, int32_t k, const float *a, int32_t lda, const float *b, int32_t ldb, float *c, int32_t ldc,
+                    int32_t accumulate, float *ws) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
-    if (!accumulate) __builtin_memset(c, 0, (size_t)m * n * sizeof(float));
+    if (!accumulate)
+      for (int32_t r = 0; r < m; r++) __builtin_memset(c + (size_t)r * ldc, 0, (size_t)n * sizeof(float));
     return;
   }
   const int32_t kc_max = fa_min(k, GEMM_KC), mc_max = fa_min(m, GEMM_MC), ncp_max = round8(fa_min(n, GEMM_NC));
@@ -90,32 +96,37 @@ void fa_gemm_f32(int32_t trans_a, int32_t trans_b, int32_t m, int32_t n, int32_t
     const int set = p0 == 0 && !accumulate;
     for (int32_t i0 = 0; i0 < m; i0 += GEMM_MC) {
       const int32_t mc = fa_min(GEMM_MC, m - i0);
-      /* op(A)'s rows: read in place (row stride k), or packed as rows of kc when stored K x M */
-      const float *ab = a + (size_t)i0 * k + p0;
-      int32_t lda = k;
-      if (trans_a) transpose(a + (size_t)p0 * m + i0, m, kc, mc, ap, kc), ab = ap, lda = kc;
+      /* op(A)'s rows: read in place (row stride lda), or packed as rows of kc when stored K x M */
+      const float *ab = a + (size_t)i0 * lda + p0;
+      int32_t lda_p = lda;
+      if (trans_a) transpose(a + (size_t)p0 * lda + i0, lda, kc, mc, ap, kc), ab = ap, lda_p = kc;
       for (int32_t j0 = 0; j0 < n; j0 += GEMM_NC) {
         const int32_t nc = fa_min(GEMM_NC, n - j0), ncp = round8(nc), full = nc & ~7;
-        if (trans_b) transpose(b + (size_t)j0 * k + p0, k, nc, kc, bp, ncp);
-        else copy_rows(b + (size_t)p0 * n + j0, n, kc, nc, bp, ncp);
+        if (trans_b) transpose(b + (size_t)j0 * ldb + p0, ldb, nc, kc, bp, ncp);
+        else copy_rows(b + (size_t)p0 * ldb + j0, ldb, kc, nc, bp, ncp);
         if (ncp != nc)
           for (int32_t r = 0; r < kc; r++) __builtin_memset(bp + (size_t)r * ncp + nc, 0, (size_t)(ncp - nc) * sizeof(float));
-        float *cb = c + (size_t)i0 * n + j0;
+        float *cb = c + (size_t)i0 * ldc + j0;
         if (full > 0) {
-          if (set) f32_mm_nn_set(mc, full, kc, ab, lda, bp, ncp, cb, n);
-          else f32_mm_nn_acc(mc, full, kc, ab, lda, bp, ncp, cb, n);
+          if (set) f32_mm_nn_set(mc, full, kc, ab, lda_p, bp, ncp, cb, ldc);
+          else f32_mm_nn_acc(mc, full, kc, ab, lda_p, bp, ncp, cb, ldc);
         }
         if (full < nc) {
           const int32_t w = nc - full;
           if (set) {
-            f32_mm_nn_set(mc, 8, kc, ab, lda, bp + full, ncp, tail, 8);
+            f32_mm_nn_set(mc, 8, kc, ab, lda_p, bp + full, ncp, tail, 8);
           } else {
-            copy_rows(cb + full, n, mc, w, tail, 8);
-            f32_mm_nn_acc(mc, 8, kc, ab, lda, bp + full, ncp, tail, 8);
+            copy_rows(cb + full, ldc, mc, w, tail, 8);
+            f32_mm_nn_acc(mc, 8, kc, ab, lda_p, bp + full, ncp, tail, 8);
           }
-          copy_rows(tail, 8, mc, w, cb + full, n);
+          copy_rows(tail, 8, mc, w, cb + full, ldc);
         }
       }
     }
   }
+}
+
+FA_EXPORT(fa_gemm_f32)
+void fa_gemm_f32(int32_t trans_a, int32_t trans_b, int32_t m, int32_t n, int32_t k, const float *a, const float *b, float *c, int32_t accumulate, float *ws) {
+  fa_gemm_f32_ld(trans_a, trans_b, m, n, k, a, trans_a ? m : k, b, trans_b ? k : n, c, n, accumulate, ws);
 }

@@ -22,7 +22,7 @@ if ! command -v "$cc" >/dev/null 2>&1; then
 fi
 [ -n "${FA_WASM_NO_GEN:-}" ] || node scripts/gen-kernels.mjs >/dev/null
 mkdir -p "$out"
-srcs=(csrc/forward.c csrc/backward.c csrc/kvcache.c csrc/copy.c csrc/convert.c csrc/gemm.c csrc/testing.c csrc/native/addon.c)
+srcs=(csrc/forward.c csrc/backward.c csrc/kvcache.c csrc/copy.c csrc/convert.c csrc/gemm.c csrc/layer_ops.c csrc/testing.c csrc/native/addon.c csrc/native/direct.c)
 # FA_RELAXED: multiply-adds fuse (x86 FMA3, as relaxed SIMD's madd does on these CPUs)
 common=(--target=x86_64-linux-gnu -O3 -shared -fPIC -nostdlib -ffreestanding -fno-ident -fno-strict-aliasing
   -fvisibility=hidden -fno-plt -Wall -Werror -DFA_RELAXED -DFA_NATIVE -Icsrc/native

@@ -22,7 +22,7 @@ if ! command -v "$cc" >/dev/null 2>&1; then
 fi
 [ -n "${FA_WASM_NO_GEN:-}" ] || node scripts/gen-kernels.mjs >/dev/null
 mkdir -p "$out"
-srcs=(csrc/forward.c csrc/backward.c csrc/kvcache.c csrc/copy.c csrc/convert.c csrc/gemm.c csrc/testing.c csrc/stack.S)
+srcs=(csrc/forward.c csrc/backward.c csrc/kvcache.c csrc/copy.c csrc/convert.c csrc/gemm.c csrc/layer_ops.c csrc/testing.c csrc/stack.S)
 common=(--target=wasm32 -O3 -nostdlib -ffreestanding -fno-ident -fno-strict-aliasing -msimd128 -mbulk-memory -Wall -Werror
   -Wl,--no-entry -Wl,--import-memory -Wl,--stack-first -Wl,-z,stack-size=65536
   -Wl,--export=__heap_base -Wl,--strip-all)

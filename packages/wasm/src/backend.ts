@@ -13,7 +13,8 @@
  *   frees are serialised.
  * - Problems below `inlineBelowFlops` run on the calling thread, as does everything when no
  *   worker threads exist (a page that is not cross-origin isolated).
- * - `modelOps` (gemm.ts): the matrix product for model code, synchronous, on the calling thread.
+ * - `modelOps` (model-ops.ts): the matrix product and the element-wise and per-row ops of model
+ *   code, synchronous (native: in place, the product on every thread; wasm: through scratch).
  */
 import {
   BWD_UNIT,
@@ -56,7 +57,7 @@ import {
   type TileSizes,
 } from '@fa/core';
 import { binaryName, chooseIsa, enableRelaxedSimd, probeFeatures, type Features, type Isa } from './features.js';
-import { createModelOps, gemmKernelName } from './gemm.js';
+import { createModelOps, gemmKernelName } from './model-ops.js';
 import { copyIn, copyOut, copyOutTo } from './io.js';
 import { COPY_RING_BYTES, runJob, type Kernels, type WasmJob } from './job.js';
 import { copyUnits, hostCacheBytes, kvCallBytes, KV_GROUP_UNIT, kvScratchBound, runKVCall, type KVEngine, type ThreadTiles } from './kvcall.js';
@@ -81,7 +82,7 @@ export class WasmBackend implements AttentionBackend {
   readonly dtypes: readonly DType[] = ['f32', 'f16', 'bf16'];
   /** Why there are no worker threads, when there are none. */
   readonly threadsNote: string | undefined;
-  /** The model ops (gemm.ts): the matrix product on the calling thread, synchronously. */
+  /** The model ops (model-ops.ts), synchronous. */
   readonly modelOps: HostModelOps;
   private pool?: Promise<WasmPool>;
   private queue: Promise<unknown> = Promise.resolve();
@@ -121,7 +122,8 @@ export class WasmBackend implements AttentionBackend {
       kvScratchBytes: (problem) => kernels.fa_kv_scratch_bytes(problem),
       combine: (problem, scratch, b, kvh, t, slot0, chunks) => kernels.fa_kv_combine(problem, scratch, b, kvh, t, slot0, chunks),
     };
-    this.modelOps = createModelOps({ name, memory, arena: this.arena, kernels, alive: () => this.alive() }, gemmKernelName(isa));
+    const opThreads = name === 'native' ? Math.max(1, threads) : 1;
+    this.modelOps = createModelOps({ name, memory, arena: this.arena, kernels, direct: kernels.direct, threads: opThreads, alive: () => this.alive() }, gemmKernelName(isa, opThreads));
     const kind = isa === 'relaxed' ? 'WebAssembly relaxed SIMD' : isa === 'simd128' ? 'WebAssembly SIMD128' : `native ${isa} (${isa === 'x86-64-v4' ? 'AVX-512' : 'AVX2'})`;
     this.device = `${kind} ×${Math.max(1, threads)} thread${threads > 1 ? 's' : ''}${threadsNote ? ` (${threadsNote})` : ''}`;
   }

@@ -48,6 +48,18 @@ export interface Kernels {
   readonly fa_set_stack: (top: number) => void;
   readonly fa_gemm_ws_bytes: (transA: number, transB: number, m: number, n: number, k: number) => number;
   readonly fa_gemm_f32: (transA: number, transB: number, m: number, n: number, k: number, a: number, b: number, c: number, accumulate: number, ws: number) => void;
+  // the element-wise and per-row model ops (csrc/layer_ops.c, model-ops.ts)
+  readonly fa_add_bias_f32: (c: number, bias: number, m: number, n: number) => void;
+  readonly fa_gelu_f32: (x: number, y: number, n: number, tanh: number) => void;
+  readonly fa_gelu_backward_f32: (x: number, dy: number, dx: number, n: number, tanh: number, accumulate: number) => void;
+  readonly fa_layer_norm_f32: (x: number, w: number, b: number, y: number, mean: number, rstd: number, rows: number, cols: number, eps: number) => void;
+  readonly fa_layer_norm_backward_f32: (x: number, mean: number, rstd: number, w: number, dy: number, dx: number, dw: number, db: number, rows: number, cols: number, ws: number) => void;
+  readonly fa_cross_entropy_f32: (logits: number, targets: number, lse: number, rows: number, classes: number, ignore: number) => number;
+  readonly fa_cross_entropy_backward_f32: (logits: number, lse: number, targets: number, dlogits: number, rows: number, classes: number, ignore: number, scale: number) => void;
+  readonly fa_adamw_f32: (p: number, g: number, m: number, v: number, n: number, b1: number, b2: number, eps: number, decay: number, stepSize: number, invSqrtBc2: number) => void;
+  readonly fa_sum_rows_f32: (x: number, out: number, rows: number, cols: number, accumulate: number, ws: number) => void;
+  /** The native addon's direct model-op entries (native only; model-ops.ts). */
+  readonly direct?: import('./native.js').DirectOps;
   readonly __heap_base: WebAssembly.Global;
 }
 

@@ -15,7 +15,24 @@ import type { Kernels } from './job.js';
 
 export type NativeLevel = 'x86-64-v4' | 'x86-64-v3';
 
+type F32 = Float32Array;
+/** The addon's model-op entries on the caller's typed arrays (csrc/native/direct.c; model-ops.ts checks every call first). */
+export interface DirectOps {
+  gemmWsBytes(ta: number, tb: number, m: number, n: number, k: number, threads: number): number;
+  gemm(ta: number, tb: number, m: number, n: number, k: number, a: F32, b: F32, c: F32, accumulate: number, bias: F32 | null, ws: F32, threads: number): void;
+  gelu(x: F32, y: F32, tanh: number): void;
+  geluBackward(x: F32, dy: F32, dx: F32, tanh: number, accumulate: number): void;
+  layerNorm(x: F32, w: F32 | null, b: F32 | null, y: F32, mean: F32, rstd: F32, rows: number, cols: number, eps: number): void;
+  layerNormBackward(x: F32, mean: F32, rstd: F32, w: F32 | null, dy: F32, dx: F32 | null, dw: F32 | null, db: F32 | null, rows: number, cols: number, ws: Float64Array): void;
+  crossEntropy(logits: F32, targets: Int32Array, lse: F32, rows: number, classes: number, ignore: number): number;
+  crossEntropyBackward(logits: F32, lse: F32, targets: Int32Array, dlogits: F32, rows: number, classes: number, ignore: number, scale: number): void;
+  adamw(p: F32, g: F32, m: F32, v: F32, b1: number, b2: number, eps: number, decay: number, stepSize: number, invSqrtBc2: number): void;
+  sumRows(x: F32, out: F32, rows: number, cols: number, accumulate: number, ws: F32): void;
+}
+
 export interface NativeAddon {
+  /** The model ops on typed arrays in place. */
+  readonly ops: DirectOps;
   /** The kernels over a memory (a Uint8Array over all of it, from byte 0). */
   bind(view: Uint8Array): Omit<Kernels, '__heap_base'>;
   /** The base address of a typed array's memory (to check that a grown memory did not move). */
@@ -120,5 +137,5 @@ export async function loadAddon(url: URL): Promise<NativeAddon> {
  */
 export function nativeKernels(addon: NativeAddon, memory: WebAssembly.Memory): Kernels {
   if (!(memory.buffer instanceof SharedArrayBuffer)) throw new FAError('E_DEVICE', 'native kernels need a shared WebAssembly.Memory (its address never moves)');
-  return { ...addon.bind(new Uint8Array(memory.buffer)), __heap_base: { value: 0 } as unknown as WebAssembly.Global };
+  return { ...addon.bind(new Uint8Array(memory.buffer)), __heap_base: { value: 0 } as unknown as WebAssembly.Global, direct: addon.ops };
 }

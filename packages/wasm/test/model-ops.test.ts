@@ -1,8 +1,10 @@
 /**
- * The model ops (src/gemm.ts over csrc/gemm.c) against @fa/core's op kit (runOpConformance:
- * every transpose pair, ragged edges, K past the blocking, empty dims, views, a transformer
- * layer's shapes, checked against a float64 reference; and the bad calls, which must throw
- * checkGemm's FAErrors and leave c untouched) on every binary the engine loads here: SIMD128 and
+ * The model ops (src/model-ops.ts over csrc/gemm.c and csrc/layer_ops.c) against @fa/core's op
+ * kit (runOpConformance: the product's transpose pairs, ragged edges, K past the blocking, empty
+ * dims, views, a transformer layer's shapes, the bias epilogue; gelu, layerNorm, cross-entropy,
+ * AdamW and the row sum with their backward passes; each checked against a float64 reference;
+ * and the bad calls, which must throw the checkers' FAErrors and leave every output untouched)
+ * on every binary the engine loads here: SIMD128 and
  * relaxed SIMD, each with shared memory (worker threads) and unshared (one thread), and the
  * native levels this CPU runs (x86-64-v4 and v3 on an AVX-512 CPU). Plus what the engine's
  * memory must survive: a product between the steps of an attention call that waits on its
@@ -47,7 +49,7 @@ describe('model ops: the op kit', () => {
     it(name, async () => {
       const b = await backend(o);
       expect(b.modelOps.engine).toBe(b.name);
-      expect(b.modelOps.kernel).toContain('1 thread');
+      expect(b.modelOps.kernel).toContain(b.name === 'native' ? 'in place' : 'through scratch');
       const r = runOpConformance(b.modelOps);
       const failures = r.failures.map((f) => `${f.name}: ${f.message ?? ''}`);
       expect(failures, failures.join('\n')).toEqual([]);
@@ -55,6 +57,31 @@ describe('model ops: the op kit', () => {
       expect(r.passed).toBeGreaterThan(100);
     });
   }
+});
+
+describe('model ops: the native product on several threads', () => {
+  if (!native.level) it.skip(`native skipped: ${native.why ?? 'unavailable'}`, () => undefined);
+  else
+    it('splits by rows and by columns and gives the one-thread result bit for bit', async () => {
+      const one = await backend({ native: true, threads: 0 });
+      const four = await backend({ native: true, threads: 4 });
+      expect(one.modelOps.kernel).toContain('1 thread');
+      expect(four.modelOps.kernel).toContain('4 threads');
+      // tall (split by rows), short and wide (by columns), transposed operands, bias and accumulate
+      for (const [M, N, K, ta, tb] of [[1030, 300, 257, false, true], [20, 4099, 300, true, false], [513, 77, 1024, true, true]] as const) {
+        const a = rand(M * K, M), bm = rand(K * N, N), bias = rand(N, K), c0 = rand(M * N, 3);
+        const run = (b: WasmBackend) => {
+          const c = Float32Array.from(c0);
+          b.modelOps.gemm({ transA: ta, transB: tb, M, N, K, a, b: bm, c, accumulate: true, bias });
+          return c;
+        };
+        const c1 = run(one), c4 = run(four);
+        expect(c4.every((x, i) => Object.is(x, c1[i])), `M${M} N${N} K${K}`).toBe(true);
+        const ref = gemmReference({ transA: ta, transB: tb, M, N, K, a, b: bm, c: c0, accumulate: true });
+        for (let m = 0; m < M; m++) for (let n = 0; n < N; n++) ref[m * N + n] += bias[n];
+        expect(gemmError(c4, ref)).toBeLessThan(1e-6);
+      }
+    });
 });
 
 describe('model ops: the engine memory around a product', () => {

@@ -2,12 +2,14 @@
  * crossEntropy(logits, targets): mean softmax cross-entropy over rows, PyTorch's
  * F.cross_entropy. logits are [..., V] (rows = everything but the last dim); targets hold one
  * class index per row (Int32Array or numbers); rows whose target is `ignoreIndex` are skipped.
- * Saves the logits and each row's logsumexp (the probabilities are recomputed).
+ * Saves the logits and each row's logsumexp (the probabilities are recomputed). Float32 runs
+ * on the model engine (engine.ts), fused: no probabilities tensor is formed in either pass.
  */
 import { FAError } from '@fa/core';
 import { Tensor, alloc, type Data, type Precision } from '../tensor.js';
 import { record1, saveBuffer, type BackwardFn } from '../node.js';
 import { checkTensors, shapeStr } from './util.js';
+import { modelEngine } from '../engine.js';
 
 export interface CrossEntropyOptions {
   /** Rows with this target contribute nothing (default −100, as PyTorch). */
@@ -20,6 +22,10 @@ function crossEntropyBackward(x: Data, lse: Data, t: Int32Array, V: number, div:
   return ([g]) => {
     const s = g[0] / div;
     const gx = alloc(p, x.length);
+    if (x instanceof Float32Array && lse instanceof Float32Array && gx instanceof Float32Array) {
+      modelEngine().crossEntropyBackward({ rows: t.length, classes: V, logits: x, lse, targets: t, ignoreIndex: ignore, scale: s, dlogits: gx });
+      return [gx];
+    }
     for (let r = 0; r < t.length; r++) {
       if (t[r] === ignore) continue;
       const o = r * V;
@@ -44,7 +50,10 @@ export function crossEntropy(logits: Tensor, targets: Int32Array | readonly numb
   const lse = alloc(p, rows);
   let loss = 0;
   let count = 0;
-  for (let r = 0; r < rows; r++) {
+  if (x instanceof Float32Array && lse instanceof Float32Array) {
+    if (!Number.isSafeInteger(ignore)) throw new FAError('E_ARG', `crossEntropy: ignoreIndex must be an integer, got ${String(ignore)}`);
+    ({ loss, count } = modelEngine().crossEntropy({ rows, classes: V, logits: x, targets: t, ignoreIndex: ignore, lse }));
+  } else for (let r = 0; r < rows; r++) {
     if (t[r] === ignore) continue;
     if (!Number.isInteger(t[r]) || t[r] < 0 || t[r] >= V) throw new FAError('E_ARG', `crossEntropy: target ${t[r]} of row ${r} is not a class in [0, ${V})`);
     const o = r * V;

@@ -5,7 +5,7 @@
  * (engine.ts: cpu by default, the SIMD micro-kernels of native/wasm when set); float64 ones
  * (gradcheck's twin) on core's float64-sum kernel.
  */
-import { gemmCpu } from '@fa/core';
+import { addBiasRows, gemmCpu } from '@fa/core';
 import type { Data } from '../tensor.js';
 import { modelEngine } from '../engine.js';
 
@@ -22,6 +22,8 @@ export interface GemmArgs {
   C: Data;
   cOff?: number;
   accumulate?: boolean;
+  /** [N], added to every row of C (linear's bias). */
+  bias?: Data | null;
 }
 
 const part = <T extends Data>(x: T, off: number | undefined, n: number): T => (off === undefined && x.length === n ? x : (x.subarray(off ?? 0, (off ?? 0) + n) as T));
@@ -39,10 +41,12 @@ export function gemm(g: GemmArgs): void {
     b: part(g.B, g.bOff, K * N),
     c: part(g.C, g.cOff, M * N),
     accumulate: g.accumulate === true,
+    bias: g.bias ?? null,
   };
-  if (call.a instanceof Float32Array && call.b instanceof Float32Array && call.c instanceof Float32Array) {
-    modelEngine().gemm(call as typeof call & { a: Float32Array; b: Float32Array; c: Float32Array });
+  if (call.a instanceof Float32Array && call.b instanceof Float32Array && call.c instanceof Float32Array && (call.bias === null || call.bias instanceof Float32Array)) {
+    modelEngine().gemm(call as typeof call & { a: Float32Array; b: Float32Array; c: Float32Array; bias: Float32Array | null });
   } else {
-    gemmCpu(call);
+    gemmCpu({ ...call, bias: undefined });
+    if (call.bias) addBiasRows(call.c, call.bias, M, N);
   }
 }

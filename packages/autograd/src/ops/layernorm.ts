@@ -1,13 +1,21 @@
 /**
  * layerNorm(x, weight, bias, eps): normalises over the last dim, then scales and shifts
  * (PyTorch's F.layer_norm with normalized_shape = [C]). Saves x and the per-row mean and 1/σ.
+ * Float32 runs on the model engine (engine.ts); float64 (gradcheck's twin) here.
  */
 import { Tensor, alloc, type Data, type Precision } from '../tensor.js';
 import { record1, saveBuffer, type BackwardFn, type Saved } from '../node.js';
 import { checkTensors, dataAs, promote, shapeError, shapeStr } from './util.js';
+import { modelEngine } from '../engine.js';
 
 function layerNormBackward(x: Data, mean: Data, rstd: Data, w: Data | null, rows: number, C: number, p: Precision): BackwardFn {
   return ([g], needs) => {
+    if (p === 'float32') {
+      const f = (need: boolean, n: number) => (need ? new Float32Array(n) : null);
+      const [dx, dw, db] = [f(needs[0], rows * C), f(needs[1], C), f(needs[2], C)];
+      modelEngine().layerNormBackward({ rows, cols: C, x: x as Float32Array, mean: mean as Float32Array, rstd: rstd as Float32Array, weight: w as Float32Array | null, dy: g as Float32Array, dx, dweight: dw, dbias: db });
+      return [dx, dw, db];
+    }
     const gx = needs[0] ? alloc(p, rows * C) : null;
     const gw = needs[1] ? new Float64Array(C) : null;
     const gb = needs[2] ? new Float64Array(C) : null;
@@ -59,7 +67,9 @@ export function layerNorm(x: Tensor, weight?: Tensor | null, bias?: Tensor | nul
   const out = alloc(p, x.size);
   const mean = alloc(p, rows);
   const rstd = alloc(p, rows);
-  for (let r = 0; r < rows; r++) {
+  if (p === 'float32') {
+    modelEngine().layerNorm({ rows, cols: C, x: xd as Float32Array, weight: wd as Float32Array | null, bias: bd as Float32Array | null, eps, y: out as Float32Array, mean: mean as Float32Array, rstd: rstd as Float32Array });
+  } else for (let r = 0; r < rows; r++) {
     const o = r * C;
     let s = 0;
     for (let c = 0; c < C; c++) s += xd[o + c];

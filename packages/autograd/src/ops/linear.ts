@@ -1,12 +1,14 @@
 /**
  * linear(x, weight, bias?): y = x · weightᵀ + bias, PyTorch's F.linear. x is [..., in], weight
- * [out, in], bias [out]. Saves x (for weight's gradient) and weight (for x's gradient).
+ * [out, in], bias [out]. Saves x (for weight's gradient) and weight (for x's gradient). The
+ * bias rides the product's epilogue, and its gradient is the model engine's row sum (float32).
  */
 import { FAError } from '@fa/core';
 import { Tensor, alloc, type Data, type Precision } from '../tensor.js';
 import { record1, type BackwardFn, type Saved } from '../node.js';
 import { gemm } from './gemm.js';
 import { checkTensors, dataAs, promote, shapeError, shapeStr } from './util.js';
+import { modelEngine } from '../engine.js';
 
 function linearBackward(x: Data | null, w: Data | null, M: number, I: number, O: number, p: Precision): BackwardFn {
   return ([g], needs) => {
@@ -21,7 +23,10 @@ function linearBackward(x: Data | null, w: Data | null, M: number, I: number, O:
       gw = alloc(p, O * I);
       gemm({ transA: true, transB: false, M: O, N: I, K: M, A: g, B: x!, C: gw });
     }
-    if (needs[2]) {
+    if (needs[2] && g instanceof Float32Array) {
+      gbias = new Float32Array(O);
+      modelEngine().sumRows({ rows: M, cols: O, x: g, out: gbias });
+    } else if (needs[2]) {
       const acc = new Float64Array(O);
       for (let m = 0; m < M; m++) for (let o = 0; o < O; o++) acc[o] += g[m * O + o];
       gbias = alloc(p, O);
@@ -43,11 +48,7 @@ export function linear(x: Tensor, weight: Tensor, bias?: Tensor | null): Tensor 
   const xd = dataAs(x, p);
   const wd = dataAs(weight, p);
   const out = alloc(p, M * O);
-  gemm({ transA: false, transB: true, M, N: O, K: I, A: xd, B: wd, C: out });
-  if (bias != null) {
-    const bd = dataAs(bias, p);
-    for (let m = 0; m < M; m++) for (let o = 0; o < O; o++) out[m * O + o] += bd[o];
-  }
+  gemm({ transA: false, transB: true, M, N: O, K: I, A: xd, B: wd, C: out, bias: bias != null ? dataAs(bias, p) : null });
   const keepX = weight.requiresGrad ? xd : null;
   const keepW = x.requiresGrad ? wd : null;
   const saved: Saved[] = [];

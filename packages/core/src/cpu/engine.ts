@@ -30,7 +30,7 @@ import { planForward } from './forward.js';
 import { BWD_UNIT, FWD_UNIT, KV_UNIT, Workspace, type BackwardJob, type DvecJob, type ForwardJob, type Job, type KVCacheJob } from './job.js';
 import type { WorkerPool } from './pool.js';
 import { runJob } from './run.js';
-import { cpuModelOps } from '../ops/gemm-cpu.js';
+import { cpuModelOps } from '../ops/cpu-ops.js';
 import type { HostModelOps } from '../ops/model-ops.js';
 import { checkTiles, chooseTiles, DEFAULT_CPU_CACHE, paddedD, type CacheModel, type TileSizes } from './tiles.js';
 

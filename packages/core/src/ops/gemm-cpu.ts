@@ -4,7 +4,7 @@
  * float64 and are rounded once into C. Portable and exact to float32's rule, not fast: the
  * native and wasm engines (@fa/wasm) run the SIMD micro-kernels instead.
  */
-import { checkGemm, type GemmCall, type HostModelOps } from './model-ops.js';
+import type { GemmCall } from './model-ops.js';
 
 /** A GemmCall whose arrays may also be float64 (autograd's gradcheck runs its products in float64). */
 export type GemmCallAnyFloat = Omit<GemmCall, 'a' | 'b' | 'c'> & { a: Float32Array | Float64Array; b: Float32Array | Float64Array; c: Float32Array | Float64Array };
@@ -84,13 +84,3 @@ function edge(A: Float64Array, B: Float64Array, C: Float32Array | Float64Array, 
     else C[i] = s;
   }
 }
-
-/** The cpu engine's model ops. */
-export const cpuModelOps: HostModelOps = {
-  engine: 'cpu',
-  kernel: 'TypeScript, float64 sums, 4×4 blocks',
-  gemm(g: GemmCall): void {
-    checkGemm(g);
-    gemmCpu(g);
-  },
-};

@@ -1,11 +1,12 @@
 /**
  * Model ops (DESIGN.md, "Model ops"): the operations model code needs beside attention, which
  * each engine implements in its own package and @fa/autograd runs through an engine's
- * `modelOps`. This first part of the set is the matrix product, the op a transformer's step
- * spends most of its time in; the host engines (cpu, native, wasm) run it synchronously on
- * float32 arrays in host memory.
+ * `modelOps`: the matrix product (the op a transformer's step spends most of its time in, with
+ * a bias epilogue) and the element-wise and per-row passes of layer-ops.ts. The host engines
+ * (cpu, native, wasm) run them synchronously on float32 arrays in host memory.
  */
 import { FAError } from '../errors.js';
+import type { AdamWCall, CrossEntropyBackwardCall, CrossEntropyCall, GeluBackwardCall, GeluCall, LayerNormBackwardCall, LayerNormCall, SumRowsCall } from './layer-ops.js';
 
 /**
  * One matrix product, row-major: C (M×N) = op(A)·op(B), or C += op(A)·op(B) with `accumulate`.
@@ -22,6 +23,8 @@ export interface GemmCall {
   b: Float32Array;
   c: Float32Array;
   accumulate?: boolean;
+  /** [N], added to every row of C after the product (linear's bias). */
+  bias?: Float32Array | null;
 }
 
 /** The model ops of an engine that computes in host memory, synchronously. */
@@ -30,7 +33,19 @@ export interface HostModelOps {
   readonly engine: string;
   readonly kernel: string;
   gemm(g: GemmCall): void;
+  gelu(c: GeluCall): void;
+  geluBackward(c: GeluBackwardCall): void;
+  layerNorm(c: LayerNormCall): void;
+  layerNormBackward(c: LayerNormBackwardCall): void;
+  /** Writes each row's logsumexp; returns the counted rows' summed loss and their number. */
+  crossEntropy(c: CrossEntropyCall): { loss: number; count: number };
+  crossEntropyBackward(c: CrossEntropyBackwardCall): void;
+  adamw(c: AdamWCall): void;
+  sumRows(c: SumRowsCall): void;
 }
+
+/** The ops every HostModelOps carries (setModelEngine checks an object against this list). */
+export const MODEL_OP_NAMES = ['gemm', 'gelu', 'geluBackward', 'layerNorm', 'layerNormBackward', 'crossEntropy', 'crossEntropyBackward', 'adamw', 'sumRows'] as const;
 
 const isDim = (x: unknown): x is number => Number.isSafeInteger(x) && (x as number) >= 0 && (x as number) < 2 ** 31;
 
@@ -43,6 +58,11 @@ export function checkGemm(g: GemmCall, who = 'gemm'): void {
   for (const [name, arr, n] of [['a', g.a, g.M * g.K], ['b', g.b, g.K * g.N], ['c', g.c, g.M * g.N]] as const) {
     if (!(arr instanceof Float32Array)) throw new FAError('E_DTYPE', `${who}: ${name} must be a Float32Array`);
     if (arr.length !== n) throw new FAError('E_SHAPE', `${who}: ${name} holds ${arr.length} values; M ${g.M}, N ${g.N}, K ${g.K} need ${n}`);
+  }
+  if (g.bias != null) {
+    if (!(g.bias instanceof Float32Array)) throw new FAError('E_DTYPE', `${who}: bias must be a Float32Array or null`);
+    if (g.bias.length !== g.N) throw new FAError('E_SHAPE', `${who}: bias holds ${g.bias.length} values; N ${g.N} needs ${g.N}`);
+    if (g.c.buffer === g.bias.buffer && overlaps(g.c, g.bias)) throw new FAError('E_ARG', `${who}: c must not overlap bias`);
   }
   if (g.c === g.a || g.c === g.b || (g.c.buffer === g.a.buffer && overlaps(g.c, g.a)) || (g.c.buffer === g.b.buffer && overlaps(g.c, g.b))) {
     throw new FAError('E_ARG', `${who}: c must not overlap a or b`);

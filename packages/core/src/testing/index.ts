@@ -16,3 +16,4 @@ export * from './suite.js';
 export * from './declining-backend.js';
 export * from './memory.js';
 export * from './op-kit.js';
+export * from './layer-op-kit.js';

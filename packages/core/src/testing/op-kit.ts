@@ -2,11 +2,13 @@
  * The model-op conformance kit (DESIGN.md, "Model ops"): cases for each op an engine's
  * `modelOps` offers, checked against a float64 reference with float32's rule
  * (‖x − ref‖ / ‖ref‖ ≤ 1e-5), and the bad-argument cases every engine must refuse with a
- * one-line FAError that leaves the output untouched. So far: the matrix product.
+ * one-line FAError that leaves the output untouched: the matrix product here, the element-wise
+ * and per-row ops in layer-op-kit.ts.
  */
 import { isFAError } from '../errors.js';
 import type { GemmCall, HostModelOps } from '../ops/model-ops.js';
 import { createRng, randomValues } from './random.js';
+import { checkBadLayerOpCalls, checkLayerOpCase, layerOpCases, type LayerOpCase } from './layer-op-kit.js';
 
 export interface GemmCase {
   name: string;
@@ -129,11 +131,20 @@ function badGemmCases(): { name: string; call: () => GemmCall; code: string }[] 
   ];
 }
 
-/** Every gemm case and bad call on an engine's model ops. */
-export function runOpConformance(ops: HostModelOps, options: { onResult?: (r: OpCaseResult) => void; cases?: readonly GemmCase[] } = {}): OpConformanceSummary {
+/**
+ * Every case and bad call on an engine's model ops: the gemm cases (options.cases, default all)
+ * and the layer-op cases (options.layerCases, default all; [] to skip them).
+ */
+export function runOpConformance(
+  ops: HostModelOps,
+  options: { onResult?: (r: OpCaseResult) => void; cases?: readonly GemmCase[]; layerCases?: readonly LayerOpCase[] } = {},
+): OpConformanceSummary {
   const results: OpCaseResult[] = [];
   const cases = options.cases ?? gemmCases();
   cases.forEach((c, i) => results.push(checkGemmCase(ops, c, 100 + i)));
+  const layer = options.layerCases ?? layerOpCases();
+  layer.forEach((c, i) => results.push(checkLayerOpCase(ops, c, 5000 + i)));
+  if (layer.length > 0) results.push(...checkBadLayerOpCalls(ops));
   for (const bad of badGemmCases()) {
     const call = bad.call();
     const before = Float32Array.from(call.c);

@@ -14,8 +14,9 @@
  * fa_problem and fa_kv are written by src/params.ts in the wasm layout (32-bit pointers, 120 and
  * 180 bytes); read_problem / read_kv rebuild them with real pointers before every call.
  *
- * Node-API is a stable C ABI: the few declarations used are written out below instead of
- * depending on Node's headers being installed.
+ * Node-API is a stable C ABI: the few declarations used are written out in napi.h instead of
+ * depending on Node's headers being installed. The model ops' direct entries (direct.c), which
+ * take typed arrays instead of offsets, are registered beside bind().
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -23,26 +24,8 @@
 #include "../fa.h"
 #include "../kvcache.h"
 
-/* ---- Node-API (js_native_api.h / node_api.h, version 1 functions only) ---- */
-typedef struct napi_env__ *napi_env;
-typedef struct napi_value__ *napi_value;
-typedef struct napi_callback_info__ *napi_callback_info;
-typedef int napi_status; /* napi_ok = 0 */
-typedef napi_value (*napi_callback)(napi_env env, napi_callback_info info);
-napi_status napi_create_function(napi_env env, const char *name, size_t length, napi_callback cb, void *data, napi_value *result);
-napi_status napi_get_cb_info(napi_env env, napi_callback_info info, size_t *argc, napi_value *argv, napi_value *this_arg, void **data);
-napi_status napi_get_value_int32(napi_env env, napi_value v, int32_t *result);
-napi_status napi_get_value_uint32(napi_env env, napi_value v, uint32_t *result);
-napi_status napi_get_value_double(napi_env env, napi_value v, double *result);
-napi_status napi_create_int32(napi_env env, int32_t value, napi_value *result);
-napi_status napi_create_double(napi_env env, double value, napi_value *result);
-napi_status napi_create_object(napi_env env, napi_value *result);
-napi_status napi_set_named_property(napi_env env, napi_value object, const char *name, napi_value value);
-napi_status napi_get_typedarray_info(napi_env env, napi_value typedarray, int *type, size_t *length, void **data, napi_value *arraybuffer, size_t *byte_offset);
-napi_status napi_throw_error(napi_env env, const char *code, const char *msg);
-napi_status napi_get_undefined(napi_env env, napi_value *result);
+#include "napi.h"
 
-#define FA_API __attribute__((visibility("default")))
 
 /* ---- the kernels (the .c files of csrc/) ---- */
 int32_t fa_forward_scratch_bytes(const fa_problem *p);
@@ -388,8 +371,11 @@ static napi_value address(napi_env env, napi_callback_info info) {
   return r;
 }
 
+int fa_register_direct(napi_env env, napi_value exports); /* direct.c */
+
 FA_API napi_value napi_register_module_v1(napi_env env, napi_value exports) {
   napi_value fn;
+  if (!fa_register_direct(env, exports)) return 0;
   if (napi_create_function(env, "bind", (size_t)-1, bind, 0, &fn) != 0 || napi_set_named_property(env, exports, "bind", fn) != 0) return 0;
   if (napi_create_function(env, "address", (size_t)-1, address, 0, &fn) != 0 || napi_set_named_property(env, exports, "address", fn) != 0) return 0;
   napi_value level;

@@ -75,6 +75,7 @@ FA_SIMD v128_t wasm_f32x4_add(v128_t a, v128_t b) { return (v128_t)((fa_f32x4)a 
 FA_SIMD v128_t wasm_f32x4_sub(v128_t a, v128_t b) { return (v128_t)((fa_f32x4)a - (fa_f32x4)b); }
 FA_SIMD v128_t wasm_f32x4_mul(v128_t a, v128_t b) { return (v128_t)((fa_f32x4)a * (fa_f32x4)b); }
 FA_SIMD v128_t wasm_f32x4_div(v128_t a, v128_t b) { return (v128_t)((fa_f32x4)a / (fa_f32x4)b); }
+FA_SIMD v128_t wasm_f32x4_sqrt(v128_t a) { return (v128_t)_mm_sqrt_ps((__m128)a); }
 FA_SIMD v128_t wasm_f32x4_abs(v128_t a) { return a & (v128_t)(fa_u32x4){0x7fffffffu, 0x7fffffffu, 0x7fffffffu, 0x7fffffffu}; }
 FA_SIMD v128_t wasm_f32x4_lt(v128_t a, v128_t b) { return (v128_t)((fa_f32x4)a < (fa_f32x4)b); }
 FA_SIMD v128_t wasm_f32x4_ne(v128_t a, v128_t b) { return (v128_t)((fa_f32x4)a != (fa_f32x4)b); }

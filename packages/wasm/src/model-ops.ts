@@ -1,0 +1,211 @@
+/**
+ * The model ops of the wasm and native engines (@fa/core's HostModelOps): the matrix product and
+ * the element-wise and per-row ops (csrc/gemm.c, csrc/layer_ops.c), synchronous, on the calling
+ * thread. Every call is checked by @fa/core's checkers first (one-line FAErrors, nothing written).
+ *
+ * native: the addon's direct entries (csrc/native/direct.c) run on the caller's typed arrays in
+ * place, no copy; the product also spreads over the engine's threads (the calling one and helper
+ * threads the addon starts).
+ *
+ * wasm: WebAssembly reaches only its own memory, so a call copies its inputs (and the outputs it
+ * accumulates into) into a scratch region of the engine's memory above everything the engine
+ * holds (memory.ts, Arena.scratch), runs the kernel there and copies the outputs back. The region
+ * is reused by the next call, and the memory keeps the size of the largest call (WebAssembly
+ * memories never shrink). Nothing else allocates while it runs (the call is synchronous), so it
+ * may run while an attention call of the same engine waits on its workers.
+ */
+import {
+  checkAdamW, checkCrossEntropy, checkCrossEntropyBackward, checkGelu, checkGeluBackward, checkGemm, checkLayerNorm, checkLayerNormBackward, checkSumRows,
+  FAError, type GemmCall, type HostModelOps,
+} from '@fa/core';
+import type { Kernels } from './job.js';
+import type { Arena } from './memory.js';
+import type { DirectOps } from './native.js';
+
+/** What the model ops need of the engine (backend.ts). */
+export interface ModelOpsEngine {
+  readonly name: 'wasm' | 'native';
+  readonly memory: WebAssembly.Memory;
+  readonly arena: Arena;
+  readonly kernels: Kernels;
+  /** The native addon's direct entries (native only). */
+  readonly direct?: DirectOps;
+  /** Threads the native product may use (the engine's threads, at least 1). */
+  readonly threads: number;
+  /** Throws E_DEVICE once the backend is disposed. */
+  alive(): void;
+}
+
+/** Cache-line alignment of each operand and of the packed panels (misaligned panel rows cost AVX2 ~10 %). */
+const LINE = 64;
+const alignLine = (n: number): number => Math.ceil(n / LINE) * LINE;
+
+type Arr = Float32Array | Int32Array | Float64Array;
+/** One array of a call in scratch: copied in (`in`), copied back out (`out`), or only room (neither). */
+interface Slot {
+  data: Arr | null;
+  in?: boolean;
+  out?: boolean;
+  /** Room without a source array (a workspace), in bytes. */
+  bytes?: number;
+}
+
+/**
+ * Lays the slots out in scratch, copies the inputs in, runs `kernel` with their addresses (0 for a
+ * null slot), and copies the outputs back.
+ */
+function inScratch<R>(e: ModelOpsEngine, what: string, slots: Slot[], kernel: (at: number[]) => R): R {
+  const sizes = slots.map((s) => alignLine(s.data ? s.data.byteLength : (s.bytes ?? 0)));
+  const base = alignLine(e.arena.scratch(LINE + sizes.reduce((a, b) => a + b, 0), what));
+  const at: number[] = [];
+  let p = base;
+  for (let i = 0; i < slots.length; i++) {
+    at.push(slots[i].data || slots[i].bytes ? p : 0);
+    p += sizes[i];
+  }
+  // views after the memory grew (an unshared memory's buffer is replaced when it grows)
+  const buf = e.memory.buffer;
+  const view = (s: Slot, ptr: number): Arr => {
+    const d = s.data!;
+    const C = d.constructor as { new (b: ArrayBufferLike, o: number, n: number): Arr };
+    return new C(buf, ptr, d.length);
+  };
+  slots.forEach((s, i) => {
+    if (s.data && s.in) (view(s, at[i]) as Float32Array).set(s.data as Float32Array);
+  });
+  let r: R;
+  try {
+    r = kernel(at);
+  } catch (err) {
+    throw new FAError('E_DEVICE', `${e.name} ${what}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+  }
+  slots.forEach((s, i) => {
+    if (s.data && s.out) (s.data as Float32Array).set(view(s, at[i]) as Float32Array);
+  });
+  return r;
+}
+
+/** A workspace array kept across calls (native), grown when too small. */
+function keeper<T extends Float32Array | Float64Array>(make: (n: number) => T): (n: number) => T {
+  let ws = make(0);
+  return (n) => (ws.length >= n ? ws : (ws = make(Math.ceil(n * 1.25))));
+}
+
+/** The HostModelOps of an engine; `kernel` describes what runs the product, for reports. */
+export function createModelOps(e: ModelOpsEngine, kernel: string): HostModelOps {
+  const k = e.kernels;
+  const d = e.direct;
+  const gemmWs = keeper((n) => new Float32Array(n));
+  const f32Ws = keeper((n) => new Float32Array(n));
+  const f64Ws = keeper((n) => new Float64Array(n));
+  const tanh = (a: 'none' | 'tanh') => (a === 'tanh' ? 1 : 0);
+  const guard = <R>(what: string, run: () => R): R => {
+    try {
+      return run();
+    } catch (err) {
+      throw new FAError('E_DEVICE', `${e.name} ${what}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+    }
+  };
+  const ops: HostModelOps = {
+    engine: e.name,
+    kernel,
+    gemm(g: GemmCall): void {
+      checkGemm(g, `${e.name} gemm`);
+      e.alive();
+      const { M, N, K } = g;
+      if (M === 0 || N === 0) return;
+      const ta = g.transA ? 1 : 0, tb = g.transB ? 1 : 0, acc = g.accumulate ? 1 : 0;
+      if (d) {
+        const ws = gemmWs(Math.ceil(d.gemmWsBytes(ta, tb, M, N, K, e.threads) / 4));
+        guard('gemm', () => d.gemm(ta, tb, M, N, K, g.a, g.b, g.c, acc, g.bias ?? null, ws, e.threads));
+        return;
+      }
+      if (K === 0) {
+        if (!g.accumulate) g.c.fill(0);
+        if (g.bias) inScratch(e, 'gemm bias', [{ data: g.c, in: true, out: true }, { data: g.bias, in: true }], ([c, b]) => k.fa_add_bias_f32(c, b, M, N));
+        return;
+      }
+      const wsBytes = k.fa_gemm_ws_bytes(ta, tb, M, N, K);
+      inScratch(e, `a ${M}×${K}·${K}×${N} product's operands`, [{ data: g.a, in: true }, { data: g.b, in: true }, { data: g.c, in: g.accumulate === true, out: true }, { data: g.bias ?? null, in: true }, { data: null, bytes: wsBytes }], ([a, b, c, bias, ws]) => {
+        k.fa_gemm_f32(ta, tb, M, N, K, a, b, c, acc, ws);
+        if (bias) k.fa_add_bias_f32(c, bias, M, N);
+      });
+    },
+    gelu(c) {
+      checkGelu(c, `${e.name} gelu`);
+      e.alive();
+      if (d) return guard('gelu', () => d.gelu(c.x, c.y, tanh(c.approximate)));
+      const inPlace = c.y === c.x;
+      inScratch(e, 'gelu', [{ data: c.x, in: true, out: inPlace }, { data: inPlace ? null : c.y, out: true }], ([x, y]) => k.fa_gelu_f32(x, inPlace ? x : y, c.x.length, tanh(c.approximate)));
+    },
+    geluBackward(c) {
+      checkGeluBackward(c, `${e.name} geluBackward`);
+      e.alive();
+      const acc = c.accumulate ? 1 : 0;
+      if (d) return guard('geluBackward', () => d.geluBackward(c.x, c.dy, c.dx, tanh(c.approximate), acc));
+      inScratch(e, 'geluBackward', [{ data: c.x, in: true }, { data: c.dy, in: true }, { data: c.dx, in: acc === 1, out: true }], ([x, dy, dx]) => k.fa_gelu_backward_f32(x, dy, dx, c.x.length, tanh(c.approximate), acc));
+    },
+    layerNorm(c) {
+      checkLayerNorm(c, `${e.name} layerNorm`);
+      e.alive();
+      if (d) return guard('layerNorm', () => d.layerNorm(c.x, c.weight, c.bias, c.y, c.mean, c.rstd, c.rows, c.cols, c.eps));
+      inScratch(e, 'layerNorm', [{ data: c.x, in: true }, { data: c.weight, in: true }, { data: c.bias, in: true }, { data: c.y, out: true }, { data: c.mean, out: true }, { data: c.rstd, out: true }], ([x, w, b, y, mean, rstd]) =>
+        k.fa_layer_norm_f32(x, w, b, y, mean, rstd, c.rows, c.cols, c.eps),
+      );
+    },
+    layerNormBackward(c) {
+      checkLayerNormBackward(c, `${e.name} layerNormBackward`);
+      e.alive();
+      if (d) return guard('layerNormBackward', () => d.layerNormBackward(c.x, c.mean, c.rstd, c.weight, c.dy, c.dx, c.dweight, c.dbias, c.rows, c.cols, f64Ws(2 * c.cols)));
+      inScratch(
+        e,
+        'layerNormBackward',
+        [{ data: c.x, in: true }, { data: c.mean, in: true }, { data: c.rstd, in: true }, { data: c.weight, in: true }, { data: c.dy, in: true }, { data: c.dx, out: true }, { data: c.dweight, out: true }, { data: c.dbias, out: true }, { data: null, bytes: 16 * c.cols + 8 }],
+        ([x, mean, rstd, w, dy, dx, dw, db, ws]) => k.fa_layer_norm_backward_f32(x, mean, rstd, w, dy, dx, dw, db, c.rows, c.cols, ws),
+      );
+    },
+    crossEntropy(c) {
+      checkCrossEntropy(c, `${e.name} crossEntropy`);
+      e.alive();
+      let count = 0;
+      for (let r = 0; r < c.rows; r++) if (c.targets[r] !== c.ignoreIndex) count++;
+      if (d) return { loss: guard('crossEntropy', () => d.crossEntropy(c.logits, c.targets, c.lse, c.rows, c.classes, c.ignoreIndex)), count };
+      const loss = inScratch(e, 'crossEntropy', [{ data: c.logits, in: true }, { data: c.targets, in: true }, { data: c.lse, out: true }], ([x, t, lse]) => k.fa_cross_entropy_f32(x, t, lse, c.rows, c.classes, c.ignoreIndex));
+      return { loss, count };
+    },
+    crossEntropyBackward(c) {
+      checkCrossEntropyBackward(c, `${e.name} crossEntropyBackward`);
+      e.alive();
+      if (d) return guard('crossEntropyBackward', () => d.crossEntropyBackward(c.logits, c.lse, c.targets, c.dlogits, c.rows, c.classes, c.ignoreIndex, c.scale));
+      inScratch(e, 'crossEntropyBackward', [{ data: c.logits, in: true }, { data: c.lse, in: true }, { data: c.targets, in: true }, { data: c.dlogits, out: true }], ([x, lse, t, g]) =>
+        k.fa_cross_entropy_backward_f32(x, lse, t, g, c.rows, c.classes, c.ignoreIndex, c.scale),
+      );
+    },
+    adamw(c) {
+      checkAdamW(c, `${e.name} adamw`);
+      e.alive();
+      // the scalars in float64 (bias corrections of late steps are close to 1)
+      const decay = 1 - c.lr * c.weightDecay, stepSize = c.lr / (1 - c.beta1 ** c.step), invSqrtBc2 = 1 / Math.sqrt(1 - c.beta2 ** c.step);
+      if (d) return guard('adamw', () => d.adamw(c.param, c.grad, c.m, c.v, c.beta1, c.beta2, c.eps, decay, stepSize, invSqrtBc2));
+      inScratch(e, 'adamw', [{ data: c.param, in: true, out: true }, { data: c.grad, in: true }, { data: c.m, in: true, out: true }, { data: c.v, in: true, out: true }], ([p, g, m, v]) =>
+        k.fa_adamw_f32(p, g, m, v, c.param.length, c.beta1, c.beta2, c.eps, decay, stepSize, invSqrtBc2),
+      );
+    },
+    sumRows(c) {
+      checkSumRows(c, `${e.name} sumRows`);
+      e.alive();
+      const acc = c.accumulate ? 1 : 0;
+      if (d) return guard('sumRows', () => d.sumRows(c.x, c.out, c.rows, c.cols, acc, f32Ws(3 * c.cols + 2)));
+      inScratch(e, 'sumRows', [{ data: c.x, in: true }, { data: c.out, in: acc === 1, out: true }, { data: null, bytes: 12 * c.cols + 8 }], ([x, out, ws]) => k.fa_sum_rows_f32(x, out, c.rows, c.cols, acc, ws));
+    },
+  };
+  return ops;
+}
+
+/** What runs the product on each binary (HostModelOps.kernel). */
+export function gemmKernelName(isa: string, threads: number): string {
+  const tiles = isa === 'x86-64-v4' ? 'AVX-512 8x32' : isa === 'x86-64-v3' ? 'AVX2 6x16' : isa === 'relaxed' ? 'relaxed SIMD (fused multiply-add) 4x8' : 'SIMD128 4x8';
+  const native = isa.startsWith('x86');
+  const t = native ? `${threads} thread${threads > 1 ? 's' : ''} (the calling one${threads > 1 ? ' and helpers' : ''}), in place` : '1 thread (the calling one), through scratch';
+  return `${tiles} micro-kernels, kc 256 x nc 256 packed panels, ${t}`;
+}
