@@ -2,8 +2,8 @@
  * The element-wise and per-row model ops (@fa/core ops/layer-ops.ts, src/model-ops.ts): gelu in
  * both forms and its gradient, layerNorm forward and backward, softmax cross-entropy forward and
  * backward, the AdamW update, the sum of rows (a bias's gradient) and the bias epilogue of the
- * product. f32x4 throughout (the native build compiles the same source through
- * csrc/native/wasm_simd128.h); a row's reductions run in f32 lanes, the sums across rows (dweight,
+ * product. gelu runs on sixteen-lane generic vectors (vwide.h: AVX-512 natively), the rest on
+ * f32x4 (the native build compiles the same source through csrc/native/wasm_simd128.h); a row's reductions run in f32 lanes, the sums across rows (dweight,
  * dbias, the row sum) and the total loss in float64. Arguments are checked by the caller
  * (src/model-ops.ts); any n, rows, cols >= 0 work, the ragged ends go through a padded vector.
  *
@@ -14,49 +14,48 @@
 #include <stddef.h>
 #include "fa.h"
 #include "vmath.h"
+#include "vwide.h"
 
 #define SQRT1_2 0.70710678118654752f
 #define INV_SQRT_2PI 0.39894228040143268f
 #define TANH_C 0.79788456080286536f
 
-/* Φ(v) and, optionally, φ(v) = e^(-v²/2)/√(2π), four lanes. */
-FA_INLINE v128_t normal_cdf(v128_t v) {
-  const v128_t z = wasm_f32x4_mul(wasm_f32x4_abs(v), VSPLAT(SQRT1_2));
-  const v128_t t = wasm_f32x4_div(VSPLAT(1.0f), VFMA(z, VSPLAT(0.5f), VSPLAT(1.0f)));
-  v128_t p = VFMA(t, VSPLAT(0.17087277f), VSPLAT(-0.82215223f));
-  p = VFMA(p, t, VSPLAT(1.48851587f));
-  p = VFMA(p, t, VSPLAT(-1.13520398f));
-  p = VFMA(p, t, VSPLAT(0.27886807f));
-  p = VFMA(p, t, VSPLAT(-0.18628806f));
-  p = VFMA(p, t, VSPLAT(0.09678418f));
-  p = VFMA(p, t, VSPLAT(0.37409196f));
-  p = VFMA(p, t, VSPLAT(1.00002368f));
-  p = VFMA(p, t, VSPLAT(-1.26551223f));
-  /* -z² + P: at z = 0 P is 3e-8 above 0, and e^x below stays exact to an ulp there */
-  const v128_t half_erfc = wasm_f32x4_mul(VSPLAT(0.5f), wasm_f32x4_mul(t, fa_vexp(wasm_f32x4_sub(p, wasm_f32x4_mul(z, z)))));
-  return wasm_v128_bitselect(half_erfc, wasm_f32x4_sub(VSPLAT(1.0f), half_erfc), wasm_f32x4_lt(v, VSPLAT(0.0f)));
+/* Φ(v) on sixteen lanes (vwide.h): the erfc fit above, its sign mirrored for v >= 0. */
+FA_INLINE vf16 normal_cdf(vf16 v) {
+  const vf16 z = vf16_abs(v) * (vf16)SQRT1_2;
+  const vf16 t = (vf16)1.0f / VF16_FMA(z, (vf16)0.5f, (vf16)1.0f);
+  vf16 p = VF16_FMA(t, (vf16)0.17087277f, (vf16)-0.82215223f);
+  p = VF16_FMA(p, t, (vf16)1.48851587f);
+  p = VF16_FMA(p, t, (vf16)-1.13520398f);
+  p = VF16_FMA(p, t, (vf16)0.27886807f);
+  p = VF16_FMA(p, t, (vf16)-0.18628806f);
+  p = VF16_FMA(p, t, (vf16)0.09678418f);
+  p = VF16_FMA(p, t, (vf16)0.37409196f);
+  p = VF16_FMA(p, t, (vf16)1.00002368f);
+  p = VF16_FMA(p, t, (vf16)-1.26551223f);
+  /* -z² + P: at z = 0 P is 3e-8 above 0, where e^x stays exact to an ulp */
+  const vf16 half_erfc = (vf16)0.5f * (t * vf16_exp(p - z * z));
+  return vf16_select(v < (vf16)0.0f, half_erfc, (vf16)1.0f - half_erfc);
 }
 
-FA_INLINE v128_t gelu4(v128_t v, int32_t tanh_form) {
+FA_INLINE vf16 gelu16(vf16 v, int32_t tanh_form) {
   if (tanh_form) {
-    const v128_t u = wasm_f32x4_mul(VSPLAT(TANH_C), VFMA(wasm_f32x4_mul(VSPLAT(0.044715f), v), wasm_f32x4_mul(v, v), v));
-    return wasm_f32x4_mul(wasm_f32x4_mul(VSPLAT(0.5f), v), wasm_f32x4_add(VSPLAT(1.0f), fa_vtanh(u)));
+    const vf16 u = (vf16)TANH_C * VF16_FMA((vf16)0.044715f * v, v * v, v);
+    return ((vf16)0.5f * v) * ((vf16)1.0f + vf16_tanh(u));
   }
-  return wasm_f32x4_mul(v, normal_cdf(v));
+  return v * normal_cdf(v);
 }
 
-FA_INLINE v128_t gelu_grad4(v128_t v, int32_t tanh_form) {
-  const v128_t v2 = wasm_f32x4_mul(v, v);
+FA_INLINE vf16 gelu_grad16(vf16 v, int32_t tanh_form) {
+  const vf16 v2 = v * v;
   if (tanh_form) {
-    const v128_t u = wasm_f32x4_mul(VSPLAT(TANH_C), VFMA(wasm_f32x4_mul(VSPLAT(0.044715f), v), v2, v));
-    const v128_t t = fa_vtanh(u);
-    const v128_t du = wasm_f32x4_mul(VSPLAT(TANH_C), VFMA(VSPLAT(3 * 0.044715f), v2, VSPLAT(1.0f)));
-    const v128_t sech2 = wasm_f32x4_sub(VSPLAT(1.0f), wasm_f32x4_mul(t, t));
+    const vf16 t = vf16_tanh((vf16)TANH_C * VF16_FMA((vf16)0.044715f * v, v2, v));
+    const vf16 du = (vf16)TANH_C * VF16_FMA((vf16)(3 * 0.044715f), v2, (vf16)1.0f);
     /* 0.5 (1 + t) + 0.5 v sech²(u) u' */
-    return wasm_f32x4_mul(VSPLAT(0.5f), VFMA(wasm_f32x4_mul(v, sech2), du, wasm_f32x4_add(VSPLAT(1.0f), t)));
+    return (vf16)0.5f * VF16_FMA(v * ((vf16)1.0f - t * t), du, (vf16)1.0f + t);
   }
-  const v128_t pdf = wasm_f32x4_mul(VSPLAT(INV_SQRT_2PI), fa_vexp_le0(wasm_f32x4_mul(VSPLAT(-0.5f), v2)));
-  return VFMA(v, pdf, normal_cdf(v));
+  const vf16 pdf = (vf16)INV_SQRT_2PI * vf16_exp_le0((vf16)-0.5f * v2);
+  return VF16_FMA(v, pdf, normal_cdf(v));
 }
 
 /* The last n % 4 values through a padded vector. */
@@ -74,23 +73,23 @@ FA_INLINE void store_tail(float *p, v128_t v, int32_t k) {
 FA_EXPORT(fa_gelu_f32)
 void fa_gelu_f32(const float *x, float *y, int32_t n, int32_t tanh_form) {
   int32_t i = 0;
-  for (; i + 4 <= n; i += 4) wasm_v128_store(y + i, gelu4(wasm_v128_load(x + i), tanh_form));
-  if (i < n) store_tail(y + i, gelu4(load_tail(x + i, n - i), tanh_form), n - i);
+  for (; i + W16 <= n; i += W16) vf16_store(y + i, gelu16(vf16_load(x + i), tanh_form));
+  if (i < n) vf16_store_part(y + i, gelu16(vf16_load_part(x + i, n - i), tanh_form), n - i);
 }
 
 FA_EXPORT(fa_gelu_backward_f32)
 void fa_gelu_backward_f32(const float *x, const float *dy, float *dx, int32_t n, int32_t tanh_form, int32_t accumulate) {
   int32_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    v128_t d = wasm_f32x4_mul(wasm_v128_load(dy + i), gelu_grad4(wasm_v128_load(x + i), tanh_form));
-    if (accumulate) d = wasm_f32x4_add(wasm_v128_load(dx + i), d);
-    wasm_v128_store(dx + i, d);
+  for (; i + W16 <= n; i += W16) {
+    vf16 d = vf16_load(dy + i) * gelu_grad16(vf16_load(x + i), tanh_form);
+    if (accumulate) d += vf16_load(dx + i);
+    vf16_store(dx + i, d);
   }
   if (i < n) {
     const int32_t k = n - i;
-    v128_t d = wasm_f32x4_mul(load_tail(dy + i, k), gelu_grad4(load_tail(x + i, k), tanh_form));
-    if (accumulate) d = wasm_f32x4_add(load_tail(dx + i, k), d);
-    store_tail(dx + i, d, k);
+    vf16 d = vf16_load_part(dy + i, k) * gelu_grad16(vf16_load_part(x + i, k), tanh_form);
+    if (accumulate) d += vf16_load_part(dx + i, k);
+    vf16_store_part(dx + i, d, k);
   }
 }
 
