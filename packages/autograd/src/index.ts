@@ -35,3 +35,4 @@ export { Module } from './nn/module.js';
 export { Linear, LayerNorm, Embedding, type InitOptions } from './nn/layers.js';
 export { SelfAttention, TransformerBlock, type SelfAttentionOptions, type TransformerBlockOptions } from './nn/transformer.js';
 export { KVCache, type KVCacheConfig } from './nn/kvcache.js';
+export { GPT, type GPTConfig, type GenerateOptions } from './nn/gpt.js';

@@ -80,3 +80,13 @@ it('KVCache.create that fails part way (an upload or uploadIndex refused) dispos
     await cpu.dispose();
   }
 });
+
+it('examples/gpt.mjs: the GPT trains on the corpus (loss falls), and greedy generation with the cache equals recomputing', async () => {
+  const { run: runGpt } = await import('../examples/gpt.mjs');
+  const r = await runGpt({ steps: 40, T: 64, batch: 8, layers: 2, dModel: 64, generate: 40 }, (line: string) => console.log(line));
+  expect(r.same).toBe(true);
+  expect(r.lastLoss).toBeLessThan(r.firstLoss - 0.8);
+  expect(r.heldOut).toBeLessThan(r.firstLoss - 0.8);
+  expect(r.text.length).toBe(40);
+  expect(['native', 'wasm']).toContain(r.modelOps); // never the TypeScript cpu kernels behind the caller's back
+}, 240_000);
