@@ -6,7 +6,7 @@ import { esc } from './story/charts.js';
 import { intensityChart, ioChart, memoryChart, throughputChart } from './story/figures.js';
 import { fmtBytes } from './story/format.js';
 import type { DemoResult } from './story/result.js';
-import { header, part1, part2, part3, part4, part5, part6, part7, part8 } from './story/text.js';
+import { header, part1, part2, part3, part4, part5, part6, part7, part8, part9 } from './story/text.js';
 
 const CSS = `
 body { font: 15px/1.5 system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 980px; margin: 2em auto; padding: 0 1em; color: #222; }
@@ -66,6 +66,7 @@ ${pre(body(part5(r)))}
 ${pre(body(part6(r)))}
 ${r.generation ? `<h2>7. Generating with a KV cache</h2>\n${pre(body(part7(r)))}` : ''}
 ${r.parallel ? `<h2>8. Past one GPU: context parallelism (ring attention)</h2>\n${pre(body(part8(r)))}` : ''}
+${r.training ? `<h2>9. A model on the engines: a small GPT trains, then writes</h2>\n${pre(body(part9(r)))}` : ''}
 <p class="meta">Written by <code>fa demo --report</code>. Memory: dots are measurements, lines the models
 (naive: S and P of T² entries; flash: O(T) row state). Traffic and intensity: @fa/core's IO model
 (Dao et al. 2022), 192 KiB of on-chip memory, the tiled schedule in FlashAttention-2's loop order (Dao 2023),

@@ -43,10 +43,10 @@ describe('fa demo', () => {
   beforeAll(async () => {
     // one text run (with the report) and one JSON run, small and on the CPU engine
     text = await fa(['demo', '--backend', 'cpu', '--tokens', '512', '--budget', '5', '--report', join(tmp, 'report.html')]);
-    json = await fa(['demo', '--backend', 'cpu', '--tokens', '384', '--dim', '32', '--causal', '--json', '--rows', '40']);
+    json = await fa(['demo', '--backend', 'cpu', '--tokens', '384', '--dim', '32', '--causal', '--json', '--rows', '40', '--train-seconds', '3']);
   }, 240_000);
 
-  it('tells all eight parts, verified exact, in at most 80 columns', () => {
+  it('tells all nine parts, verified exact, in at most 80 columns', () => {
     expect(text.code, text.stderr).toBe(0);
     const out = text.stdout;
     for (const h of [
@@ -58,6 +58,7 @@ describe('fa demo', () => {
       /^6\. The backward pass: recompute instead of storing P/m,
       /^7\. Generating with a KV cache/m,
       /^8\. Past one GPU: context parallelism \(ring attention\)/m,
+      /^9\. A model on the engines: a small GPT trains, then writes/m,
     ])
       expect(out).toMatch(h);
     expect(out).toMatch(/bf16\s+20\.0 GB\s+40\.0 GB/);
@@ -74,6 +75,9 @@ describe('fa demo', () => {
     // 8. the zigzag plan: two ranks, half the causal pairs each, one engine call per ring step
     expect(out).toMatch(/^\s+0\s+0–24,999, 75,000–99,999\s+2,500,025,000 \(50%\)\s+1, 1$/m);
     expect(out).toMatch(/NCCL here: /);
+    // 9. the GPT trains on the cpu engine's model ops and generates, checked against recomputing
+    expect(out).toMatch(/every op on cpu: the products, gelu, layerNorm/);
+    expect(out).toMatch(/Checked: greedy generation with the KV cache gives the tokens/);
     const long = out.split('\n').filter((l) => width(l) > 80);
     expect(long).toEqual([]);
   });
@@ -82,7 +86,7 @@ describe('fa demo', () => {
     expect(json.code, json.stderr).toBe(0);
     const r = JSON.parse(json.stdout);
     expect(r.schema).toBe('fa-demo/1');
-    for (const k of ['naive', 'run', 'exactness', 'memory', 'walkthrough', 'backward', 'generation', 'parallel']) expect(r).toHaveProperty(k);
+    for (const k of ['naive', 'run', 'exactness', 'memory', 'walkthrough', 'backward', 'generation', 'parallel', 'training']) expect(r).toHaveProperty(k);
     expect(r.engine).toMatchObject({ name: 'cpu', dtype: 'f32' });
     expect(r.config).toMatchObject({ T: 384, D: 32, causal: true, tokensFrom: 'flag' });
     // 1. naive at 100K
@@ -125,6 +129,12 @@ describe('fa demo', () => {
     // 8. past one GPU
     expect(r.parallel.ranks).toBe(2);
     expect(r.parallel.perRank.reduce((a: number, x: { pairs: number }) => a + x.pairs, 0)).toBe(r.parallel.totalPairs);
+    // 9. the model: it trained (the loss fell), on the cpu engine's model ops, and its cached generation agrees
+    expect(r.training).toMatchObject({ attention: 'cpu', modelOps: { engine: 'cpu' }, cachedEqualsRecomputed: true });
+    expect(r.training.steps).toBeGreaterThanOrEqual(2);
+    expect(r.training.lastLoss).toBeLessThan(r.training.firstLoss);
+    expect(r.training.naiveBytes).toBe(3 * 8 * 4 * 128 * 128 * 4);
+    expect(r.training.generated.length).toBe(128 - 'the old farmer '.length);
   });
 
   it('--report writes one self-contained HTML file with SVG charts', () => {
@@ -137,7 +147,7 @@ describe('fa demo', () => {
     expect(html).toMatch(/<polyline class="series"/);
     expect(html).toMatch(/<circle class="point"/);
     expect(html).toMatch(/verified exact/);
-    for (const n of [1, 2, 3, 4, 5, 6, 7, 8]) expect(html).toMatch(new RegExp(`<h2>${n}\\. `));
+    for (const n of [1, 2, 3, 4, 5, 6, 7, 8, 9]) expect(html).toMatch(new RegExp(`<h2>${n}\\. `));
     expect(text.stdout).toMatch(/Report with charts written to/);
   });
 

@@ -108,6 +108,14 @@ describe.skipIf(!haveChromium)('the web page in headless Chromium', () => {
         expect(n, id).toBeGreaterThan(0);
       }
       expect(await page.locator('#walk svg rect').count()).toBeGreaterThan(40);
+      if (path.includes('train=')) {
+        // part 9: the GPT trained in the engine worker (the loss fell) and its cached generation agrees
+        await page.waitForSelector('body[data-train="done"], body[data-train="failed"], body[data-train="error"]', { timeout: 120_000 });
+        const part9 = (await page.textContent('#part9 pre')) ?? '';
+        console.log(`web.test (${path}) part 9:\n${part9}`);
+        expect(await page.getAttribute('body', 'data-train'), part9).toBe('done');
+        expect(part9).toMatch(/Checked: greedy generation with the KV cache gives the tokens/);
+      }
       expect(errors).toEqual([]);
       // the page asks nothing of anyone but the local server
       expect(requests.length).toBeGreaterThan(0);
@@ -120,7 +128,7 @@ describe.skipIf(!haveChromium)('the web page in headless Chromium', () => {
   }
 
   it('runs a small configuration, verifies it against float64 and draws the charts (auto: wasm with threads, SwiftShader being a software adapter)', async () => {
-    const r = await runPage('?T=256&D=32&autorun=1', 'web');
+    const r = await runPage('?T=256&D=32&autorun=1&train=3', 'web');
     expect(['webgpu', 'wasm', 'cpu']).toContain(r.engine);
     if (r.engine === 'wasm') {
       // cross-origin isolated: the engine's own worker threads

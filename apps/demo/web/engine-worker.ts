@@ -4,12 +4,15 @@
  *     cross-origin isolated (SharedArrayBuffer), otherwise one thread, and its device says why;
  *   - cpu: @fa/core's TypeScript engine, single-threaded here (a page has no worker_threads).
  * Protocol: { type: 'start', engine } → { type: 'ready', device } or { type: 'failed', message };
- * then { type: 'run', id, req } → 'progress' messages and one 'result' or 'error'.
+ * then { type: 'run', id, req } → 'progress' messages and one 'result' or 'error';
+ * { type: 'train', id, seconds } → 'trainstep' messages and one 'trained' or 'error' (part 9: a
+ * GPT on this engine's attention and model ops, src/story/train.ts).
  */
 import { resolveBackend, type AttentionBackend } from '@fa/core';
 import { runOnBackend, type RunRequest } from './session.js';
+import { runTraining, TRAIN_DEFAULTS } from '../src/story/train.js';
 
-type Msg = { type: 'start'; engine: 'wasm' | 'cpu' } | { type: 'run'; id: number; req: RunRequest };
+type Msg = { type: 'start'; engine: 'wasm' | 'cpu' } | { type: 'run'; id: number; req: RunRequest } | { type: 'train'; id: number; seconds: number };
 
 interface WorkerScope {
   postMessage(m: unknown): void;
@@ -36,6 +39,14 @@ scope.onmessage = async (e) => {
   if (m.type === 'start') return start(m.engine);
   try {
     if (!backend) throw new Error('the engine worker got a run before its engine');
+    if (m.type === 'train') {
+      const b = await backend;
+      const result = await runTraining(b, [b], { ...TRAIN_DEFAULTS, seconds: m.seconds }, (step, loss, seconds) => {
+        if (step % 10 === 0) scope.postMessage({ type: 'trainstep', id: m.id, step, loss, seconds });
+      });
+      scope.postMessage({ type: 'trained', id: m.id, result });
+      return;
+    }
     const report = await runOnBackend(await backend, m.req, (p) => scope.postMessage({ type: 'progress', id: m.id, p }));
     scope.postMessage({ type: 'result', id: m.id, report });
   } catch (err) {

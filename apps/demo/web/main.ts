@@ -8,8 +8,10 @@
  * Controls for T, D and causal; the memory, traffic and throughput charts (the same SVG code as
  * `fa demo --report`); the online softmax animated tile by tile.
  *
+ * Part 9 trains a small GPT in the CPU engine's worker (src/story/train.ts) when asked.
+ *
  * URL parameters (for links and the browser test): T, D, causal=1,
- * engine=auto|webgpu|wasm|cpu, autorun=1.
+ * engine=auto|webgpu|wasm|cpu, autorun=1, train=SECONDS (part 9 after the run).
  */
 import { askSupports, describeProblemShapes, type AttentionBackend } from '@fa/core';
 import { intensityChart, ioChart, memoryChart, throughputChart } from '../src/story/figures.js';
@@ -18,7 +20,8 @@ import { backwardPart, FULL_T, ioSummary, naivePart, walkthroughPart } from '../
 import type { DemoResult, MemoryPoint, PassSummary, ThroughputEntry } from '../src/story/result.js';
 import type { Progress } from '../src/story/run.js';
 import { isSoftwareAdapter } from '../src/story/engine-kind.js';
-import { part1, part3, part4, part5, part6 } from '../src/story/text.js';
+import { part1, part3, part4, part5, part6, part9 } from '../src/story/text.js';
+import type { TrainingResult } from '../src/story/train.js';
 import { runOnBackend, type RunReport, type RunRequest } from './session.js';
 import { buildSteps, renderStep } from './walkthrough.js';
 
@@ -309,6 +312,49 @@ async function runNow(): Promise<void> {
   }
 }
 
+// ------------------------------------------------------------------ part 9: a model
+
+/** Trains the GPT for `seconds` in the CPU engine's worker (wasm, else cpu), showing the loss as it falls. */
+async function trainNow(seconds: number): Promise<void> {
+  const btn = $<HTMLButtonElement>('#train');
+  btn.disabled = true;
+  const out = story(9);
+  document.body.dataset.train = 'running';
+  try {
+    let e: Engine;
+    try {
+      e = await startWorker('wasm');
+    } catch {
+      e = await startWorker('cpu');
+    }
+    if (e.kind !== 'worker') throw new Error('no CPU engine worker');
+    const w = e.worker;
+    out.textContent = `training on ${e.name} (${e.device}) for ${seconds} s…`;
+    const id = Math.floor(Math.random() * 2 ** 31);
+    const result = await new Promise<TrainingResult>((resolve, reject) => {
+      const onMsg = (ev: MessageEvent<{ type: string; id: number; step?: number; loss?: number; seconds?: number; result?: TrainingResult; message?: string }>) => {
+        const m = ev.data;
+        if (m.id !== id) return;
+        if (m.type === 'trainstep') out.textContent = `training on ${e.name}: step ${m.step}, loss ${m.loss?.toFixed(3)}, ${m.seconds?.toFixed(1)} of ${seconds} s`;
+        else if (m.type === 'trained' || m.type === 'error') {
+          w.removeEventListener('message', onMsg);
+          if (m.type === 'trained') resolve(m.result!);
+          else reject(new Error(m.message));
+        }
+      };
+      w.addEventListener('message', onMsg);
+      w.postMessage({ type: 'train', id, seconds });
+    });
+    out.textContent = part9({ training: result }).slice(2).join('\n');
+    document.body.dataset.train = result.cachedEqualsRecomputed && result.lastLoss < result.firstLoss ? 'done' : 'failed';
+  } catch (err) {
+    out.textContent = `Error: ${err instanceof Error ? err.message : String(err)}`;
+    document.body.dataset.train = 'error';
+  } finally {
+    btn.disabled = false;
+  }
+}
+
 // ------------------------------------------------------------------ walkthrough animation
 
 const steps = buildSteps();
@@ -382,9 +428,13 @@ async function main(): Promise<void> {
     $('#engine').textContent = `No engine: ${err instanceof Error ? err.message : String(err)}`;
   }
   $<HTMLButtonElement>('#run').disabled = false;
+  $('#train').addEventListener('click', () => void trainNow(8));
+  $<HTMLButtonElement>('#train').disabled = false;
   setStatus('idle');
   playWalk();
   if (params.get('autorun') === '1') await runNow();
+  const train = Number(params.get('train'));
+  if (train > 0) await trainNow(train);
 }
 
 void main();

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * A GPT-2-style character model trained on the repository's corpus (corpus.mjs), then
+ * A GPT-2-style character model trained on the repository's corpus (makeCorpus), then
  * generating with a KV cache: one script, any engine.
  *
  *   node packages/autograd/examples/gpt.mjs                       # the best engine here
@@ -18,9 +18,8 @@
  */
 import { pathToFileURL } from 'node:url';
 import { FAError, resolveBackend } from '@fa/core';
-import { AdamW, GPT, Rng, crossEntropy, noGrad, setModelEngine } from '@fa/autograd';
+import { AdamW, GPT, Rng, charVocab, crossEntropy, makeCorpus, noGrad, setModelEngine } from '@fa/autograd';
 import { loadEngines } from './engines.mjs';
-import { charVocab, makeCorpus } from './corpus.mjs';
 
 export const CONFIG = {
   backend: '',
@@ -107,7 +106,7 @@ export async function run(overrides = {}, log = (/** @type {string} */ _line) =>
   const opt = new AdamW(model.parameters(), { lr: cfg.lr, weightDecay: 0.01 });
   const rng = new Rng(cfg.seed);
   const { B, T } = { B: cfg.batch, T: cfg.T };
-  log(`GPT: ${cfg.layers} layers, d_model ${cfg.dModel}, ${cfg.heads} heads over ${cfg.kvHeads} kv heads, vocab ${vocab.size} characters, ${(params / 1e6).toFixed(2)}M parameters; corpus ${text.length} characters (corpus.mjs)`);
+  log(`GPT: ${cfg.layers} layers, d_model ${cfg.dModel}, ${cfg.heads} heads over ${cfg.kvHeads} kv heads, vocab ${vocab.size} characters, ${(params / 1e6).toFixed(2)}M parameters; corpus ${text.length} characters (makeCorpus)`);
   log(`attention on ${attn.name} (${attn.device ?? ''}); model ops on ${ops.engine} (${ops.kernel})${note}`);
   const losses = [];
   const t0 = performance.now();

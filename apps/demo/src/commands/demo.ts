@@ -9,7 +9,9 @@
  *   7. generating with a KV cache at a 100K-token context: per-token latency, bytes read per
  *      token against the engine's copy bandwidth, cache memory against T×T, and a check against
  *      recomputing attention over the whole sequence;
- *   8. past one GPU: how ring attention (context parallelism) shards the sequence over GPUs.
+ *   8. past one GPU: how ring attention (context parallelism) shards the sequence over GPUs;
+ *   9. a model on the engines: a small GPT trains for a few seconds on the repository's corpus
+ *      (loss, tokens/s, attention memory against naive) and generates with a KV cache.
  * --json prints the same results as JSON; --report FILE writes a self-contained HTML report.
  */
 import { cpus, freemem, totalmem } from 'node:os';
@@ -34,7 +36,8 @@ import { naiveAttention } from '../story/naive.js';
 import { backwardPart, FULL_T, ioSummary, naivePart, parallelPart, walkthroughPart } from '../story/parts.js';
 import { SCHEMA, type DemoResult, type MemoryPoint, type Rates, type ThroughputEntry } from '../story/result.js';
 import { AttentionRun, makeInputs, type MemoryProbe, type PassOptions } from '../story/run.js';
-import { header, part1, part2, part3, part4, part5, part6, part7, part8 } from '../story/text.js';
+import { header, part1, part2, part3, part4, part5, part6, part7, part8, part9 } from '../story/text.js';
+import { runTraining, TRAIN_DEFAULTS } from '../story/train.js';
 import { runGeneration } from '../story/generate.js';
 import { copyBandwidth } from '../story/bandwidth.js';
 
@@ -49,6 +52,7 @@ const SPEC: FlagSpec = {
   rows: { type: 'string', value: 'N', help: 'query rows checked against the float64 reference (default 64)' },
   'gen-tokens': { type: 'string', value: 'N', help: 'part 7: tokens generated with a KV cache (default 8; 0 skips the part)' },
   context: { type: 'string', value: 'T', help: 'part 7: tokens in the KV cache (default --tokens if given, else 100000)' },
+  'train-seconds': { type: 'string', value: 'S', help: 'part 9: seconds a small GPT trains (default 8; 0 skips the part)' },
   seed: { type: 'string', value: 'N', help: 'random seed of the inputs (default 1)' },
   json: { type: 'boolean', help: 'print the results as JSON (progress still goes to stderr)' },
   report: { type: 'string', value: 'FILE.html', help: 'also write a self-contained HTML report with charts' },
@@ -82,6 +86,7 @@ interface Opts {
   report?: string;
   genTokens: number;
   context?: number;
+  trainSeconds: number;
 }
 
 function parseOpts(args: readonly string[]): Opts | 'help' {
@@ -100,7 +105,9 @@ function parseOpts(args: readonly string[]): Opts | 'help' {
     seed: s('seed') !== undefined ? parseCount('seed', s('seed')!, 0) : 1,
     json: p.booleans.has('json'),
     genTokens: s('gen-tokens') !== undefined ? parseCount('gen-tokens', s('gen-tokens')!, 0) : 8,
+    trainSeconds: s('train-seconds') !== undefined ? parseNumber('train-seconds', s('train-seconds')!) : TRAIN_DEFAULTS.seconds,
   };
+  if (!(o.trainSeconds >= 0) || !Number.isFinite(o.trainSeconds)) throw argError(`--train-seconds expects a number of seconds >= 0, got ${JSON.stringify(s('train-seconds'))}`);
   if (s('context') !== undefined) o.context = parseCount('context', s('context')!);
   if (tok !== undefined) o.tokens = parseCount(s('tokens') !== undefined ? 'tokens' : 'seq', tok);
   if (s('dim') !== undefined) o.dim = parseCount('dim', s('dim')!);
@@ -337,6 +344,16 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
   const parallel = parallelPart(await ncclLine());
   say(io, o.json, part8({ parallel }));
 
+  // 9. a model on the engines: attention on the story's engine, the other ops on its model ops
+  // (or the best host engine's), a few seconds of training, then generation with the cache
+  let training: DemoResult['training'];
+  if (o.trainSeconds > 0) {
+    const hosts = candidates.map((c: Candidate) => c.backend).filter((b): b is AttentionBackend => b !== undefined && b.modelOps !== undefined);
+    hosts.sort((a, b) => HOST_ORDER.indexOf(a.name) - HOST_ORDER.indexOf(b.name));
+    training = await runTraining(backend, hosts, { ...TRAIN_DEFAULTS, seconds: o.trainSeconds });
+    say(io, o.json, part9({ training }));
+  }
+
   const result: DemoResult = {
     schema: SCHEMA,
     createdAt: new Date().toISOString(),
@@ -350,6 +367,7 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
     throughput,
     ...(generation ? { generation } : {}),
     parallel,
+    ...(training ? { training } : {}),
   };
   if (o.report) {
     try {
@@ -361,9 +379,13 @@ export async function demoCommand(args: readonly string[], io: Io): Promise<numb
   }
   if (o.json) io.out(JSON.stringify(result, jsonReplacer, 2));
   if (!exactness.verified) throw new FAError('E_DEVICE', `the ${backend.name} result is outside the float64 reference's tolerance on sampled rows (see part 3)`);
+  if (training && !training.cachedEqualsRecomputed) throw new FAError('E_DEVICE', `the GPT's generation with the ${training.attention} KV cache differs from recomputing the sequence (see part 9)`);
   if (generation && 'pass' in generation && !generation.pass) throw new FAError('E_DEVICE', `generation with the ${backend.name} KV cache differs from recomputing attention over the sequence (see part 7)`);
   return 0;
 }
+
+/** The engines part 9 may run model ops on when the story's engine has none, best first. */
+const HOST_ORDER = ['native', 'wasm', 'cpu'];
 
 /** Whether NCCL (for ring attention over GPUs) is usable here, in a few words. */
 async function ncclLine(): Promise<string> {

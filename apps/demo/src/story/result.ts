@@ -2,6 +2,7 @@
  * The demo's results, machine-readable (`fa demo --json`), and what the report and the web page
  * draw from. Eight parts, as the story tells them (the eighth in the CLI only).
  */
+import type { TrainingResult } from './train.js';
 import type { DType, OnlineSoftmaxStep } from '@fa/core';
 import type { ErrStat } from './exact.js';
 import type { GenerationResult } from './generate.js';
@@ -156,4 +157,6 @@ export interface DemoResult {
   readonly generation?: GenerationResult | { readonly skipped: string };
   /** 8. Past one GPU (the CLI; absent on the web page). */
   readonly parallel?: ParallelSummary;
+  /** 9. A model on the engines (absent with --train-seconds 0). */
+  readonly training?: TrainingResult;
 }

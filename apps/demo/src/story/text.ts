@@ -277,7 +277,32 @@ export function part8(r: Pick<DemoResult, 'parallel'>): string[] {
   ];
 }
 
+export function part9(r: Pick<DemoResult, 'training'>): string[] {
+  const t = r.training;
+  if (!t) return [];
+  const c = t.config;
+  const where = t.modelOps.engine === t.attention ? `every op on ${t.attention}` : `attention on ${t.attention}, the other ops on ${t.modelOps.engine} (${t.modelOps.note})`;
+  return [
+    '',
+    '9. A model on the engines: a small GPT trains, then writes',
+    ...para(`What the kernels are for: a model. A GPT (${c.layers} layers, d_model ${c.dModel}, ${c.heads} query heads over ${c.kvHeads} kv heads, head tied to the embedding, ${fmtInt(t.parameters)} parameters) learns the ${fmtInt(t.corpusChars)} characters of the repository's corpus (sentences of a seeded grammar) for ${fmtSeconds(t.seconds)}, ${where}: the products, gelu, layerNorm, cross-entropy and AdamW on the engine's SIMD kernels, no host fallback.`),
+    ...table(
+      [
+        ['steps (batch ' + c.batch + ' × ' + c.T + ' characters)', fmtInt(t.steps)],
+        ['tokens/s', fmtInt(Math.round(t.tokensPerSecond))],
+        ['loss (ln vocab = ' + Math.log(t.vocab).toFixed(2) + ')', t.curve.map(([, l]) => l.toFixed(2)).join(' → ')],
+        ['held-out loss', t.heldOutLoss.toFixed(3)],
+        ['attention kept for backward', `${fmtBytes(t.flashBytes)} (the LSE); naive: ${fmtBytes(t.naiveBytes)} (P)`],
+      ],
+      '     ',
+      'll',
+    ),
+    ...para(`It writes, with a KV cache (temperature 0.7): "${(t.prompt + t.generated).replace(/\s+/g, ' ').trim()}"`),
+    ...para(t.cachedEqualsRecomputed ? 'Checked: greedy generation with the KV cache gives the tokens recomputing the whole sequence gives. Longer runs write better: node packages/autograd/examples/gpt.mjs --seconds 60.' : 'NOT equal: greedy generation with the KV cache differs from recomputing the whole sequence.'),
+  ];
+}
+
 /** Every part. */
 export function storyText(r: DemoResult): string[] {
-  return [...header(r), ...part1(r), ...part2(r), ...part3(r), ...part4(r), ...part5(r), ...part6(r), ...part7(r), ...part8(r)];
+  return [...header(r), ...part1(r), ...part2(r), ...part3(r), ...part4(r), ...part5(r), ...part6(r), ...part7(r), ...part8(r), ...part9(r)];
 }

@@ -1,7 +1,8 @@
 /**
- * The small text corpus the GPT example trains on: English-like sentences from a fixed grammar
- * about a farm by a river, drawn by a seeded generator, so the repository ships the corpus as
- * these few lines (no data file, no licence to track) and every run sees the same text.
+ * A small text corpus for examples, tests and the demo (examples/gpt.mjs, `fa demo` part 9):
+ * English-like sentences from a fixed grammar about a farm by a river, drawn by a seeded
+ * generator, so the repository ships the corpus as these few lines (no data file, no licence to
+ * track) and every run sees the same text.
  *
  *   when the hungry fox waits behind the mill, the old farmer feeds the goat near the well.
  *
@@ -9,11 +10,10 @@
  * from ln(vocab) as it learns spelling, then word order, then which words go together.
  */
 
-/**
- * A deterministic generator (mulberry32).
- * @param {number} seed
- */
-function rng(seed) {
+import { FAError } from '@fa/core';
+
+/** A deterministic generator (mulberry32). */
+function rng(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
@@ -24,7 +24,7 @@ function rng(seed) {
   };
 }
 
-const WORDS = {
+const WORDS: Record<string, readonly string[]> = {
   adj: ['old', 'small', 'red', 'quiet', 'hungry', 'brave', 'tired', 'young'],
   animal: ['fox', 'hen', 'dog', 'cat', 'goat', 'crow', 'horse', 'duck'],
   person: ['farmer', 'miller', 'boy', 'girl', 'shepherd'],
@@ -39,9 +39,9 @@ const WORDS = {
  * `chars` characters (at least; cut at a sentence end) of the corpus for `seed`. Paragraphs of
  * three to six sentences, separated by newlines.
  */
-export function makeCorpus(chars = 200_000, seed = 7) {
+export function makeCorpus(chars = 200_000, seed = 7): string {
   const r = rng(seed);
-  const pick = (/** @type {string[]} */ xs) => xs[Math.floor(r() * xs.length)];
+  const pick = (xs: readonly string[]): string => xs[Math.floor(r() * xs.length)];
   const noun = () => (r() < 0.6 ? pick(WORDS.animal) : pick(WORDS.person));
   const np = () => `the ${r() < 0.5 ? `${pick(WORDS.adj)} ` : ''}${noun()}`;
   const pp = () => `${pick(WORDS.prep)} the ${pick(WORDS.place)}`;
@@ -58,7 +58,7 @@ export function makeCorpus(chars = 200_000, seed = 7) {
     if (u < 0.9) return `when ${clause()}, ${clause()}.`;
     return `${clause()}, but ${clause()}.`;
   };
-  const parts = [];
+  const parts: string[] = [];
   let n = 0;
   while (n < chars) {
     const k = 3 + Math.floor(r() * 4);
@@ -69,20 +69,24 @@ export function makeCorpus(chars = 200_000, seed = 7) {
   return parts.join('');
 }
 
-/**
- * The characters of a text, sorted, and encode/decode between text and token ids.
- * @param {string} text
- */
-export function charVocab(text) {
+/** A character vocabulary: its size, and text ↔ token ids. */
+export interface CharVocab {
+  readonly size: number;
+  encode(s: string): Int32Array;
+  decode(ids: ArrayLike<number>): string;
+}
+
+/** The characters of a text, sorted, and encode/decode between text and token ids. */
+export function charVocab(text: string): CharVocab {
   const chars = [...new Set(text)].sort();
   const index = new Map(chars.map((c, i) => [c, i]));
   return {
     size: chars.length,
-    encode: (/** @type {string} */ s) => Int32Array.from(s, (c) => {
+    encode: (s: string) => Int32Array.from(s, (c) => {
       const i = index.get(c);
-      if (i === undefined) throw new Error(`the vocabulary has no ${JSON.stringify(c)}`);
+      if (i === undefined) throw new FAError('E_ARG', `the vocabulary has no ${JSON.stringify(c)}`);
       return i;
     }),
-    decode: (/** @type {ArrayLike<number>} */ ids) => Array.from(ids, (i) => chars[i]).join(''),
+    decode: (ids: ArrayLike<number>) => Array.from(ids, (i) => chars[i]).join(''),
   };
 }
