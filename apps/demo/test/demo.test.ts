@@ -76,7 +76,7 @@ describe('fa demo', () => {
     expect(out).toMatch(/^\s+0\s+0–24,999, 75,000–99,999\s+2,500,025,000 \(50%\)\s+1, 1$/m);
     expect(out).toMatch(/NCCL here: /);
     // 9. the GPT trains on the cpu engine's model ops and generates, checked against recomputing
-    expect(out).toMatch(/every op on cpu: the products, gelu, layerNorm/);
+    expect(out).toMatch(/every op on\s+cpu:\s+the\s+products,\s+RMSNorm,\s+SwiGLU,\s+rotary/);
     expect(out).toMatch(/Checked: greedy generation with the KV cache gives the tokens/);
     const long = out.split('\n').filter((l) => width(l) > 80);
     expect(long).toEqual([]);

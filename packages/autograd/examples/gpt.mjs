@@ -6,13 +6,15 @@
  *   node packages/autograd/examples/gpt.mjs                       # the best engine here
  *   node packages/autograd/examples/gpt.mjs --backend wasm --seconds 10
  *   node packages/autograd/examples/gpt.mjs --backend webgpu --engine native
+ *   node packages/autograd/examples/gpt.mjs --style gpt2         # learned positions, LayerNorm, GELU
  *
  * --backend names the attention engine (cpu, wasm, native, webgpu, cuda; default native where it
  * runs, else wasm); --engine the model-op engine (setModelEngine: the products, gelu, layerNorm,
  * cross-entropy, AdamW), default the attention engine when it has model ops, otherwise the best
- * host engine (native, wasm, cpu), said so in the output. The model: GPT (@fa/autograd) with
- * learned positions, pre-LayerNorm blocks, GQA attention through the FlashAttention op and a head
- * tied to the token embedding. Prints the loss as it falls, tokens/s, the memory naive attention
+ * host engine (native, wasm, cpu), said so in the output. The model: GPT (@fa/autograd),
+ * LLaMA-style by default (rotary positions, RMSNorm, SwiGLU MLP; --style gpt2: learned positions,
+ * LayerNorm, GELU), GQA attention through the FlashAttention op, a head tied to the token
+ * embedding. Prints the loss as it falls, tokens/s, the memory naive attention
  * would need for the same step, the held-out loss, a generated paragraph, and a check that
  * generating with the cache gives the tokens recomputing the whole sequence gives.
  */
@@ -36,6 +38,7 @@ export const CONFIG = {
   generate: 0, // 0: up to the trained window (T - prompt); positions past T were never trained
   temperature: 0.7,
   seed: 1,
+  style: 'llama', // rotary positions, RMSNorm, SwiGLU MLP; or 'gpt2': learned positions, LayerNorm, GELU
 };
 
 const fmtBytes = (/** @type {number} */ b) => (b >= 2 ** 30 ? `${(b / 2 ** 30).toFixed(1)} GiB` : b >= 2 ** 20 ? `${(b / 2 ** 20).toFixed(1)} MiB` : `${(b / 1024).toFixed(1)} KiB`);
@@ -101,12 +104,14 @@ export async function run(overrides = {}, log = (/** @type {string} */ _line) =>
   const train = all.subarray(0, split), heldOut = all.subarray(split);
   const prompt = vocab.encode('the old farmer ');
   const genN = cfg.generate > 0 ? cfg.generate : cfg.T - prompt.length;
-  const model = new GPT({ vocab: vocab.size, maxT: Math.max(cfg.T, prompt.length + genN), dModel: cfg.dModel, layers: cfg.layers, heads: cfg.heads, kvHeads: cfg.kvHeads, backend: attn, seed: cfg.seed });
+  if (cfg.style !== 'gpt2' && cfg.style !== 'llama') throw new FAError('E_ARG', `--style must be gpt2 or llama, got ${cfg.style}`);
+  const llama = cfg.style === 'llama' ? /** @type {const} */ ({ positions: 'rotary', norm: 'rms', mlp: 'swiglu', mlpRatio: 8 / 3 }) : {};
+  const model = new GPT({ vocab: vocab.size, maxT: Math.max(cfg.T, prompt.length + genN), dModel: cfg.dModel, layers: cfg.layers, heads: cfg.heads, kvHeads: cfg.kvHeads, backend: attn, seed: cfg.seed, ...llama });
   const params = model.parameters().reduce((n, p) => n + p.size, 0);
   const opt = new AdamW(model.parameters(), { lr: cfg.lr, weightDecay: 0.01 });
   const rng = new Rng(cfg.seed);
   const { B, T } = { B: cfg.batch, T: cfg.T };
-  log(`GPT: ${cfg.layers} layers, d_model ${cfg.dModel}, ${cfg.heads} heads over ${cfg.kvHeads} kv heads, vocab ${vocab.size} characters, ${(params / 1e6).toFixed(2)}M parameters; corpus ${text.length} characters (makeCorpus)`);
+  log(`GPT (${cfg.style}): ${cfg.layers} layers, d_model ${cfg.dModel}, ${cfg.heads} heads over ${cfg.kvHeads} kv heads, vocab ${vocab.size} characters, ${(params / 1e6).toFixed(2)}M parameters; corpus ${text.length} characters (makeCorpus)`);
   log(`attention on ${attn.name} (${attn.device ?? ''}); model ops on ${ops.engine} (${ops.kernel})${note}`);
   const losses = [];
   const t0 = performance.now();

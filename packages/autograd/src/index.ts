@@ -22,6 +22,9 @@ export { reshape, view } from './ops/reshape.js';
 export { permute, transpose } from './ops/permute.js';
 export { splitHeads, mergeHeads } from './ops/heads.js';
 export { layerNorm } from './ops/layernorm.js';
+export { rmsNorm } from './ops/rmsnorm.js';
+export { silu, swiglu } from './ops/silu.js';
+export { rotary, rotaryTables, type RotaryTables, type RotaryOptions } from './ops/rotary.js';
 export { gelu, type GeluApproximate } from './ops/gelu.js';
 export { erf } from '@fa/core';
 export { softmax } from './ops/softmax.js';
@@ -32,7 +35,7 @@ export { setModelEngine, modelEngine } from './engine.js';
 export { attention, setDefaultBackend, getDefaultBackend, pickBackend, type AttentionCallOptions, type BackendChoice } from './ops/attention.js';
 
 export { Module } from './nn/module.js';
-export { Linear, LayerNorm, Embedding, type InitOptions } from './nn/layers.js';
+export { Linear, LayerNorm, RMSNorm, Embedding, type InitOptions } from './nn/layers.js';
 export { SelfAttention, TransformerBlock, type SelfAttentionOptions, type TransformerBlockOptions } from './nn/transformer.js';
 export { KVCache, type KVCacheConfig } from './nn/kvcache.js';
 export { GPT, type GPTConfig, type GenerateOptions } from './nn/gpt.js';

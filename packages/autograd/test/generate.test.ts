@@ -90,3 +90,40 @@ it('examples/gpt.mjs: the GPT trains on the corpus (loss falls), and greedy gene
   expect(r.text.length).toBe(40);
   expect(['native', 'wasm']).toContain(r.modelOps); // never the TypeScript cpu kernels behind the caller's back
 }, 240_000);
+
+it('a LLaMA-style GPT (rotary positions, RMSNorm, SwiGLU): the cached generation equals recomputing, and it trains', async () => {
+  const { run: runGpt } = await import('../examples/gpt.mjs');
+  const r = await runGpt({ steps: 40, T: 64, batch: 8, layers: 2, dModel: 64, generate: 40, style: 'llama' }, (line: string) => console.log(line));
+  expect(r.same).toBe(true);
+  expect(r.lastLoss).toBeLessThan(r.firstLoss - 0.8);
+});
+
+it('TransformerBlock with rotary positions: forwardCached (prefill, then one token at a time) equals forward() over the sequence', async () => {
+  const { rotaryTables } = await import('../dist/index.js');
+  const rng = new Rng(9);
+  const C = 32, H = 4, Hkv = 2, T = 9, B = 2;
+  const block = new TransformerBlock(C, H, { rng, kvHeads: Hkv, norm: 'rms', mlp: 'swiglu', rotary: { tables: rotaryTables(16, C / H) }, attention: { causal: true } });
+  const x = randn([B, T, C], { rng });
+  const full = await noGrad(() => block.forward(x));
+  const cache = await KVCache.create({ layers: 1, batch: B, capacity: 16, kvHeads: Hkv, headDim: C / H });
+  const rows = (a: number, b: number) => {
+    const d = new Float32Array(B * (b - a) * C);
+    for (let s = 0; s < B; s++) d.set(x.data.subarray((s * T + a) * C, (s * T + b) * C), s * (b - a) * C);
+    return d;
+  };
+  const got = new Float32Array(B * T * C);
+  const step = async (a: number, b: number) => {
+    const y = await noGrad(() => block.forwardCached(new Tensor(rows(a, b), [B, b - a, C]), cache, 0));
+    await cache.advance(b - a);
+    for (let s = 0; s < B; s++) got.set(y.data.subarray(s * (b - a) * C, (s + 1) * (b - a) * C), (s * T + a) * C);
+  };
+  await step(0, 5);
+  for (let t = 5; t < T; t++) await step(t, t + 1);
+  let e = 0, n = 0;
+  for (let i = 0; i < got.length; i++) {
+    e += (got[i] - full.data[i]) ** 2;
+    n += full.data[i] ** 2;
+  }
+  expect(Math.sqrt(e / n)).toBeLessThan(1e-5);
+  cache.dispose();
+});

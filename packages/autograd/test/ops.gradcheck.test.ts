@@ -3,6 +3,7 @@ import { describe, it } from 'vitest';
 import {
   add, sub, mul, scale, matmul, linear, reshape, permute, transpose, splitHeads, mergeHeads,
   layerNorm, gelu, softmax, crossEntropy, embedding, sum, mean, gradcheck, checkpoint, Tensor,
+  rmsNorm, silu, swiglu, rotary, rotaryTables,
 } from '@fa/autograd';
 import { expectGradcheck, leaf } from './helpers.js';
 
@@ -58,6 +59,28 @@ describe('gradcheck: linear algebra and shapes', () => {
     await check('permute', (x) => mul(permute(x, [2, 0, 1]), permute(w, [2, 0, 1])), [leaf([2, 3, 4], 36)]);
     await check('transpose', (x) => matmul(transpose(x, -1, -2), leaf([3, 2], 37, { requiresGrad: false })), [leaf([2, 3, 4], 38)]);
     await check('splitHeads/mergeHeads', (x) => mergeHeads(mul(splitHeads(x, 2), leaf([2, 3, 2, 2], 39, { requiresGrad: false }))), [leaf([2, 3, 4], 40)]);
+  });
+});
+
+describe('gradcheck: the ops of LLaMA-style models', () => {
+  it('rmsNorm with and without a weight', async () => {
+    await check('rmsNorm', (x, w) => rmsNorm(x, w), [leaf([2, 3, 6], 141), leaf([6], 142)]);
+    await check('rmsNorm plain', (x) => rmsNorm(x), [leaf([4, 5], 143)]);
+  });
+  it('silu and swiglu, including the tails', async () => {
+    const x = leaf([30], 144, { std: 3 });
+    x.data[0] = -9;
+    x.data[1] = 7;
+    await check('silu', (t) => silu(t), [x]);
+    await check('swiglu', (a, b) => swiglu(a, b), [leaf([3, 8], 145, { std: 2 }), leaf([3, 8], 146)]);
+  });
+  it('rotary: NeoX halves and GPT-J pairs, a partial rotary dim, an offset', async () => {
+    const w = leaf([2, 3, 2, 8], 147, { requiresGrad: false });
+    const full = rotaryTables(16, 8), part = rotaryTables(16, 4);
+    // a non-uniform weight after the rotation makes the check see every output element
+    await check('rotary neox', (x) => mul(rotary(x, full), w), [leaf([2, 3, 2, 8], 148)]);
+    await check('rotary gptj offset 5', (x) => mul(rotary(x, full, { interleaved: true, offset: 5 }), w), [leaf([2, 3, 2, 8], 149)]);
+    await check('rotary partial', (x) => mul(rotary(x, part, { offset: 2 }), w), [leaf([2, 3, 2, 8], 150)]);
   });
 });
 

@@ -331,3 +331,153 @@ void fa_add_bias_f32(float *c, const float *bias, int32_t m, int32_t n) {
     for (; j < n; j++) cr[j] += bias[j];
   }
 }
+
+/* RMSNorm: y = x rstd w, rstd = 1/sqrt(mean(x^2) + eps) (LLaMA's). */
+FA_EXPORT(fa_rms_norm_f32)
+void fa_rms_norm_f32(const float *x, const float *w, float *y, float *rstd, int32_t rows, int32_t cols, float eps) {
+  for (int32_t r = 0; r < rows; r++) {
+    const float *xr = x + (size_t)r * cols;
+    float *yr = y + (size_t)r * cols;
+    v128_t q = VSPLAT(0);
+    int32_t i = 0;
+    for (; i + 4 <= cols; i += 4) {
+      const v128_t v = wasm_v128_load(xr + i);
+      q = VFMA(v, v, q);
+    }
+    float s = fa_hsum(q);
+    for (; i < cols; i++) s += xr[i] * xr[i];
+    const float rs = (float)(1.0 / __builtin_elementwise_sqrt((double)s / cols + (double)eps));
+    rstd[r] = rs;
+    const v128_t vr = VSPLAT(rs);
+    for (i = 0; i + 4 <= cols; i += 4) {
+      v128_t h = wasm_f32x4_mul(wasm_v128_load(xr + i), vr);
+      if (w) h = wasm_f32x4_mul(h, wasm_v128_load(w + i));
+      wasm_v128_store(yr + i, h);
+    }
+    for (; i < cols; i++) yr[i] = xr[i] * rs * (w ? w[i] : 1.0f);
+  }
+}
+
+/* dx = rstd (d - h mean(d h)), d = dy w, h = x rstd; dweight = sum over rows of dy h (ws: cols doubles). */
+FA_EXPORT(fa_rms_norm_backward_f32)
+void fa_rms_norm_backward_f32(const float *x, const float *rstd, const float *w, const float *dy, float *dx, float *dw, int32_t rows, int32_t cols, double *ws) {
+  for (int32_t j = 0; j < cols; j++) ws[j] = 0;
+  for (int32_t r = 0; r < rows; r++) {
+    const float *xr = x + (size_t)r * cols, *gr = dy + (size_t)r * cols;
+    const float rs = rstd[r];
+    const v128_t vr = VSPLAT(rs);
+    v128_t s = VSPLAT(0);
+    int32_t i = 0;
+    for (; i + 4 <= cols; i += 4) {
+      const v128_t g = wasm_v128_load(gr + i);
+      const v128_t d = w ? wasm_f32x4_mul(g, wasm_v128_load(w + i)) : g;
+      s = VFMA(d, wasm_f32x4_mul(wasm_v128_load(xr + i), vr), s);
+    }
+    float t = fa_hsum(s);
+    for (; i < cols; i++) t += gr[i] * (w ? w[i] : 1.0f) * xr[i] * rs;
+    if (dw)
+      for (int32_t j = 0; j < cols; j++) ws[j] += (double)gr[j] * (double)(xr[j] * rs);
+    if (dx) {
+      float *dr = dx + (size_t)r * cols;
+      const float m = t / (float)cols;
+      const v128_t vk = VSPLAT(rs * m);
+      for (i = 0; i + 4 <= cols; i += 4) {
+        const v128_t g = wasm_v128_load(gr + i);
+        const v128_t d = w ? wasm_f32x4_mul(g, wasm_v128_load(w + i)) : g;
+        /* rstd (d - x rstd m) */
+        wasm_v128_store(dr + i, wasm_f32x4_mul(vr, wasm_f32x4_sub(d, wasm_f32x4_mul(wasm_v128_load(xr + i), vk))));
+      }
+      for (; i < cols; i++) dr[i] = rs * (gr[i] * (w ? w[i] : 1.0f) - xr[i] * rs * m);
+    }
+  }
+  if (dw)
+    for (int32_t j = 0; j < cols; j++) dw[j] = (float)ws[j];
+}
+
+/* sigma(v) = 1/(1 + e^-v) on sixteen lanes; e^-v saturates at e^88 (sigma ~ 6e-39 there). */
+FA_INLINE vf16 sigmoid16(vf16 v) { return (vf16)1.0f / ((vf16)1.0f + vf16_exp(-v)); }
+
+/* y = silu(x) (times gate): SiLU, or SwiGLU's product. y may be x or gate. */
+FA_EXPORT(fa_silu_f32)
+void fa_silu_f32(const float *x, const float *gate, float *y, int32_t n) {
+  int32_t i = 0;
+  for (; i + W16 <= n; i += W16) {
+    const vf16 v = vf16_load(x + i);
+    vf16 r = v * sigmoid16(v);
+    if (gate) r *= vf16_load(gate + i);
+    vf16_store(y + i, r);
+  }
+  if (i < n) {
+    const int32_t k = n - i;
+    const vf16 v = vf16_load_part(x + i, k);
+    vf16 r = v * sigmoid16(v);
+    if (gate) r *= vf16_load_part(gate + i, k);
+    vf16_store_part(y + i, r, k);
+  }
+}
+
+/* dx (+)= dy gate silu'(x), silu'(v) = s (1 + v (1 - s)); dgate = dy silu(x) when asked. */
+FA_EXPORT(fa_silu_backward_f32)
+void fa_silu_backward_f32(const float *x, const float *gate, const float *dy, float *dx, float *dgate, int32_t n, int32_t accumulate) {
+  for (int32_t i = 0; i < n; i += W16) {
+    const int32_t k = n - i < W16 ? n - i : W16;
+    const int full = k == W16;
+    const vf16 v = full ? vf16_load(x + i) : vf16_load_part(x + i, k);
+    const vf16 g = full ? vf16_load(dy + i) : vf16_load_part(dy + i, k);
+    const vf16 s = sigmoid16(v);
+    vf16 d = g * s * ((vf16)1.0f + v * ((vf16)1.0f - s));
+    if (gate) d *= full ? vf16_load(gate + i) : vf16_load_part(gate + i, k);
+    if (accumulate) d += full ? vf16_load(dx + i) : vf16_load_part(dx + i, k);
+    if (dgate) {
+      if (full) vf16_store(dgate + i, g * v * s);
+      else vf16_store_part(dgate + i, g * v * s, k);
+    }
+    if (full) vf16_store(dx + i, d);
+    else vf16_store_part(dx + i, d, k);
+  }
+}
+
+/*
+ * Rotary position embedding of x [batch, seq, heads, dim] into y (y may be x): the first
+ * rotary_dim dims of each head at position offset + t, pairs (m, m + rd/2) or (2m, 2m + 1)
+ * (interleaved); inverse rotates by -theta (the backward). The rest of each head is copied.
+ */
+FA_EXPORT(fa_rotary_f32)
+void fa_rotary_f32(const float *x, float *y, const float *cos_t, const float *sin_t, int32_t batch, int32_t seq, int32_t heads, int32_t dim, int32_t rotary_dim,
+                   int32_t offset, int32_t interleaved, int32_t inverse) {
+  const int32_t half = rotary_dim / 2;
+  const float sign = inverse ? -1.0f : 1.0f;
+  for (int32_t b = 0; b < batch; b++) {
+    for (int32_t t = 0; t < seq; t++) {
+      const float *co = cos_t + (size_t)(offset + t) * half, *si = sin_t + (size_t)(offset + t) * half;
+      for (int32_t h = 0; h < heads; h++) {
+        const size_t o = (((size_t)b * seq + t) * heads + h) * dim;
+        const float *xr = x + o;
+        float *yr = y + o;
+        if (interleaved) {
+          for (int32_t m = 0; m < half; m++) {
+            const float xa = xr[2 * m], xb = xr[2 * m + 1], c = co[m], s = sign * si[m];
+            yr[2 * m] = xa * c - xb * s;
+            yr[2 * m + 1] = xb * c + xa * s;
+          }
+        } else {
+          int32_t m = 0;
+          const v128_t vs = VSPLAT(sign);
+          for (; m + 4 <= half; m += 4) {
+            const v128_t xa = wasm_v128_load(xr + m), xb = wasm_v128_load(xr + half + m);
+            const v128_t c = wasm_v128_load(co + m), s = wasm_f32x4_mul(vs, wasm_v128_load(si + m));
+            wasm_v128_store(yr + m, wasm_f32x4_sub(wasm_f32x4_mul(xa, c), wasm_f32x4_mul(xb, s)));
+            wasm_v128_store(yr + half + m, wasm_f32x4_add(wasm_f32x4_mul(xb, c), wasm_f32x4_mul(xa, s)));
+          }
+          for (; m < half; m++) {
+            const float xa = xr[m], xb = xr[half + m], c = co[m], s = sign * si[m];
+            yr[m] = xa * c - xb * s;
+            yr[half + m] = xb * c + xa * s;
+          }
+        }
+        if (yr != xr)
+          for (int32_t j = rotary_dim; j < dim; j++) yr[j] = xr[j];
+      }
+    }
+  }
+}

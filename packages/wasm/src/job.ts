@@ -58,6 +58,11 @@ export interface Kernels {
   readonly fa_cross_entropy_backward_f32: (logits: number, lse: number, targets: number, dlogits: number, rows: number, classes: number, ignore: number, scale: number) => void;
   readonly fa_adamw_f32: (p: number, g: number, m: number, v: number, n: number, b1: number, b2: number, eps: number, decay: number, stepSize: number, invSqrtBc2: number) => void;
   readonly fa_sum_rows_f32: (x: number, out: number, rows: number, cols: number, accumulate: number, ws: number) => void;
+  readonly fa_rms_norm_f32: (x: number, w: number, y: number, rstd: number, rows: number, cols: number, eps: number) => void;
+  readonly fa_rms_norm_backward_f32: (x: number, rstd: number, w: number, dy: number, dx: number, dw: number, rows: number, cols: number, ws: number) => void;
+  readonly fa_silu_f32: (x: number, gate: number, y: number, n: number) => void;
+  readonly fa_silu_backward_f32: (x: number, gate: number, dy: number, dx: number, dgate: number, n: number, accumulate: number) => void;
+  readonly fa_rotary_f32: (x: number, y: number, cos: number, sin: number, batch: number, seq: number, heads: number, dim: number, rotaryDim: number, offset: number, interleaved: number, inverse: number) => void;
   /** The native addon's direct model-op entries (native only; model-ops.ts). */
   readonly direct?: import('./native.js').DirectOps;
   readonly __heap_base: WebAssembly.Global;

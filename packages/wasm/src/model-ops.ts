@@ -15,7 +15,8 @@
  * may run while an attention call of the same engine waits on its workers.
  */
 import {
-  checkAdamW, checkCrossEntropy, checkCrossEntropyBackward, checkGelu, checkGeluBackward, checkGemm, checkLayerNorm, checkLayerNormBackward, checkSumRows,
+  checkAdamW, checkCrossEntropy, checkCrossEntropyBackward, checkGelu, checkGeluBackward, checkGemm, checkLayerNorm, checkLayerNormBackward, checkRmsNorm, checkRmsNormBackward,
+  checkRotary, checkSilu, checkSiluBackward, checkSumRows,
   FAError, type GemmCall, type HostModelOps,
 } from '@fa/core';
 import type { Kernels } from './job.js';
@@ -197,6 +198,48 @@ export function createModelOps(e: ModelOpsEngine, kernel: string): HostModelOps 
       const acc = c.accumulate ? 1 : 0;
       if (d) return guard('sumRows', () => d.sumRows(c.x, c.out, c.rows, c.cols, acc, f32Ws(3 * c.cols + 2)));
       inScratch(e, 'sumRows', [{ data: c.x, in: true }, { data: c.out, in: acc === 1, out: true }, { data: null, bytes: 12 * c.cols + 8 }], ([x, out, ws]) => k.fa_sum_rows_f32(x, out, c.rows, c.cols, acc, ws));
+    },
+    rmsNorm(c) {
+      checkRmsNorm(c, `${e.name} rmsNorm`);
+      e.alive();
+      if (d) return guard('rmsNorm', () => d.rmsNorm(c.x, c.weight, c.y, c.rstd, c.rows, c.cols, c.eps));
+      inScratch(e, 'rmsNorm', [{ data: c.x, in: true }, { data: c.weight, in: true }, { data: c.y, out: true }, { data: c.rstd, out: true }], ([x, w, y, rstd]) => k.fa_rms_norm_f32(x, w, y, rstd, c.rows, c.cols, c.eps));
+    },
+    rmsNormBackward(c) {
+      checkRmsNormBackward(c, `${e.name} rmsNormBackward`);
+      e.alive();
+      if (d) return guard('rmsNormBackward', () => d.rmsNormBackward(c.x, c.rstd, c.weight, c.dy, c.dx, c.dweight, c.rows, c.cols, f64Ws(c.cols)));
+      inScratch(
+        e,
+        'rmsNormBackward',
+        [{ data: c.x, in: true }, { data: c.rstd, in: true }, { data: c.weight, in: true }, { data: c.dy, in: true }, { data: c.dx, out: true }, { data: c.dweight, out: true }, { data: null, bytes: 8 * c.cols + 8 }],
+        ([x, rstd, w, dy, dx, dw, ws]) => k.fa_rms_norm_backward_f32(x, rstd, w, dy, dx, dw, c.rows, c.cols, ws),
+      );
+    },
+    silu(c) {
+      checkSilu(c, `${e.name} silu`);
+      e.alive();
+      if (d) return guard('silu', () => d.silu(c.x, c.gate, c.y));
+      // y may be x or the gate: then it is written through that slot
+      const onX = c.y === c.x, onGate = c.gate !== null && c.y === c.gate;
+      inScratch(e, 'silu', [{ data: c.x, in: true, out: onX }, { data: c.gate, in: true, out: onGate }, { data: onX || onGate ? null : c.y, out: true }], ([x, g, y]) => k.fa_silu_f32(x, g, onX ? x : onGate ? g : y, c.x.length));
+    },
+    siluBackward(c) {
+      checkSiluBackward(c, `${e.name} siluBackward`);
+      e.alive();
+      const acc = c.accumulate ? 1 : 0;
+      if (d) return guard('siluBackward', () => d.siluBackward(c.x, c.gate, c.dy, c.dx, c.dgate, acc));
+      inScratch(e, 'siluBackward', [{ data: c.x, in: true }, { data: c.gate, in: true }, { data: c.dy, in: true }, { data: c.dx, in: acc === 1, out: true }, { data: c.dgate, out: true }], ([x, g, dy, dx, dg]) =>
+        k.fa_silu_backward_f32(x, g, dy, dx, dg, c.x.length, acc),
+      );
+    },
+    rotary(c) {
+      checkRotary(c, `${e.name} rotary`);
+      e.alive();
+      const args = [c.batch, c.seq, c.heads, c.dim, c.rotaryDim, c.positionOffset, c.interleaved ? 1 : 0, c.inverse ? 1 : 0] as const;
+      if (d) return guard('rotary', () => d.rotary(c.x, c.y, c.cos, c.sin, ...args));
+      const inPlace = c.y === c.x;
+      inScratch(e, 'rotary', [{ data: c.x, in: true, out: inPlace }, { data: inPlace ? null : c.y, out: true }, { data: c.cos, in: true }, { data: c.sin, in: true }], ([x, y, co, si]) => k.fa_rotary_f32(x, inPlace ? x : y, co, si, ...args));
     },
   };
   return ops;

@@ -28,6 +28,11 @@ export interface DirectOps {
   crossEntropyBackward(logits: F32, lse: F32, targets: Int32Array, dlogits: F32, rows: number, classes: number, ignore: number, scale: number): void;
   adamw(p: F32, g: F32, m: F32, v: F32, b1: number, b2: number, eps: number, decay: number, stepSize: number, invSqrtBc2: number): void;
   sumRows(x: F32, out: F32, rows: number, cols: number, accumulate: number, ws: F32): void;
+  rmsNorm(x: F32, w: F32 | null, y: F32, rstd: F32, rows: number, cols: number, eps: number): void;
+  rmsNormBackward(x: F32, rstd: F32, w: F32 | null, dy: F32, dx: F32 | null, dw: F32 | null, rows: number, cols: number, ws: Float64Array): void;
+  silu(x: F32, gate: F32 | null, y: F32): void;
+  siluBackward(x: F32, gate: F32 | null, dy: F32, dx: F32, dgate: F32 | null, accumulate: number): void;
+  rotary(x: F32, y: F32, cos: F32, sin: F32, batch: number, seq: number, heads: number, dim: number, rotaryDim: number, offset: number, interleaved: number, inverse: number): void;
 }
 
 export interface NativeAddon {

@@ -285,7 +285,7 @@ export function part9(r: Pick<DemoResult, 'training'>): string[] {
   return [
     '',
     '9. A model on the engines: a small GPT trains, then writes',
-    ...para(`What the kernels are for: a model. A GPT (${c.layers} layers, d_model ${c.dModel}, ${c.heads} query heads over ${c.kvHeads} kv heads, head tied to the embedding, ${fmtInt(t.parameters)} parameters) learns the ${fmtInt(t.corpusChars)} characters of the repository's corpus (sentences of a seeded grammar) for ${fmtSeconds(t.seconds)}, ${where}: the products, gelu, layerNorm, cross-entropy and AdamW on the engine's SIMD kernels, no host fallback.`),
+    ...para(`What the kernels are for: a model. A LLaMA-style GPT (${c.layers} layers, d_model ${c.dModel}, ${c.heads} query heads over ${c.kvHeads} kv heads, rotary positions, RMSNorm, SwiGLU, head tied to the embedding, ${fmtInt(t.parameters)} parameters) learns the ${fmtInt(t.corpusChars)} characters of the repository's corpus (sentences of a seeded grammar) for ${fmtSeconds(t.seconds)}, ${where}: the products, RMSNorm, SwiGLU, rotary, cross-entropy and AdamW on the engine's kernels, no host fallback.`),
     ...table(
       [
         ['steps (batch ' + c.batch + ' × ' + c.T + ' characters)', fmtInt(t.steps)],

@@ -2,7 +2,8 @@
  * A GPT-2-style language model: token and learned position embeddings, pre-LayerNorm blocks with
  * causal attention through the FlashAttention op (GQA when kvHeads < heads) and a GELU MLP, a
  * final LayerNorm and a head tied to the token embedding (logits = x · Eᵀ, GPT-2's weight
- * tying). Training runs forward(); generation runs prefill and one-token steps over a KVCache
+ * tying). { positions: 'rotary', norm: 'rms', mlp: 'swiglu' } makes it LLaMA-style: rotary
+ * positions on q and k (no position table), RMSNorm, the gated SiLU MLP. Training runs forward(); generation runs prefill and one-token steps over a KVCache
  * (forwardCached), so a new token costs one pass over the cache instead of attention over the
  * whole sequence.
  */
@@ -14,7 +15,8 @@ import { linear } from '../ops/linear.js';
 import type { BackendChoice } from '../ops/attention.js';
 import { noGrad } from '../grad-mode.js';
 import { Module } from './module.js';
-import { Embedding, LayerNorm } from './layers.js';
+import { Embedding, LayerNorm, RMSNorm } from './layers.js';
+import { rotaryTables } from '../ops/rotary.js';
 import { TransformerBlock } from './transformer.js';
 import { KVCache } from './kvcache.js';
 
@@ -33,6 +35,10 @@ export interface GPTConfig {
   backend?: BackendChoice;
   /** Initialisation seed (default 0). */
   seed?: number;
+  /** 'learned' (default: a position table) or 'rotary' (RoPE on q and k, base 10000). */
+  positions?: 'learned' | 'rotary';
+  norm?: 'layer' | 'rms';
+  mlp?: 'gelu' | 'swiglu';
 }
 
 export interface GenerateOptions {
@@ -45,9 +51,10 @@ export interface GenerateOptions {
 export class GPT extends Module {
   readonly config: Required<Omit<GPTConfig, 'backend'>> & { backend?: BackendChoice };
   readonly tok: Embedding;
-  readonly pos: Embedding;
+  /** The position table (null with rotary positions). */
+  readonly pos: Embedding | null;
   readonly blocks: TransformerBlock[];
-  readonly ln: LayerNorm;
+  readonly ln: LayerNorm | RMSNorm;
 
   constructor(c: GPTConfig) {
     super();
@@ -55,24 +62,26 @@ export class GPT extends Module {
       if (!Number.isSafeInteger(c[k]) || c[k] < 1) throw new FAError('E_ARG', `GPT: ${k} must be a positive integer, got ${String(c[k])}`);
     }
     if (c.dModel % c.heads !== 0) throw new FAError('E_ARG', `GPT: dModel ${c.dModel} is not a multiple of heads ${c.heads}`);
-    this.config = { kvHeads: c.heads, mlpRatio: 4, seed: 0, ...c };
+    this.config = { kvHeads: c.heads, mlpRatio: 4, seed: 0, positions: 'learned', norm: 'layer', mlp: 'gelu', ...c };
     const rng = new Rng(this.config.seed);
     // GPT-2's initialisation: N(0, 0.02) embeddings
     this.tok = new Embedding(c.vocab, c.dModel, { rng, std: 0.02 });
-    this.pos = new Embedding(c.maxT, c.dModel, { rng, std: 0.02 });
-    this.blocks = Array.from(
-      { length: c.layers },
-      () => new TransformerBlock(c.dModel, c.heads, { rng, kvHeads: this.config.kvHeads, mlpRatio: this.config.mlpRatio, attention: { backend: c.backend, causal: true } }),
-    );
-    this.ln = new LayerNorm(c.dModel);
+    const rope = this.config.positions === 'rotary' ? { tables: rotaryTables(c.maxT, c.dModel / c.heads) } : undefined;
+    if (this.config.positions !== 'learned' && this.config.positions !== 'rotary') throw new FAError('E_ARG', `GPT: positions must be 'learned' or 'rotary', got ${String(this.config.positions)}`);
+    this.pos = rope ? null : new Embedding(c.maxT, c.dModel, { rng, std: 0.02 });
+    const { kvHeads, mlpRatio, norm, mlp } = this.config;
+    this.blocks = Array.from({ length: c.layers }, () => new TransformerBlock(c.dModel, c.heads, { rng, kvHeads, mlpRatio, norm, mlp, rotary: rope, attention: { backend: c.backend, causal: true } }));
+    this.ln = norm === 'rms' ? new RMSNorm(c.dModel) : new LayerNorm(c.dModel);
   }
 
   private embed(ids: Int32Array, batch: number, start: number): Tensor {
     const T = ids.length / batch;
     if (!Number.isInteger(T) || start + T > this.config.maxT) throw new FAError('E_SHAPE', `GPT: ${ids.length} ids are not ${batch} sequences that fit maxT ${this.config.maxT} from position ${start}`);
+    const tokens = this.tok.forward(ids, [batch, T]);
+    if (!this.pos) return tokens; // rotary: positions enter in attention
     const positions = new Int32Array(ids.length);
     for (let i = 0; i < ids.length; i++) positions[i] = start + (i % T);
-    return add(this.tok.forward(ids, [batch, T]), this.pos.forward(positions, [batch, T]));
+    return add(tokens, this.pos.forward(positions, [batch, T]));
   }
 
   /** The tied head: logits [B, T, vocab] = ln(x) · Eᵀ. */

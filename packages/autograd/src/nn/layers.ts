@@ -1,9 +1,10 @@
-/** Linear, LayerNorm and Embedding modules, initialised as PyTorch does by default. */
+/** Linear, LayerNorm, RMSNorm and Embedding modules, initialised as PyTorch does by default. */
 import { Rng } from '../rng.js';
 import { rand, randn, ones, zeros } from '../init.js';
 import { Tensor, type Precision } from '../tensor.js';
 import { linear } from '../ops/linear.js';
 import { layerNorm } from '../ops/layernorm.js';
+import { rmsNorm } from '../ops/rmsnorm.js';
 import { embedding } from '../ops/embedding.js';
 import { Module } from './module.js';
 
@@ -55,6 +56,24 @@ export class LayerNorm extends Module {
 
   forward(x: Tensor): Tensor {
     return layerNorm(x, this.weight, this.bias, this.eps);
+  }
+}
+
+/** Divides by the root mean square over the last dim, then scales; weight 1 (torch.nn.RMSNorm). */
+export class RMSNorm extends Module {
+  readonly weight: Tensor;
+
+  constructor(
+    readonly normalizedShape: number,
+    readonly eps = 1e-6,
+    options: InitOptions = {},
+  ) {
+    super();
+    this.weight = ones([normalizedShape], { precision: options.precision }).requiresGrad_();
+  }
+
+  forward(x: Tensor): Tensor {
+    return rmsNorm(x, this.weight, this.eps);
   }
 }
 

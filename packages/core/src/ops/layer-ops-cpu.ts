@@ -3,7 +3,7 @@
  * arithmetic on float32 arrays, each result rounded once when stored. Plain loops, written to be
  * checked rather than to be fast; native and wasm (@fa/wasm) run SIMD kernels of the same ops.
  */
-import type { AdamWCall, CrossEntropyBackwardCall, CrossEntropyCall, GeluBackwardCall, GeluCall, LayerNormBackwardCall, LayerNormCall, SumRowsCall } from './layer-ops.js';
+import type { AdamWCall, CrossEntropyBackwardCall, CrossEntropyCall, GeluBackwardCall, GeluCall, LayerNormBackwardCall, LayerNormCall, RmsNormBackwardCall, RmsNormCall, RotaryCall, SiluBackwardCall, SiluCall, SumRowsCall } from './layer-ops.js';
 
 const SQRT1_2 = Math.SQRT1_2;
 const INV_SQRT_2PI = 1 / Math.sqrt(2 * Math.PI);
@@ -164,4 +164,77 @@ export function sumRowsCpu(c: SumRowsCall): void {
     for (let j = 0; j < cols; j++) acc[j] += x[o + j];
   }
   for (let j = 0; j < cols; j++) out[j] = c.accumulate ? out[j] + acc[j] : acc[j];
+}
+
+export function rmsNormCpu(c: RmsNormCall): void {
+  const { rows, cols: C, x, weight: w, y } = c;
+  for (let r = 0; r < rows; r++) {
+    const o = r * C;
+    let q = 0;
+    for (let j = 0; j < C; j++) q += x[o + j] * x[o + j];
+    const rs = 1 / Math.sqrt(q / C + c.eps);
+    c.rstd[r] = rs;
+    for (let j = 0; j < C; j++) y[o + j] = x[o + j] * rs * (w ? w[j] : 1);
+  }
+}
+
+export function rmsNormBackwardCpu(c: RmsNormBackwardCall): void {
+  const { rows, cols: C, x, rstd, weight: w, dy, dx } = c;
+  const gw = c.dweight ? new Float64Array(C) : null;
+  for (let r = 0; r < rows; r++) {
+    const o = r * C, rs = rstd[r];
+    let s = 0;
+    for (let j = 0; j < C; j++) {
+      const h = x[o + j] * rs, g = dy[o + j];
+      if (gw) gw[j] += g * h;
+      s += g * (w ? w[j] : 1) * h;
+    }
+    if (dx) {
+      const m = s / C;
+      for (let j = 0; j < C; j++) dx[o + j] = rs * (dy[o + j] * (w ? w[j] : 1) - x[o + j] * rs * m);
+    }
+  }
+  if (gw) c.dweight!.set(gw);
+}
+
+const sigmoid = (v: number): number => (v >= 0 ? 1 / (1 + Math.exp(-v)) : Math.exp(v) / (1 + Math.exp(v)));
+
+export function siluCpu(c: SiluCall): void {
+  const { x, gate, y } = c;
+  for (let i = 0; i < x.length; i++) {
+    const v = x[i];
+    y[i] = v * sigmoid(v) * (gate ? gate[i] : 1);
+  }
+}
+
+export function siluBackwardCpu(c: SiluBackwardCall): void {
+  const { x, gate, dy, dx, dgate } = c;
+  const acc = c.accumulate === true;
+  for (let i = 0; i < x.length; i++) {
+    const v = x[i], s = sigmoid(v), g = gate ? gate[i] : 1;
+    const d = dy[i] * g * (s + v * s * (1 - s));
+    if (dgate) dgate[i] = dy[i] * v * s;
+    dx[i] = acc ? dx[i] + d : d;
+  }
+}
+
+export function rotaryCpu(c: RotaryCall): void {
+  const { batch, seq, heads, dim: D, rotaryDim: rd, x, y, cos, sin } = c;
+  const half = rd / 2, sign = c.inverse ? -1 : 1;
+  for (let b = 0; b < batch; b++) {
+    for (let t = 0; t < seq; t++) {
+      const p = (c.positionOffset + t) * half;
+      for (let h = 0; h < heads; h++) {
+        const o = ((b * seq + t) * heads + h) * D;
+        for (let m = 0; m < half; m++) {
+          const ia = c.interleaved ? o + 2 * m : o + m, ib = c.interleaved ? ia + 1 : o + m + half;
+          const co = cos[p + m], si = sign * sin[p + m];
+          const xa = x[ia], xb = x[ib];
+          y[ia] = xa * co - xb * si;
+          y[ib] = xb * co + xa * si;
+        }
+        if (y !== x) for (let j = rd; j < D; j++) y[o + j] = x[o + j];
+      }
+    }
+  }
 }

@@ -13,6 +13,11 @@
  * - crossEntropy returns the sum of the counted rows' losses (lse − logit[target]) and their
  *   count; rows whose target is ignoreIndex count for nothing, every other target must be a class.
  * - adamw is torch.optim.AdamW's update with decoupled weight decay, bias-corrected by `step`.
+ * - rmsNorm: y = x·rstd·weight, rstd = 1/√(mean(x²) + eps) per row (LLaMA's RMSNorm).
+ * - silu: y = x·σ(x), times `gate` when given (SwiGLU: silu(x W₁)·(x W₃)).
+ * - rotary: DESIGN.md's rotation of the first rotaryDim dims of each head at position
+ *   positionOffset + t: pairs (m, m + rd/2), or (2m, 2m + 1) when interleaved;
+ *   x'_a = x_a·cos − x_b·sin, x'_b = x_b·cos + x_a·sin; `inverse` rotates by −θ (the backward).
  */
 import { FAError } from '../errors.js';
 
@@ -108,6 +113,65 @@ export interface SumRowsCall {
   x: Float32Array;
   out: Float32Array;
   accumulate?: boolean;
+}
+
+/** Per row of `cols`: y = x·rstd·weight (weight [cols] or null); rstd [rows] written. */
+export interface RmsNormCall {
+  rows: number;
+  cols: number;
+  x: Float32Array;
+  weight: Float32Array | null;
+  eps: number;
+  y: Float32Array;
+  rstd: Float32Array;
+}
+
+/** The gradients of an rmsNorm from its saved rstd; each output set, or skipped when null. */
+export interface RmsNormBackwardCall {
+  rows: number;
+  cols: number;
+  x: Float32Array;
+  rstd: Float32Array;
+  weight: Float32Array | null;
+  dy: Float32Array;
+  dx: Float32Array | null;
+  dweight: Float32Array | null;
+}
+
+/** y = silu(x) (· gate): SiLU, or SwiGLU's product with a gate of x's length. */
+export interface SiluCall {
+  x: Float32Array;
+  gate: Float32Array | null;
+  y: Float32Array;
+}
+
+/** dx = dy·gate·silu′(x) (or += with accumulate); dgate = dy·silu(x) when asked. */
+export interface SiluBackwardCall {
+  x: Float32Array;
+  gate: Float32Array | null;
+  dy: Float32Array;
+  dx: Float32Array;
+  dgate: Float32Array | null;
+  accumulate?: boolean;
+}
+
+/** Rotary position embedding of x [batch, seq, heads, dim] into y (y may be x). */
+export interface RotaryCall {
+  batch: number;
+  seq: number;
+  heads: number;
+  dim: number;
+  /** Even, at most dim: the dims rotated (the rest are copied). */
+  rotaryDim: number;
+  x: Float32Array;
+  y: Float32Array;
+  /** [maxPos, rotaryDim / 2] each. */
+  cos: Float32Array;
+  sin: Float32Array;
+  /** Position of token t is positionOffset + t (a KV cache's length when decoding). */
+  positionOffset: number;
+  interleaved: boolean;
+  inverse: boolean;
 }
 
 const isDim = (x: unknown): x is number => Number.isSafeInteger(x) && (x as number) >= 0 && (x as number) < 2 ** 31;
@@ -241,4 +305,66 @@ export function checkSumRows(c: SumRowsCall, who = 'sumRows'): void {
   f32(who, 'x', c.x, c.rows * c.cols);
   f32(who, 'out', c.out, c.cols);
   separate(who, [['out', c.out]], [['x', c.x]]);
+}
+
+export function checkRmsNorm(c: RmsNormCall, who = 'rmsNorm'): void {
+  obj(who, c, 'rows, cols, x, weight, eps, y, rstd');
+  dims(who, c as unknown as Record<string, unknown>, 'rows', 'cols');
+  checkEps(who, c.eps);
+  const n = c.rows * c.cols;
+  f32(who, 'x', c.x, n);
+  f32(who, 'weight', c.weight, c.cols, true);
+  f32(who, 'y', c.y, n);
+  f32(who, 'rstd', c.rstd, c.rows);
+  separate(who, [['y', c.y], ['rstd', c.rstd]], [['x', c.x], ['weight', c.weight]]);
+}
+
+export function checkRmsNormBackward(c: RmsNormBackwardCall, who = 'rmsNormBackward'): void {
+  obj(who, c, 'rows, cols, x, rstd, weight, dy, dx, dweight');
+  dims(who, c as unknown as Record<string, unknown>, 'rows', 'cols');
+  const n = c.rows * c.cols;
+  f32(who, 'x', c.x, n);
+  f32(who, 'rstd', c.rstd, c.rows);
+  f32(who, 'weight', c.weight, c.cols, true);
+  f32(who, 'dy', c.dy, n);
+  f32(who, 'dx', c.dx, n, true);
+  f32(who, 'dweight', c.dweight, c.cols, true);
+  separate(who, [['dx', c.dx], ['dweight', c.dweight]], [['x', c.x], ['rstd', c.rstd], ['weight', c.weight], ['dy', c.dy]]);
+}
+
+export function checkSilu(c: SiluCall, who = 'silu'): void {
+  obj(who, c, 'x, gate, y');
+  f32(who, 'x', c.x, (c.x as Float32Array | undefined)?.length ?? 0);
+  f32(who, 'gate', c.gate, c.x.length, true);
+  f32(who, 'y', c.y, c.x.length);
+  if (c.y !== c.x && overlap(c.y, c.x) && c.y.byteOffset !== c.x.byteOffset) throw new FAError('E_ARG', `${who}: y must be x itself or not overlap it`);
+  if (c.gate && c.y !== c.gate && overlap(c.y, c.gate) && c.y.byteOffset !== c.gate.byteOffset) throw new FAError('E_ARG', `${who}: y must be gate itself or not overlap it`);
+}
+
+export function checkSiluBackward(c: SiluBackwardCall, who = 'siluBackward'): void {
+  obj(who, c, 'x, gate, dy, dx, dgate');
+  f32(who, 'x', c.x, (c.x as Float32Array | undefined)?.length ?? 0);
+  const n = c.x.length;
+  f32(who, 'gate', c.gate, n, true);
+  f32(who, 'dy', c.dy, n);
+  f32(who, 'dx', c.dx, n);
+  f32(who, 'dgate', c.dgate, n, true);
+  if (c.dgate && !c.gate) throw new FAError('E_ARG', `${who}: dgate asks for a gate's gradient, but there is no gate`);
+  separate(who, [['dx', c.dx], ['dgate', c.dgate]], [['x', c.x], ['gate', c.gate], ['dy', c.dy]]);
+}
+
+export function checkRotary(c: RotaryCall, who = 'rotary'): void {
+  obj(who, c, 'batch, seq, heads, dim, rotaryDim, x, y, cos, sin, positionOffset, interleaved, inverse');
+  dims(who, c as unknown as Record<string, unknown>, 'batch', 'seq', 'heads', 'dim', 'rotaryDim', 'positionOffset');
+  if (c.rotaryDim % 2 !== 0 || c.rotaryDim > c.dim) throw new FAError('E_SHAPE', `${who}: rotaryDim must be even and at most dim ${c.dim}, got ${c.rotaryDim}`);
+  const n = c.batch * c.seq * c.heads * c.dim;
+  f32(who, 'x', c.x, n);
+  f32(who, 'y', c.y, n);
+  if (!(c.cos instanceof Float32Array) || !(c.sin instanceof Float32Array)) throw new FAError('E_DTYPE', `${who}: cos and sin must be Float32Arrays`);
+  const half = c.rotaryDim / 2;
+  if (half > 0 && (c.cos.length % half !== 0 || c.cos.length !== c.sin.length)) throw new FAError('E_SHAPE', `${who}: cos and sin must both be [maxPos, rotaryDim / 2 = ${half}], got ${c.cos.length} and ${c.sin.length} values`);
+  const maxPos = half > 0 ? c.cos.length / half : Infinity;
+  if (c.seq > 0 && c.positionOffset + c.seq > maxPos) throw new FAError('E_SHAPE', `${who}: positions ${c.positionOffset} … ${c.positionOffset + c.seq - 1} need ${c.positionOffset + c.seq} rows of cos/sin, the tables have ${maxPos}`);
+  if (typeof c.interleaved !== 'boolean' || typeof c.inverse !== 'boolean') throw new FAError('E_ARG', `${who}: interleaved and inverse must be booleans`);
+  if (c.y !== c.x && overlap(c.y, c.x) && c.y.byteOffset !== c.x.byteOffset) throw new FAError('E_ARG', `${who}: y must be x itself or not overlap it`);
 }

@@ -1,6 +1,7 @@
 /**
  * The op kit's cases for the element-wise and per-row model ops (ops/layer-ops.ts): gelu (both
- * forms), layerNorm, softmax cross-entropy, AdamW and the row sum, forward and backward, each
+ * forms), layerNorm, RMSNorm, SiLU/SwiGLU, rotary embedding, softmax cross-entropy, AdamW and the
+ * row sum, forward and backward, each
  * checked output against a float64 reference by float32's rule (‖x − ref‖ / ‖ref‖ ≤ 1e-5), plus
  * bad calls that must be refused with a one-line FAError and untouched outputs.
  */
@@ -14,7 +15,20 @@ export const LAYER_OP_TOLERANCE = 1e-5;
 export interface LayerOpCase {
   name: string;
   /** Runs the op on fresh inputs; returns each output with its float64 reference. */
-  run(ops: HostModelOps, rng: Rng): { what: string; got: ArrayLike<number>; ref: ArrayLike<number> }[];
+  run(ops: HostModelOps, rng: Rng): LayerOpOutput[];
+}
+
+/**
+ * One checked output. `floor`: where the exact result cancels (it is far smaller than the terms
+ * it is computed from), the error is measured against max(‖ref‖, floor) instead: float32 cannot
+ * resolve a difference below an ulp of its terms (as core's attention tolerance does for rows
+ * whose dq cancels).
+ */
+export interface LayerOpOutput {
+  what: string;
+  got: ArrayLike<number>;
+  ref: ArrayLike<number>;
+  floor?: number;
 }
 
 const TANH_C = Math.sqrt(2 / Math.PI);
@@ -218,6 +232,130 @@ export function layerOpCases(): LayerOpCase[] {
       },
     });
   }
+  // RMSNorm: widths around every vector width, large values, no weight
+  for (const [rows, C, scale, weighted] of [[1, 1, 1, true], [3, 7, 1, true], [17, 256, 1, true], [64, 1000, 100, false], [5, 4097, 1, true], [0, 8, 1, true]] as const) {
+    const tag = `rows${rows} cols${C}${scale !== 1 ? ` x${scale}` : ''}${weighted ? '' : ' no weight'}`;
+    const rstdRef = (x: Float32Array) => Array.from({ length: rows }, (_, r) => {
+      let q = 0;
+      for (let j = 0; j < C; j++) q += x[r * C + j] ** 2;
+      return 1 / Math.sqrt(q / C + 1e-6);
+    });
+    cases.push({
+      name: `rmsNorm ${tag}`,
+      run(ops, rng) {
+        const x = randomValues(rng, rows * C, scale), w = weighted ? randomValues(rng, C) : null;
+        const y = new Float32Array(rows * C).fill(Number.NaN), rstd = new Float32Array(rows);
+        ops.rmsNorm({ rows, cols: C, x, weight: w, eps: 1e-6, y, rstd });
+        const rs = rstdRef(x);
+        return [{ what: 'y', got: y, ref: Array.from(x, (v, i) => v * rs[Math.floor(i / C)] * (w ? w[i % C] : 1)) }, { what: 'rstd', got: rstd, ref: rs }];
+      },
+    });
+    cases.push({
+      name: `rmsNormBackward ${tag}`,
+      run(ops, rng) {
+        const x = randomValues(rng, rows * C, scale), w = weighted ? randomValues(rng, C) : null, dy = randomValues(rng, rows * C);
+        const rstd = Float32Array.from(rstdRef(x));
+        const dx = new Float32Array(rows * C).fill(Number.NaN), dw = weighted ? new Float32Array(C).fill(Number.NaN) : null;
+        ops.rmsNormBackward({ rows, cols: C, x, rstd, weight: w, dy, dx, dweight: dw });
+        const rdx = new Float64Array(rows * C), rdw = new Float64Array(C);
+        for (let r = 0; r < rows; r++) {
+          let s = 0;
+          for (let j = 0; j < C; j++) {
+            const h = x[r * C + j] * rstd[r];
+            rdw[j] += dy[r * C + j] * h;
+            s += dy[r * C + j] * (w ? w[j] : 1) * h;
+          }
+          for (let j = 0; j < C; j++) rdx[r * C + j] = rstd[r] * (dy[r * C + j] * (w ? w[j] : 1) - x[r * C + j] * rstd[r] * (s / C));
+        }
+        // dx = rstd·(d − h·mean(d·h)) cancels where d lines up with h (one column, always): the
+        // floor is a tenth of the terms' size, ‖rstd·d‖
+        let terms = 0;
+        for (let i = 0; i < rows * C; i++) terms += (rstd[Math.floor(i / C)] * dy[i] * (w ? w[i % C] : 1)) ** 2;
+        const out: LayerOpOutput[] = [{ what: 'dx', got: dx, ref: rdx, floor: 0.1 * Math.sqrt(terms) }];
+        if (dw) out.push({ what: 'dweight', got: dw, ref: rdw });
+        return out;
+      },
+    });
+  }
+  // SiLU and SwiGLU (silu(x)·gate), forward and backward, with the far tails
+  const sig = (v: number) => 1 / (1 + Math.exp(-v));
+  for (const gated of [false, true]) {
+    for (const [n, scale] of [[0, 1], [1, 1], [13, 1], [1000, 1], [4099, 4], [65537, 2]] as const) {
+      const tag = `${gated ? 'swiglu' : 'silu'} n${n} x${scale}`;
+      cases.push({
+        name: `silu ${tag}`,
+        run(ops, rng) {
+          const x = ewInput(rng, n, scale), gate = gated ? randomValues(rng, n) : null, y = new Float32Array(n).fill(Number.NaN);
+          ops.silu({ x, gate, y });
+          return [{ what: 'y', got: y, ref: Array.from(x, (v, i) => v * sig(v) * (gate ? gate[i] : 1)) }];
+        },
+      });
+      for (const accumulate of [false, true]) {
+        cases.push({
+          name: `siluBackward ${tag}${accumulate ? ' +=' : ''}`,
+          run(ops, rng) {
+            const x = ewInput(rng, n, scale), gate = gated ? randomValues(rng, n) : null, dy = randomValues(rng, n), dx0 = randomValues(rng, n);
+            const dx = accumulate ? Float32Array.from(dx0) : new Float32Array(n).fill(Number.NaN);
+            const dgate = gated ? new Float32Array(n).fill(Number.NaN) : null;
+            ops.siluBackward({ x, gate, dy, dx, dgate, accumulate });
+            const out = [{ what: 'dx', got: dx, ref: Array.from(x, (v, i) => (accumulate ? dx0[i] : 0) + dy[i] * (gate ? gate[i] : 1) * (sig(v) + v * sig(v) * (1 - sig(v)))) }];
+            if (dgate) out.push({ what: 'dgate', got: dgate, ref: Array.from(x, (v, i) => dy[i] * v * sig(v)) });
+            return out;
+          },
+        });
+      }
+    }
+  }
+  cases.push({
+    name: 'silu swiglu in place (y is the gate)',
+    run(ops, rng) {
+      const x = ewInput(rng, 777, 3), gate = randomValues(rng, 777), g0 = Float32Array.from(gate);
+      ops.silu({ x, gate, y: gate });
+      return [{ what: 'y', got: gate, ref: Array.from(x, (v, i) => v * sig(v) * g0[i]) }];
+    },
+  });
+  // rotary: both pairings, partial rotaryDim, a position offset, the inverse, in place
+  const rotaryShapes: [number, number, number, number, number, number, boolean][] = [
+    [1, 1, 1, 2, 2, 0, false], [2, 5, 3, 16, 16, 0, false], [2, 7, 2, 64, 32, 3, false], [1, 9, 4, 128, 128, 5, true], [2, 3, 2, 24, 8, 0, true], [1, 4, 1, 6, 0, 0, false], [0, 4, 2, 8, 8, 0, false],
+  ];
+  for (const [B, T, H, D, rd, offset, interleaved] of rotaryShapes) {
+    for (const inverse of [false, true]) {
+      cases.push({
+        name: `rotary B${B} T${T} H${H} D${D} rd${rd} offset${offset}${interleaved ? ' interleaved' : ''}${inverse ? ' inverse' : ''}`,
+        run(ops, rng) {
+          const n = B * T * H * D, half = rd / 2, maxPos = offset + T + 2;
+          const x = randomValues(rng, n), y = new Float32Array(n).fill(Number.NaN);
+          const theta = Array.from({ length: maxPos * half }, (_, i) => Math.floor(i / Math.max(half, 1)) * 10000 ** (-(i % Math.max(half, 1)) / Math.max(half, 1)));
+          const cos = Float32Array.from(theta, Math.cos), sin = Float32Array.from(theta, Math.sin);
+          ops.rotary({ batch: B, seq: T, heads: H, dim: D, rotaryDim: rd, x, y, cos, sin, positionOffset: offset, interleaved, inverse });
+          const ref = Float64Array.from(x);
+          for (let b = 0; b < B; b++) for (let t = 0; t < T; t++) for (let h = 0; h < H; h++) {
+            const o = ((b * T + t) * H + h) * D;
+            for (let m = 0; m < half; m++) {
+              const ia = interleaved ? o + 2 * m : o + m, ib = interleaved ? ia + 1 : o + m + half;
+              const c = cos[(offset + t) * half + m], s = (inverse ? -1 : 1) * sin[(offset + t) * half + m];
+              ref[ia] = x[ia] * c - x[ib] * s;
+              ref[ib] = x[ib] * c + x[ia] * s;
+            }
+          }
+          return [{ what: 'y', got: y, ref }];
+        },
+      });
+    }
+  }
+  cases.push({
+    name: 'rotary in place, then its inverse gives x back',
+    run(ops, rng) {
+      const [B, T, H, D] = [2, 6, 2, 32], n = B * T * H * D;
+      const x = randomValues(rng, n), x0 = Float32Array.from(x);
+      const theta = Array.from({ length: 8 * 16 }, (_, i) => Math.floor(i / 16) * 10000 ** (-(i % 16) / 16));
+      const cos = Float32Array.from(theta, Math.cos), sin = Float32Array.from(theta, Math.sin);
+      const call = { batch: B, seq: T, heads: H, dim: D, rotaryDim: D, x, y: x, cos, sin, positionOffset: 1, interleaved: false, inverse: false };
+      ops.rotary(call);
+      ops.rotary({ ...call, inverse: true });
+      return [{ what: 'x', got: x, ref: x0 }];
+    },
+  });
   // the product's bias epilogue
   for (const [M, N, K, accumulate] of [[5, 7, 3, false], [64, 96, 128, true], [300, 257, 64, false]] as const) {
     cases.push({
@@ -239,14 +377,15 @@ export function layerOpCases(): LayerOpCase[] {
   return cases;
 }
 
-function relError(x: ArrayLike<number>, ref: ArrayLike<number>): number {
+function relError(x: ArrayLike<number>, ref: ArrayLike<number>, floor = 0): number {
   if (x.length !== ref.length) return Number.NaN;
   let num = 0, den = 0;
   for (let i = 0; i < ref.length; i++) {
     num += (x[i] - ref[i]) ** 2;
     den += ref[i] * ref[i];
   }
-  return ref.length === 0 ? 0 : den === 0 ? Math.sqrt(num) : Math.sqrt(num / den);
+  const scale = Math.max(Math.sqrt(den), floor);
+  return ref.length === 0 ? 0 : scale === 0 ? Math.sqrt(num) : Math.sqrt(num) / scale;
 }
 
 export interface LayerOpResult {
@@ -265,7 +404,7 @@ export function checkLayerOpCase(ops: HostModelOps, c: LayerOpCase, seed: number
   }
   let worst = 0, what = '';
   for (const o of outs) {
-    const err = relError(o.got, o.ref);
+    const err = relError(o.got, o.ref, o.floor);
     if (!(err <= worst)) [worst, what] = [err, o.what];
   }
   const pass = worst <= LAYER_OP_TOLERANCE;
@@ -289,6 +428,10 @@ export function badLayerOpCalls(): { name: string; code: string; outputs: () => 
     { name: 'adamw m too short', code: 'E_SHAPE', outputs: () => [f(4), f(3), f(4)], call: (o, [param, m, v]) => o.adamw({ param, grad: f(4), m, v, lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0, step: 1 }) },
     { name: 'adamw step 0', code: 'E_ARG', outputs: () => [f(4), f(4), f(4)], call: (o, [param, m, v]) => o.adamw({ param, grad: f(4), m, v, lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0, step: 0 }) },
     { name: 'sumRows rows fractional', code: 'E_SHAPE', outputs: () => [f(3)], call: (o, [out]) => o.sumRows({ rows: 1.5, cols: 3, x: f(6), out }) },
+    { name: 'rmsNorm rstd too short', code: 'E_SHAPE', outputs: () => [f(6), f(1)], call: (o, [y, rstd]) => o.rmsNorm({ rows: 2, cols: 3, x: f(6), weight: null, eps: 1e-6, y, rstd }) },
+    { name: 'siluBackward dgate without a gate', code: 'E_ARG', outputs: () => [f(4), f(4)], call: (o, [dx, dgate]) => o.siluBackward({ x: f(4), gate: null, dy: f(4), dx, dgate }) },
+    { name: 'rotary rotaryDim odd', code: 'E_SHAPE', outputs: () => [f(8)], call: (o, [y]) => o.rotary({ batch: 1, seq: 2, heads: 1, dim: 4, rotaryDim: 3, x: f(8), y, cos: f(6), sin: f(6), positionOffset: 0, interleaved: false, inverse: false }) },
+    { name: 'rotary positions past the tables', code: 'E_SHAPE', outputs: () => [f(8)], call: (o, [y]) => o.rotary({ batch: 1, seq: 2, heads: 1, dim: 4, rotaryDim: 4, x: f(8), y, cos: f(4), sin: f(4), positionOffset: 1, interleaved: false, inverse: false }) },
     { name: 'gemm bias of the wrong length', code: 'E_SHAPE', outputs: () => [f(6)], call: (o, [c]) => o.gemm({ transA: false, transB: false, M: 2, N: 3, K: 1, a: f(2), b: f(3), c, bias: f(2) }) },
   ];
 }

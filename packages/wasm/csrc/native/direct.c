@@ -31,6 +31,12 @@ double fa_cross_entropy_f32(const float *logits, const int32_t *targets, float *
 void fa_cross_entropy_backward_f32(const float *logits, const float *lse, const int32_t *targets, float *dlogits, int32_t rows, int32_t classes, int32_t ignore, float scale);
 void fa_adamw_f32(float *p, const float *g, float *m, float *v, int32_t n, float b1, float b2, float eps, float decay, float step_size, float inv_sqrt_bc2);
 void fa_sum_rows_f32(const float *x, float *out, int32_t rows, int32_t cols, int32_t accumulate, float *ws);
+void fa_rms_norm_f32(const float *x, const float *w, float *y, float *rstd, int32_t rows, int32_t cols, float eps);
+void fa_rms_norm_backward_f32(const float *x, const float *rstd, const float *w, const float *dy, float *dx, float *dw, int32_t rows, int32_t cols, double *ws);
+void fa_silu_f32(const float *x, const float *gate, float *y, int32_t n);
+void fa_silu_backward_f32(const float *x, const float *gate, const float *dy, float *dx, float *dgate, int32_t n, int32_t accumulate);
+void fa_rotary_f32(const float *x, float *y, const float *cos_t, const float *sin_t, int32_t batch, int32_t seq, int32_t heads, int32_t dim, int32_t rotary_dim,
+                   int32_t offset, int32_t interleaved, int32_t inverse);
 
 /* ---- arguments ---- */
 #define MAX_ARGS 12
@@ -372,6 +378,74 @@ static napi_value d_sum_rows(napi_env env, napi_callback_info info) {
   return finish(&a);
 }
 
+/* rmsNorm(x, w | null, y, rstd, rows, cols, eps) */
+static napi_value d_rms_norm(napi_env env, napi_callback_info info) {
+  dargs a;
+  if (!dargs_of(env, info, 7, &a)) return 0;
+  const int32_t rows = di(&a, 4), cols = di(&a, 5);
+  const float eps = (float)dd(&a, 6);
+  const float *x = darr(&a, 0, FA_NAPI_FLOAT32, prod(rows, cols), 0), *w = darr(&a, 1, FA_NAPI_FLOAT32, cols, 1);
+  float *y = darr(&a, 2, FA_NAPI_FLOAT32, prod(rows, cols), 0), *rstd = darr(&a, 3, FA_NAPI_FLOAT32, rows, 0);
+  RUN_OP(fa_rms_norm_f32(x, w, y, rstd, rows, cols, eps));
+  return finish(&a);
+}
+
+/* rmsNormBackward(x, rstd, w | null, dy, dx | null, dw | null, rows, cols, ws: Float64Array) */
+static napi_value d_rms_norm_backward(napi_env env, napi_callback_info info) {
+  dargs a;
+  if (!dargs_of(env, info, 9, &a)) return 0;
+  const int32_t rows = di(&a, 6), cols = di(&a, 7);
+  const int64_t n = prod(rows, cols);
+  const float *x = darr(&a, 0, FA_NAPI_FLOAT32, n, 0), *rstd = darr(&a, 1, FA_NAPI_FLOAT32, rows, 0), *w = darr(&a, 2, FA_NAPI_FLOAT32, cols, 1);
+  const float *dy = darr(&a, 3, FA_NAPI_FLOAT32, n, 0);
+  float *dx = darr(&a, 4, FA_NAPI_FLOAT32, n, 1), *dw = darr(&a, 5, FA_NAPI_FLOAT32, cols, 1);
+  double *ws = darr(&a, 8, FA_NAPI_FLOAT64, cols, 0);
+  RUN_OP(fa_rms_norm_backward_f32(x, rstd, w, dy, dx, dw, rows, cols, ws));
+  return finish(&a);
+}
+
+/* silu(x, gate | null, y) */
+static napi_value d_silu(napi_env env, napi_callback_info info) {
+  dargs a;
+  if (!dargs_of(env, info, 3, &a)) return 0;
+  size_t n = 0;
+  { int type; void *d; napi_get_typedarray_info(env, a.argv[0], &type, &n, &d, 0, 0); }
+  const float *x = darr(&a, 0, FA_NAPI_FLOAT32, (int64_t)n, 0), *gate = darr(&a, 1, FA_NAPI_FLOAT32, (int64_t)n, 1);
+  float *y = darr(&a, 2, FA_NAPI_FLOAT32, (int64_t)n, 0);
+  if (!a.bad && n > 0x7fffffff) a.bad = "silu: more than 2^31 - 1 values";
+  RUN_OP(fa_silu_f32(x, gate, y, (int32_t)n));
+  return finish(&a);
+}
+
+/* siluBackward(x, gate | null, dy, dx, dgate | null, accumulate) */
+static napi_value d_silu_backward(napi_env env, napi_callback_info info) {
+  dargs a;
+  if (!dargs_of(env, info, 6, &a)) return 0;
+  size_t n = 0;
+  { int type; void *d; napi_get_typedarray_info(env, a.argv[0], &type, &n, &d, 0, 0); }
+  const float *x = darr(&a, 0, FA_NAPI_FLOAT32, (int64_t)n, 0), *gate = darr(&a, 1, FA_NAPI_FLOAT32, (int64_t)n, 1), *dy = darr(&a, 2, FA_NAPI_FLOAT32, (int64_t)n, 0);
+  float *dx = darr(&a, 3, FA_NAPI_FLOAT32, (int64_t)n, 0), *dgate = darr(&a, 4, FA_NAPI_FLOAT32, (int64_t)n, 1);
+  const int32_t acc = di(&a, 5);
+  if (!a.bad && n > 0x7fffffff) a.bad = "siluBackward: more than 2^31 - 1 values";
+  if (!a.bad && dgate && !gate) a.bad = "siluBackward: dgate without a gate";
+  RUN_OP(fa_silu_backward_f32(x, gate, dy, dx, dgate, (int32_t)n, acc));
+  return finish(&a);
+}
+
+/* rotary(x, y, cos, sin, batch, seq, heads, dim, rotaryDim, offset, interleaved, inverse) */
+static napi_value d_rotary(napi_env env, napi_callback_info info) {
+  dargs a;
+  if (!dargs_of(env, info, 12, &a)) return 0;
+  const int32_t batch = di(&a, 4), seq = di(&a, 5), heads = di(&a, 6), dim = di(&a, 7), rd = di(&a, 8), offset = di(&a, 9), inter = di(&a, 10), inv = di(&a, 11);
+  if (!a.bad && (batch < 0 || seq < 0 || heads < 0 || dim < 0 || rd < 0 || rd > dim || (rd & 1) || offset < 0)) a.bad = "rotary: bad sizes";
+  const int64_t n = a.bad ? 0 : prod(batch, seq) * heads * dim, tab = a.bad ? 0 : (int64_t)(offset + seq) * (rd / 2);
+  const float *x = darr(&a, 0, FA_NAPI_FLOAT32, n, 0);
+  float *y = darr(&a, 1, FA_NAPI_FLOAT32, n, 0);
+  const float *ct = darr(&a, 2, FA_NAPI_FLOAT32, tab, 0), *st = darr(&a, 3, FA_NAPI_FLOAT32, tab, 0);
+  RUN_OP(fa_rotary_f32(x, y, ct, st, batch, seq, heads, dim, rd, offset, inter, inv));
+  return finish(&a);
+}
+
 static const struct {
   const char *name;
   napi_callback fn;
@@ -386,6 +460,11 @@ static const struct {
   {"crossEntropyBackward", d_cross_entropy_backward},
   {"adamw", d_adamw},
   {"sumRows", d_sum_rows},
+  {"rmsNorm", d_rms_norm},
+  {"rmsNormBackward", d_rms_norm_backward},
+  {"silu", d_silu},
+  {"siluBackward", d_silu_backward},
+  {"rotary", d_rotary},
 };
 
 /* exports.ops = { gemm, gelu, ... } */
