@@ -35,6 +35,7 @@ import {
 } from '@fa/core';
 import { CallGuard, errorText } from './errors.js';
 import { createBuffer, metaBuffer, paramsBuffer, readBuffer, uploadInto, writableBytes } from './buffers.js';
+import { DeviceConstants } from './constants.js';
 import { bindGroup, grid1d } from './dispatch.js';
 import { type Acquired, BufferUsage, acquire } from './gpu.js';
 import { Ledger, type MemoryStats, Scope } from './memory.js';
@@ -63,6 +64,8 @@ export class WebGPUBackend implements AttentionBackend {
   private readonly pipelines = new PipelineCache(() => this.device);
   private readonly live = new Set<WGTensor | WGIndexTensor>();
   private readonly ledger = new Ledger();
+  /** Params and metadata buffers reused across calls (constants.ts). */
+  private readonly consts = new DeviceConstants();
   private readonly calls = new CallGuard({ device: () => this.acq.device, adapterName: () => this.device, lostInfo: () => this.lostInfo });
   /** Specialisations used by the most recent call (for tests and benchmarks). */
   lastSpecs: KernelSpec[] = [];
@@ -226,6 +229,7 @@ export class WebGPUBackend implements AttentionBackend {
       name: this.name,
       device: () => this.acq.device,
       createBuffer: (scope, bytes, usage, label) => this.createBuffer(scope, bytes, usage, label),
+      constant: (scope, data, usage, label) => this.consts.constant(this.acq.device, scope, data, usage, label),
       input: (scope, t, what) => this.input(scope, t, what),
       pipeline: (key, code) => this.pipeline(key, code),
       bind: (pipe, buffers) => this.bind(pipe, buffers),
@@ -251,13 +255,10 @@ export class WebGPUBackend implements AttentionBackend {
     const scope = new Scope(this.ledger);
     const outs: GPUBuffer[] = [];
     const onDevice = isDeviceTensor(q);
-    return this.guard(
-      scope,
-      () => encodeKVCache(this.kvEnv, scope, p, plan, q, kCache, vCache, opts, outs),
-      false,
-      () => (onDevice ? new Set(outs) : new Set()),
-      () => appendHostCaches(p, kCache, vCache, opts),
-    );
+    const body = () => encodeKVCache(this.kvEnv, scope, p, plan, q, kCache, vCache, opts, outs);
+    // stream-ordered when nothing returns to the host: device q (so device outputs) and caches
+    if (onDevice && isDeviceTensor(kCache) && isDeviceTensor(vCache)) return this.calls.runDeferred('forwardWithKVCache', scope, body, () => new Set(outs));
+    return this.guard(scope, body, false, () => (onDevice ? new Set(outs) : new Set()), () => appendHostCaches(p, kCache, vCache, opts));
   }
 
   async uploadIndex(data: IndexData, shape?: readonly number[]): Promise<DeviceIndexTensor> {
@@ -298,6 +299,7 @@ export class WebGPUBackend implements AttentionBackend {
   async read(t: Tensor): Promise<HostTensor> {
     if (isHostTensor(t)) return t;
     await this.ready();
+    await this.calls.settle();
     const scope = new Scope(this.ledger);
     const buf = this.input(scope, t, 'read');
     return this.guard(scope, () => this.readBuffer(scope, buf, t.dtype, t.shape), false);
@@ -315,12 +317,13 @@ export class WebGPUBackend implements AttentionBackend {
     for (const t of this.live) this.disposeTensor(t);
     this.disposedAll = true;
     this.pipelines.clear();
+    this.consts.clear();
     if (this.acq.owned) this.acq.device.destroy();
   }
 
   /** GPU memory held by this backend's buffers (device tensors and in-flight temporaries). */
   memoryStats(): MemoryStats {
-    return { current: this.ledger.current, peak: this.ledger.peak };
+    return { current: this.ledger.current, peak: this.ledger.peak, constants: this.consts.ledger.current };
   }
 
   /** Starts a new peak measurement at the current level. */
@@ -331,6 +334,8 @@ export class WebGPUBackend implements AttentionBackend {
   /** Waits until the GPU has finished all submitted work (benchmarks). */
   async sync(): Promise<void> {
     await this.acq.device.queue.onSubmittedWorkDone();
+    // a stream-ordered call's device error surfaces here (DESIGN.md)
+    await this.calls.settle();
   }
 
   // ---------------------------------------------------------------- on the current device
@@ -345,11 +350,11 @@ export class WebGPUBackend implements AttentionBackend {
   }
 
   private metaBuffer(scope: Scope, p: AttentionProblem): GPUBuffer {
-    return metaBuffer(this.acq.device, scope, p);
+    return metaBuffer(this.acq.device, scope, p, this.consts);
   }
 
   private paramsBuffer(scope: Scope, p: AttentionProblem, tile: Tile, diOff = 0): GPUBuffer {
-    return paramsBuffer(this.acq.device, scope, p, tile, this.outF32(p), diOff);
+    return paramsBuffer(this.acq.device, scope, p, tile, this.outF32(p), this.consts, diOff);
   }
 
   private bind(pipe: GPUComputePipeline, buffers: (GPUBuffer | GPUBufferBinding | undefined)[]): GPUBindGroup {
@@ -391,9 +396,7 @@ export class WebGPUBackend implements AttentionBackend {
     const onDevice = isDeviceTensor(q);
     let outBuf: GPUBuffer | undefined;
     let lseBuf: GPUBuffer | undefined;
-    const res = await this.guard(
-      scope,
-      async () => {
+    const body = async () => {
         const choice = this.specFor('fwd', p) as Choice;
         const spec = choice.spec;
         this.lastSpecs = [spec];
@@ -421,11 +424,9 @@ export class WebGPUBackend implements AttentionBackend {
         const out = await this.readBuffer(scope, outBuf, p.dtype, p.qShape);
         const lse = await this.readBuffer(scope, lseBuf, 'f32', p.lseShape);
         return { out, lse };
-      },
-      false,
-      () => (onDevice ? new Set([outBuf!, lseBuf!]) : new Set()),
-    );
-    return res;
+      };
+    if (onDevice) return this.calls.runDeferred('forward', scope, body, () => new Set([outBuf!, lseBuf!]));
+    return this.guard(scope, body, false, () => new Set());
   }
 
   async backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dOut: Tensor, lse: Tensor, opts: AttentionOptions = {}): Promise<BackwardResult> {
@@ -436,9 +437,7 @@ export class WebGPUBackend implements AttentionBackend {
     const scope = new Scope(this.ledger);
     const onDevice = isDeviceTensor(q);
     const outs: GPUBuffer[] = [];
-    return this.guard(
-      scope,
-      async () => {
+    const body = async () => {
         const sKV = (this.specFor('dkdv', p) as Choice).spec;
         const sQ = (this.specFor('dq', p) as Choice).spec;
         this.lastSpecs = [sKV, sQ];
@@ -520,9 +519,8 @@ export class WebGPUBackend implements AttentionBackend {
           dk: await this.readBuffer(scope, dk, p.dtype, p.kShape),
           dv: await this.readBuffer(scope, dv, p.dtype, p.kShape),
         };
-      },
-      false,
-      () => (onDevice ? new Set(outs) : new Set()),
-    );
+      };
+    if (onDevice) return this.calls.runDeferred('backward', scope, body, () => new Set(outs));
+    return this.guard(scope, body, false, () => new Set());
   }
 }

@@ -7,6 +7,7 @@ import { type AttentionProblem, type DType, type HostTensor, FAError, bytesPerEl
 import { errorText } from './errors.js';
 import { BufferUsage, MapModeRead } from './gpu.js';
 import type { Scope } from './memory.js';
+import type { DeviceConstants } from './constants.js';
 import { PARAMS_BYTES, packParams } from './wgsl/params.js';
 import type { Tile } from './wgsl/spec.js';
 
@@ -88,19 +89,17 @@ export async function readBuffer(dev: GPUDevice, scope: Scope, buf: GPUBuffer, d
 }
 
 /** The `mt` binding: cu_seqlens_q, cu_seqlens_k, then the ALiBi slopes as f32 bits. */
-export function metaBuffer(dev: GPUDevice, scope: Scope, p: AttentionProblem): GPUBuffer {
+export function metaBuffer(dev: GPUDevice, scope: Scope, p: AttentionProblem, consts: DeviceConstants): GPUBuffer {
   const n = 2 * (p.batch + 1) + (p.alibi ? p.alibi.length : 0);
   const u = new Uint32Array(n);
   u.set(p.cuSeqlensQ, 0);
   u.set(p.cuSeqlensK, p.batch + 1);
   if (p.alibi) new Float32Array(u.buffer, 4 * 2 * (p.batch + 1)).set(p.alibi);
-  const b = createBuffer(dev, scope, u.byteLength, BufferUsage.STORAGE | BufferUsage.COPY_DST, 'meta');
-  dev.queue.writeBuffer(b, 0, u.buffer, 0, u.byteLength);
-  return b;
+  return consts.constant(dev, scope, new Uint8Array(u.buffer), BufferUsage.STORAGE, 'meta');
 }
 
 /** The Params uniform of a dispatch of a kernel with this tile; `diOff`: where Di starts in `ld`. */
-export function paramsBuffer(dev: GPUDevice, scope: Scope, p: AttentionProblem, tile: Tile, outF32: boolean, diOff = 0): GPUBuffer {
+export function paramsBuffer(dev: GPUDevice, scope: Scope, p: AttentionProblem, tile: Tile, outF32: boolean, consts: DeviceConstants, diOff = 0): GPUBuffer {
   const lse = p.varlen ? { lseSh: p.totalQ, lseSb: 0, lseScu: 1 } : { lseSh: p.tq, lseSb: p.h * p.tq, lseScu: 0 };
   const data = packParams({
     h: p.h, hkv: p.hkv, batch: p.batch, totalQ: p.totalQ, totalK: p.totalK, ...lse,
@@ -108,7 +107,5 @@ export function paramsBuffer(dev: GPUDevice, scope: Scope, p: AttentionProblem, 
     d: p.d, dtype: p.dtype, outF32, alibi: p.alibi !== undefined,
     dp1: Math.ceil(p.d / tile.dk) * tile.dk, dp2: Math.ceil(p.d / (2 * tile.tc)) * 2 * tile.tc,
   });
-  const b = createBuffer(dev, scope, PARAMS_BYTES, BufferUsage.UNIFORM | BufferUsage.COPY_DST, 'params');
-  dev.queue.writeBuffer(b, 0, data);
-  return b;
+  return consts.constant(dev, scope, new Uint8Array(data), BufferUsage.UNIFORM, 'params');
 }

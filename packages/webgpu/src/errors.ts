@@ -2,6 +2,12 @@
 /**
  * How a call's failures become FAError: the validation and out-of-memory error scopes around
  * each call, device loss during it, and freeing what the call allocated.
+ *
+ * A call on device tensors (nothing read back, nothing written to the host after it) is
+ * stream-ordered (DESIGN.md): it pops its error scopes without waiting for their answer and
+ * returns its output handles at once, so back-to-back calls do not wait on a device round trip
+ * each. An error the device reports for it is kept, naming the call, and thrown by the next
+ * read() or sync() (`settle`); the backend recovers after that.
  */
 import { FAError, isFAError } from '@fa/core';
 import type { Scope } from './memory.js';
@@ -22,8 +28,71 @@ export interface GuardedDevice {
 /** Runs a backend's calls one at a time, each inside its own error scopes. */
 export class CallGuard {
   private lock: Promise<void> = Promise.resolve();
+  /** Answers of stream-ordered calls' error scopes not yet awaited. */
+  private inFlight: Promise<void>[] = [];
+  /** The first device error of a stream-ordered call, until settle() throws it. */
+  private deferred: FAError | undefined;
 
   constructor(private readonly target: GuardedDevice) {}
+
+  /**
+   * Waits for every stream-ordered call's error scopes, then throws the first error one of them
+   * reported (once; the next settle() is clean). read() and sync() call it.
+   */
+  async settle(): Promise<void> {
+    while (this.inFlight.length > 0) {
+      const all = this.inFlight;
+      this.inFlight = [];
+      await Promise.all(all);
+    }
+    const e = this.deferred;
+    this.deferred = undefined;
+    if (e) throw e;
+  }
+
+  /**
+   * A stream-ordered call: `body` encodes and submits; its scopes are popped without waiting and
+   * a device error is kept for settle(). Argument errors (thrown by body) still throw here, and
+   * the call's buffers are freed. On success the temporaries are released at once (WebGPU keeps
+   * a buffer alive for work already submitted) and `keep()` stays the caller's.
+   */
+  async runDeferred<T>(what: string, scope: Scope, body: () => Promise<T>, keep: () => ReadonlySet<GPUBuffer>): Promise<T> {
+    const prev = this.lock;
+    let release!: () => void;
+    this.lock = new Promise<void>((r) => (release = r));
+    await prev;
+    const dev = this.target.device();
+    try {
+      dev.pushErrorScope('validation');
+      dev.pushErrorScope('out-of-memory');
+      let result: T;
+      try {
+        result = await body();
+      } catch (e) {
+        const oom = dev.popErrorScope().catch(() => null);
+        const val = dev.popErrorScope().catch(() => null);
+        await Promise.all([oom, val]);
+        scope.release();
+        if (isFAError(e)) throw e;
+        throw new FAError('E_DEVICE', `webgpu: ${errorText(e)}`, { cause: e });
+      }
+      const oom = dev.popErrorScope().catch(() => null);
+      const val = dev.popErrorScope().catch(() => null);
+      const adapter = this.target.adapterName();
+      this.inFlight.push(
+        Promise.all([oom, val]).then(([o, v]) => {
+          if (this.deferred || (!o && !v)) return;
+          this.deferred = o
+            ? new FAError('E_OOM', `webgpu: ${what} ran out of GPU memory on ${adapter} (reported at sync): ${o.message}`)
+            : new FAError('E_DEVICE', `webgpu: ${what} failed on the device (reported at sync): ${v!.message}`);
+        }),
+      );
+      scope.release(keep());
+      return result;
+    } finally {
+      release();
+    }
+  }
 
   /**
    * Runs `body` inside validation and out-of-memory error scopes. On failure, frees what the

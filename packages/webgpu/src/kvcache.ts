@@ -55,6 +55,8 @@ export interface KVEnv {
   readonly name: string;
   device(): GPUDevice;
   createBuffer(scope: Scope, bytes: number, usage: number, label: string): GPUBuffer;
+  /** A read-only buffer holding `data`, reused across calls with the same bytes (constants.ts). */
+  constant(scope: Scope, data: Uint8Array, usage: number, label: string): GPUBuffer;
   /** The buffer of a tensor input: the backend's own, or an upload of a host tensor. */
   input(scope: Scope, t: Tensor, what: string): GPUBuffer;
   pipeline(key: string, code: () => string): Promise<GPUComputePipeline>;
@@ -121,19 +123,22 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
     scale: p.scale, softcap: p.softcap, wl: p.windowLeft, wr: p.windowRight, alibi: p.alibi !== undefined,
     rows: plan.rows, chunk: plan.chunk, splits: plan.splits, rowTiles: plan.rowTiles, lanes: plan.lanes ?? 0, paged: p.paged,
   };
-  // the three passes' uniforms in one buffer, one slot each
-  const slot = Math.ceil(KVP_BYTES / dev.limits.minUniformBufferOffsetAlignment) * dev.limits.minUniformBufferOffsetAlignment;
-  const uniforms = env.createBuffer(scope, 3 * slot, BufferUsage.UNIFORM | BufferUsage.COPY_DST, 'kv params');
-  const uniformData = new Uint8Array(3 * slot);
-  const params = (i: number, n: number, vec = false): GPUBufferBinding => {
-    uniformData.set(new Uint8Array(packKVParams({ ...base, n, vec })), i * slot);
-    return { buffer: uniforms, offset: i * slot, size: KVP_BYTES };
-  };
   // K rows start at multiples of D elements: 16-byte loads need D·bytes a multiple of 16
   const vec = (p.d * bytesPerElement(p.dtype)) % 16 === 0;
   const maxWG = dev.limits.maxComputeWorkgroupsPerDimension;
   const nOut = p.batch * p.tq * p.h * p.d;
   const bpe = bytesPerElement(p.dtype);
+  const nAppend = p.batch * p.tnew * p.hkv * p.d;
+  const words = p.dtype === 'f32' ? nOut : Math.ceil(nOut / 2);
+  // the three passes' uniforms in one buffer, one slot each; the same bytes every step of a
+  // decode loop, so the buffer comes from the constants cache (constants.ts)
+  const slot = Math.ceil(KVP_BYTES / dev.limits.minUniformBufferOffsetAlignment) * dev.limits.minUniformBufferOffsetAlignment;
+  const uniformData = new Uint8Array(3 * slot);
+  uniformData.set(new Uint8Array(packKVParams({ ...base, n: nAppend, vec: false })), 0);
+  uniformData.set(new Uint8Array(packKVParams({ ...base, n: 0, vec: dspec ? false : vec })), slot);
+  uniformData.set(new Uint8Array(packKVParams({ ...base, n: words, vec: false })), 2 * slot);
+  const uniforms = env.constant(scope, uniformData, BufferUsage.UNIFORM, 'kv params');
+  const params = (i: number): GPUBufferBinding => ({ buffer: uniforms, offset: i * slot, size: KVP_BYTES });
   const usage = BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
   const outBuf = env.createBuffer(scope, nOut * bpe, usage, 'out');
   const lseBuf = env.createBuffer(scope, p.batch * p.h * p.tq * 4, usage, 'lse');
@@ -142,9 +147,9 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
   const cmd = dev.createCommandEncoder();
   // 1. append: every sequence's rows before any sequence attends
   if (pAppend) {
-    const n = p.batch * p.tnew * p.hkv * p.d;
+    const n = nAppend;
     const g = new Array<GPUBuffer | GPUBufferBinding | undefined>(7);
-    g[KV_APPEND.params] = params(0, n);
+    g[KV_APPEND.params] = params(0);
     g[KV_APPEND.kn] = env.input(scope, opts.kNew!, 'kNew');
     g[KV_APPEND.vn] = env.input(scope, opts.vNew!, 'vNew');
     g[KV_APPEND.k] = kb; g[KV_APPEND.v] = vb; g[KV_APPEND.lens] = lens; g[KV_APPEND.table] = table;
@@ -160,12 +165,12 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
     let g: (GPUBuffer | GPUBufferBinding | undefined)[];
     if (dspec) {
       g = new Array<GPUBuffer | GPUBufferBinding | undefined>(8);
-      g[KV_DECODE.params] = params(1, 0);
+      g[KV_DECODE.params] = params(1);
       g[KV_DECODE.q] = qb; g[KV_DECODE.k] = kb; g[KV_DECODE.v] = vb; g[KV_DECODE.lens] = lens; g[KV_DECODE.table] = table;
       g[KV_DECODE.slopes] = slopes; g[KV_DECODE.part] = part;
     } else {
       g = new Array<GPUBuffer | GPUBufferBinding | undefined>(9);
-      g[KV_ATTEND.params] = params(1, 0, vec);
+      g[KV_ATTEND.params] = params(1);
       g[KV_ATTEND.k4] = kb;
       g[KV_ATTEND.q] = qb; g[KV_ATTEND.k] = kb; g[KV_ATTEND.v] = vb; g[KV_ATTEND.lens] = lens; g[KV_ATTEND.table] = table;
       g[KV_ATTEND.slopes] = slopes; g[KV_ATTEND.part] = part;
@@ -176,9 +181,8 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
     pass.dispatchWorkgroups(plan.splits, Math.min(plan.groups, 65535), Math.ceil(plan.groups / 65535));
     pass.end();
     // 3. combine
-    const words = p.dtype === 'f32' ? nOut : Math.ceil(nOut / 2);
     const gc = new Array<GPUBuffer | GPUBufferBinding | undefined>(4);
-    gc[KV_COMBINE.params] = params(2, words);
+    gc[KV_COMBINE.params] = params(2);
     gc[KV_COMBINE.part] = part; gc[KV_COMBINE.out] = outBuf; gc[KV_COMBINE.lse] = lseBuf;
     const cpass = cmd.beginComputePass({ label: 'kv combine' });
     cpass.setPipeline(pCombine);
@@ -187,7 +191,6 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
     cpass.dispatchWorkgroups(x, y);
     cpass.end();
   }
-  dev.queue.writeBuffer(uniforms, 0, uniformData);
   dev.queue.submit([cmd.finish()]);
   if (isDeviceTensor(q)) return { out: env.wrap(outBuf, p.dtype, p.qShape), lse: env.wrap(lseBuf, 'f32', p.lseShape) };
   return { out: await env.readBuffer(scope, outBuf, p.dtype, p.qShape), lse: await env.readBuffer(scope, lseBuf, 'f32', p.lseShape) };

@@ -5,6 +5,8 @@
 export interface MemoryStats {
   readonly current: number;
   readonly peak: number;
+  /** Bytes of the cached per-shape constants (constants.ts), not part of current or peak. */
+  readonly constants?: number;
 }
 
 /** Tracks the backend's buffers (for memoryStats) and destroys them. */

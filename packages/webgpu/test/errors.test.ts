@@ -129,6 +129,45 @@ describe('webgpu errors', () => {
     });
   }
 
+  // Stream-ordered calls (device tensors in and out) do not wait for their error scopes: a
+  // device error surfaces at the next read() or sync(), naming the call, and the backend recovers.
+  it('a stream-ordered call failing on the device reports at sync() and read(), naming the call; the backend recovers', async () => {
+    const [q, k, v] = await Promise.all([small(9, 11), small(9, 12), small(9, 13)].map((t) => b.upload(t)));
+    const queue = b.gpuDevice.queue;
+    const submit = queue.submit;
+    queue.submit = (cbs: Iterable<GPUCommandBuffer>) => {
+      submit.call(queue, cbs);
+      b.gpuDevice.createBuffer({ size: 16, usage: 1 | 2, label: 'forced error' });
+    };
+    let r;
+    try {
+      r = await b.forward(q, k, v); // resolves: the error is the device's to find
+    } finally {
+      queue.submit = submit;
+    }
+    expect(r.out.kind).toBe('device');
+    expect(await code(b.sync())).toMatch(/^E_DEVICE: webgpu: forward failed on the device \(reported at sync\): .*forced error/s);
+    await b.sync(); // reported once
+    // read() surfaces it too
+    queue.submit = (cbs: Iterable<GPUCommandBuffer>) => {
+      submit.call(queue, cbs);
+      b.gpuDevice.createBuffer({ size: 16, usage: 1 | 2, label: 'forced error 2' });
+    };
+    let r2;
+    try {
+      r2 = await b.backward(q, k, v, r.out, q, r.lse);
+    } finally {
+      queue.submit = submit;
+    }
+    expect(await code(b.read(r2.dq))).toMatch(/^E_DEVICE: webgpu: backward failed .*forced error 2/s);
+    // and the backend computes as before
+    const ok = await b.forward(q, k, v);
+    const host = await b.read(ok.out);
+    const ref = await b.forward(small(9, 11), small(9, 12), small(9, 13));
+    expect(Array.from(host.data as Float32Array)).toEqual(Array.from((ref.out as HostTensor).data as Float32Array));
+    for (const t of [q, k, v, r.out, r.lse, r2.dq, r2.dk, r2.dv, ok.out, ok.lse]) b.disposeTensor(t);
+  });
+
   it('a KV-cache call whose device is lost after validation leaves host caches unchanged', async () => {
     const k = cloneHost(kv.kCache);
     const v = cloneHost(kv.vCache);
