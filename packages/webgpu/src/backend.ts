@@ -36,7 +36,8 @@ import {
 import { CallGuard, errorText } from './errors.js';
 import { createBuffer, metaBuffer, paramsBuffer, readBuffer, uploadInto, writableBytes } from './buffers.js';
 import { DeviceConstants } from './constants.js';
-import { bindGroup, grid1d } from './dispatch.js';
+import { Recycler } from './recycle.js';
+import { grid1d } from './dispatch.js';
 import { type Acquired, BufferUsage, acquire } from './gpu.js';
 import { Ledger, type MemoryStats, Scope } from './memory.js';
 import type { WebGPUBackendOptions } from './options.js';
@@ -64,6 +65,8 @@ export class WebGPUBackend implements AttentionBackend {
   private readonly pipelines = new PipelineCache(() => this.device);
   private readonly live = new Set<WGTensor | WGIndexTensor>();
   private readonly ledger = new Ledger();
+  /** Freed buffers, bind groups and layouts reused across calls (recycle.ts). */
+  private readonly recycler = new Recycler();
   /** Params and metadata buffers reused across calls (constants.ts). */
   private readonly consts = new DeviceConstants();
   private readonly calls = new CallGuard({ device: () => this.acq.device, adapterName: () => this.device, lostInfo: () => this.lostInfo });
@@ -84,6 +87,7 @@ export class WebGPUBackend implements AttentionBackend {
       chunkBytes: opts.kvChunkBytes, qShared: opts.kvQShared, lazyRescale: opts.kvLazyRescale, teamSum: opts.kvTeamSum,
       rowsAhead: opts.kvRowsAhead, threads: opts.kvThreads, rows: opts.kvRows, softmax: opts.kvSoftmax };
     this.kvEnv = this.makeKVEnv();
+    this.ledger.recycler = this.recycler;
     this.watchLoss();
   }
 
@@ -131,6 +135,7 @@ export class WebGPUBackend implements AttentionBackend {
       for (const t of this.live) t.disposed = true;
       this.live.clear();
       this.ledger.clear();
+      this.recycler.clear(false);
       this.watchLoss();
     }
     return this.acq.device;
@@ -318,12 +323,13 @@ export class WebGPUBackend implements AttentionBackend {
     this.disposedAll = true;
     this.pipelines.clear();
     this.consts.clear();
+    this.recycler.clear(true);
     if (this.acq.owned) this.acq.device.destroy();
   }
 
   /** GPU memory held by this backend's buffers (device tensors and in-flight temporaries). */
   memoryStats(): MemoryStats {
-    return { current: this.ledger.current, peak: this.ledger.peak, constants: this.consts.ledger.current };
+    return { current: this.ledger.current, peak: this.ledger.peak, constants: this.consts.ledger.current, pooled: this.recycler.pooled };
   }
 
   /** Starts a new peak measurement at the current level. */
@@ -358,7 +364,7 @@ export class WebGPUBackend implements AttentionBackend {
   }
 
   private bind(pipe: GPUComputePipeline, buffers: (GPUBuffer | GPUBufferBinding | undefined)[]): GPUBindGroup {
-    return bindGroup(this.acq.device, pipe, buffers);
+    return this.recycler.bind(this.acq.device, pipe, buffers);
   }
 
   private pipeline(key: string, code: () => string): Promise<GPUComputePipeline> {

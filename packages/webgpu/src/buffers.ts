@@ -23,13 +23,15 @@ export function createBuffer(dev: GPUDevice, scope: Scope, bytes: number, usage:
   const size = Math.max(MIN_BUFFER_BYTES, align4(bytes));
   const l = dev.limits;
   if (size > l.maxBufferSize) throw new FAError('E_TOO_LARGE', `${label} needs a ${size}-byte buffer; this adapter's maxBufferSize is ${l.maxBufferSize}`);
+  const reused = scope.reuse(size, usage);
+  if (reused) return scope.add(reused, size, usage);
   let b: GPUBuffer;
   try {
     b = dev.createBuffer({ size, usage, label });
   } catch (e) {
     throw new FAError('E_OOM', `could not allocate ${size} bytes for ${label}: ${errorText(e)}`, { cause: e });
   }
-  return scope.add(b, size);
+  return scope.add(b, size, usage);
 }
 
 /**
