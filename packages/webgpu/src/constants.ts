@@ -77,9 +77,10 @@ export class DeviceConstants {
 
 const GPUBufferUsageCopyDst = BufferUsage.COPY_DST;
 
-/** The bytes as a string key (latin-1: one char a byte). */
+/** The bytes as a string key: two bytes a UTF-16 code unit (an odd last byte on its own). */
 function keyOf(d: Uint8Array): string {
-  let s = '';
-  for (let i = 0; i < d.length; i += 4096) s += String.fromCharCode.apply(null, Array.from(d.subarray(i, i + 4096)));
-  return s;
+  const even = d.byteLength & ~1;
+  const u16 = (d.byteOffset & 1) === 0 ? new Uint16Array(d.buffer, d.byteOffset, even / 2) : new Uint16Array(d.slice(0, even).buffer);
+  const s = String.fromCharCode.apply(null, u16 as unknown as number[]);
+  return even === d.byteLength ? s : s + String.fromCharCode(d[even]);
 }
