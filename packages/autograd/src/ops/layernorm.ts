@@ -1,51 +1,25 @@
 /**
  * layerNorm(x, weight, bias, eps): normalises over the last dim, then scales and shifts
  * (PyTorch's F.layer_norm with normalized_shape = [C]). Saves x and the per-row mean and 1/σ.
- * Float32 runs on the model engine (engine.ts); float64 (gradcheck's twin) here.
+ * Float32 runs on the model engine (engine.ts); float64 (gradcheck's twin) on core's cpu kernels.
  */
+import { layerNormBackwardCpu, layerNormCpu, type LayerNormBackwardCall, type LayerNormCall } from '@fa/core';
 import { Tensor, alloc, type Data, type Precision } from '../tensor.js';
 import { record1, saveBuffer, type BackwardFn, type Saved } from '../node.js';
 import { checkTensors, dataAs, promote, shapeError, shapeStr } from './util.js';
 import { modelEngine } from '../engine.js';
 
+type F = Float32Array;
+
 function layerNormBackward(x: Data, mean: Data, rstd: Data, w: Data | null, rows: number, C: number, p: Precision): BackwardFn {
   return ([g], needs) => {
-    if (p === 'float32') {
-      const f = (need: boolean, n: number) => (need ? new Float32Array(n) : null);
-      const [dx, dw, db] = [f(needs[0], rows * C), f(needs[1], C), f(needs[2], C)];
-      modelEngine().layerNormBackward({ rows, cols: C, x: x as Float32Array, mean: mean as Float32Array, rstd: rstd as Float32Array, weight: w as Float32Array | null, dy: g as Float32Array, dx, dweight: dw, dbias: db });
-      return [dx, dw, db];
-    }
-    const gx = needs[0] ? alloc(p, rows * C) : null;
-    const gw = needs[1] ? new Float64Array(C) : null;
-    const gb = needs[2] ? new Float64Array(C) : null;
-    const xh = new Float64Array(C);
-    const dxh = new Float64Array(C);
-    for (let r = 0; r < rows; r++) {
-      const o = r * C;
-      const mu = mean[r];
-      const rs = rstd[r];
-      let s1 = 0;
-      let s2 = 0;
-      for (let c = 0; c < C; c++) {
-        const xhat = (x[o + c] - mu) * rs;
-        const dy = g[o + c];
-        xh[c] = xhat;
-        if (gw) gw[c] += dy * xhat;
-        if (gb) gb[c] += dy;
-        const d = w ? dy * w[c] : dy;
-        dxh[c] = d;
-        s1 += d;
-        s2 += d * xhat;
-      }
-      if (gx) {
-        const m1 = s1 / C;
-        const m2 = s2 / C;
-        for (let c = 0; c < C; c++) gx[o + c] = rs * (dxh[c] - m1 - xh[c] * m2);
-      }
-    }
-    const cast = (a: Float64Array | null) => (a === null ? null : p === 'float64' ? a : Float32Array.from(a));
-    return [gx, cast(gw), cast(gb)];
+    const f = (need: boolean, n: number) => (need ? alloc(p, n) : null);
+    const [dx, dw, db] = [f(needs[0], rows * C), f(needs[1], C), f(needs[2], C)];
+    const call = { rows, cols: C, x: x as F, mean: mean as F, rstd: rstd as F, weight: w as F | null, dy: g as F, dx: dx as F | null, dweight: dw as F | null, dbias: db as F | null } satisfies LayerNormBackwardCall;
+    // float32 on the model engine; float64 (gradcheck's twin) on core's cpu kernel in float64 arrays
+    if (p === 'float32') modelEngine().layerNormBackward(call);
+    else layerNormBackwardCpu(call);
+    return [dx, dw, db];
   };
 }
 
@@ -67,28 +41,9 @@ export function layerNorm(x: Tensor, weight?: Tensor | null, bias?: Tensor | nul
   const out = alloc(p, x.size);
   const mean = alloc(p, rows);
   const rstd = alloc(p, rows);
-  if (p === 'float32') {
-    modelEngine().layerNorm({ rows, cols: C, x: xd as Float32Array, weight: wd as Float32Array | null, bias: bd as Float32Array | null, eps, y: out as Float32Array, mean: mean as Float32Array, rstd: rstd as Float32Array });
-  } else for (let r = 0; r < rows; r++) {
-    const o = r * C;
-    let s = 0;
-    for (let c = 0; c < C; c++) s += xd[o + c];
-    const mu = s / C;
-    let v = 0;
-    for (let c = 0; c < C; c++) {
-      const d = xd[o + c] - mu;
-      v += d * d;
-    }
-    const rs = 1 / Math.sqrt(v / C + eps);
-    mean[r] = mu;
-    rstd[r] = rs;
-    for (let c = 0; c < C; c++) {
-      let y = (xd[o + c] - mu) * rs;
-      if (wd) y *= wd[c];
-      if (bd) y += bd[c];
-      out[o + c] = y;
-    }
-  }
+  const call = { rows, cols: C, x: xd as F, weight: wd as F | null, bias: bd as F | null, eps, y: out as F, mean: mean as F, rstd: rstd as F } satisfies LayerNormCall;
+  if (p === 'float32') modelEngine().layerNorm(call);
+  else layerNormCpu(call);
   const saved: Saved[] = [
     { what: 'x', data: xd, leaf: x.isLeaf && xd === x.data },
     saveBuffer('mean', mean),
