@@ -79,6 +79,7 @@ int32_t fa_gemm_ws_bytes(int32_t trans_a, int32_t trans_b, int32_t m, int32_t n,
  * B's ldb apart, C's ldc apart. fa_gemm_f32 is the packed case; the native build's threaded
  * product (native/direct.c) hands each thread a block of rows or columns through it.
  */
+FA_EXPORT(fa_gemm_f32_ld)
 void fa_gemm_f32_ld(int32_t trans_a, int32_t trans_b, int32_t m, int32_t n, int32_t k, const float *a, int32_t lda, const float *b, int32_t ldb, float *c, int32_t ldc,
                     int32_t accumulate, float *ws) {
   if (m <= 0 || n <= 0) return;

@@ -72,7 +72,7 @@ import { checkOwn, dataOf, regionData, WasmTensor } from './tensors.js';
 import { chooseNativeTiles, chooseWasmTiles } from './tiles.js';
 
 const MAIN_STACK_BYTES = 64 * 1024;
-const UNIT_SIZE: Record<WasmJob['kind'], number> = { forward: FWD_UNIT, backward: BWD_UNIT, kvcache: KV_GROUP_UNIT, copy: 2, pack: 2 };
+const UNIT_SIZE: Record<WasmJob['kind'], number> = { forward: FWD_UNIT, backward: BWD_UNIT, kvcache: KV_GROUP_UNIT, copy: 2, pack: 2, gemm: 14 };
 
 /** Copy-loop methods of copyLoop(): a SIMD128 load/store loop, or memory.copy (csrc/copy.c). */
 export type CopyMethod = 'simd' | 'memcpy';
@@ -85,6 +85,7 @@ export class WasmBackend implements AttentionBackend {
   /** The model ops (model-ops.ts), synchronous. */
   readonly modelOps: HostModelOps;
   private pool?: Promise<WasmPool>;
+  private poolNow?: WasmPool;
   private queue: Promise<unknown> = Promise.resolve();
   private disposed = false;
   private readonly inlineBelow: number;
@@ -122,8 +123,11 @@ export class WasmBackend implements AttentionBackend {
       kvScratchBytes: (problem) => kernels.fa_kv_scratch_bytes(problem),
       combine: (problem, scratch, b, kvh, t, slot0, chunks) => kernels.fa_kv_combine(problem, scratch, b, kvh, t, slot0, chunks),
     };
-    const opThreads = name === 'native' ? Math.max(1, threads) : 1;
-    this.modelOps = createModelOps({ name, memory, arena: this.arena, kernels, direct: kernels.direct, threads: opThreads, alive: () => this.alive() }, gemmKernelName(isa, opThreads));
+    const opThreads = Math.max(1, threads);
+    this.modelOps = createModelOps(
+      { name, memory, arena: this.arena, kernels, direct: kernels.direct, threads: opThreads, pool: () => this.poolForModelOps(), alive: () => this.alive() },
+      gemmKernelName(isa, opThreads),
+    );
     const kind = isa === 'relaxed' ? 'WebAssembly relaxed SIMD' : isa === 'simd128' ? 'WebAssembly SIMD128' : `native ${isa} (${isa === 'x86-64-v4' ? 'AVX-512' : 'AVX2'})`;
     this.device = `${kind} ×${Math.max(1, threads)} thread${threads > 1 ? 's' : ''}${threadsNote ? ` (${threadsNote})` : ''}`;
   }
@@ -225,7 +229,19 @@ export class WasmBackend implements AttentionBackend {
   }
 
   private getPool(): Promise<WasmPool> {
-    return (this.pool ??= createPool(this.threads, { ...this.binary, memory: this.memory }, this.features.host, this.name));
+    if (!this.pool) {
+      this.pool = createPool(this.threads, { ...this.binary, memory: this.memory }, this.features.host, this.name);
+      // the model ops' threaded product needs the pool synchronously once it exists
+      this.pool.then((p) => (this.poolNow = p), () => undefined);
+    }
+    return this.pool;
+  }
+
+  /** The started pool, for the wasm model ops' threaded product (model-ops.ts); starts one the first time. */
+  private poolForModelOps(): WasmPool | undefined {
+    if (this.threads === 0 || this.disposed) return undefined;
+    if (!this.pool) void this.getPool().then((p) => p.warm(), () => undefined);
+    return this.poolNow;
   }
 
   /** One thing at a time: calls share the arena, which starts where the heap ends. */

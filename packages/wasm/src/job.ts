@@ -6,7 +6,7 @@
  * the worker bundle stays small.)
  */
 export interface WasmJob {
-  readonly kind: 'forward' | 'backward' | 'kvcache' | 'copy' | 'pack';
+  readonly kind: 'forward' | 'backward' | 'kvcache' | 'copy' | 'pack' | 'gemm';
   /** Address of the call's fa_problem (kvcache: its fa_kv; copy: the copy method, 0 or 1). */
   readonly problem: number;
   /**
@@ -14,7 +14,9 @@ export interface WasmJob {
    * tile, private) 5-tuples. KV cache: (batch, first kv head, end kv head, query tile, key
    * chunk, slot of the first head) 6-tuples, core's units of consecutive kv heads together
    * (kvcall.ts). Copy: (address, bytes) pairs. Pack: (batch, kv head) pairs whose key tiles the
-   * forward packs before its units run.
+   * forward packs before its units run. Gemm: a block of C's rows each, (transA, transB, m, n,
+   * k, a, lda, b, ldb, c, ldc, accumulate, workspace, bias) 14-tuples (model-ops.ts); counter[2]
+   * counts the blocks done, for a caller that waits on it.
    */
   readonly units: Int32Array;
   /** Entries per unit: core's FWD_UNIT (3), BWD_UNIT (5); KV cache 6; copy 2; pack 2. */
@@ -48,6 +50,7 @@ export interface Kernels {
   readonly fa_set_stack: (top: number) => void;
   readonly fa_gemm_ws_bytes: (transA: number, transB: number, m: number, n: number, k: number) => number;
   readonly fa_gemm_f32: (transA: number, transB: number, m: number, n: number, k: number, a: number, b: number, c: number, accumulate: number, ws: number) => void;
+  readonly fa_gemm_f32_ld: (transA: number, transB: number, m: number, n: number, k: number, a: number, lda: number, b: number, ldb: number, c: number, ldc: number, accumulate: number, ws: number) => void;
   // the element-wise and per-row model ops (csrc/layer_ops.c, model-ops.ts)
   readonly fa_add_bias_f32: (c: number, bias: number, m: number, n: number) => void;
   readonly fa_gelu_f32: (x: number, y: number, n: number, tanh: number) => void;
@@ -99,6 +102,12 @@ export function runJob(job: WasmJob, k: Kernels, ownStack: boolean): void {
         break;
       case 'pack':
         k.fa_pack_kv(job.problem, U[o], U[o + 1]);
+        break;
+      case 'gemm':
+        k.fa_gemm_f32_ld(U[o], U[o + 1], U[o + 2], U[o + 3], U[o + 4], U[o + 5], U[o + 6], U[o + 7], U[o + 8], U[o + 9], U[o + 10], U[o + 11], U[o + 12]);
+        if (U[o + 13]) k.fa_add_bias_f32(U[o + 9], U[o + 13], U[o + 2], U[o + 3]);
+        Atomics.add(job.counter, 2, 1);
+        Atomics.notify(job.counter, 2);
         break;
     }
   }

@@ -19,9 +19,10 @@ import {
   checkRotary, checkSilu, checkSiluBackward, checkSumRows,
   FAError, type GemmCall, type HostModelOps,
 } from '@fa/core';
-import type { Kernels } from './job.js';
+import { runJob, type Kernels, type WasmJob } from './job.js';
 import type { Arena } from './memory.js';
 import type { DirectOps } from './native.js';
+import type { WasmPool } from './threads.js';
 
 /** What the model ops need of the engine (backend.ts). */
 export interface ModelOpsEngine {
@@ -31,8 +32,10 @@ export interface ModelOpsEngine {
   readonly kernels: Kernels;
   /** The native addon's direct entries (native only). */
   readonly direct?: DirectOps;
-  /** Threads the native product may use (the engine's threads, at least 1). */
+  /** Threads the product may use (the engine's threads, at least 1). */
   readonly threads: number;
+  /** wasm: the engine's worker pool once started (undefined before, or with no threads). */
+  pool?(): WasmPool | undefined;
   /** Throws E_DEVICE once the backend is disposed. */
   alive(): void;
 }
@@ -126,11 +129,24 @@ export function createModelOps(e: ModelOpsEngine, kernel: string): HostModelOps 
         if (g.bias) inScratch(e, 'gemm bias', [{ data: g.c, in: true, out: true }, { data: g.bias, in: true }], ([c, b]) => k.fa_add_bias_f32(c, b, M, N));
         return;
       }
-      const wsBytes = k.fa_gemm_ws_bytes(ta, tb, M, N, K);
-      inScratch(e, `a ${M}×${K}·${K}×${N} product's operands`, [{ data: g.a, in: true }, { data: g.b, in: true }, { data: g.c, in: g.accumulate === true, out: true }, { data: g.bias ?? null, in: true }, { data: null, bytes: wsBytes }], ([a, b, c, bias, ws]) => {
-        k.fa_gemm_f32(ta, tb, M, N, K, a, b, c, acc, ws);
-        if (bias) k.fa_add_bias_f32(c, bias, M, N);
-      });
+      // wasm on several threads: blocks of C's rows, one a thread, the caller taking blocks too
+      const pool = e.threads > 1 && 2 * M * N * K >= MIN_THREADED_FLOPS && M >= 16 * e.threads && canWait() ? e.pool?.() : undefined;
+      const parts = pool ? e.threads : 1;
+      const step = Math.ceil(M / parts / 8) * 8;
+      const wsEach = alignLine(k.fa_gemm_ws_bytes(ta, tb, Math.min(M, step), N, K));
+      inScratch(
+        e,
+        `a ${M}×${K}·${K}×${N} product's operands`,
+        [{ data: g.a, in: true }, { data: g.b, in: true }, { data: g.c, in: g.accumulate === true, out: true }, { data: g.bias ?? null, in: true }, { data: null, bytes: parts * (wsEach + (pool ? STACK : 0)) }],
+        ([a, b, c, bias, ws]) => {
+          if (!pool) {
+            k.fa_gemm_f32(ta, tb, M, N, K, a, b, c, acc, ws);
+            if (bias) k.fa_add_bias_f32(c, bias, M, N);
+            return;
+          }
+          threadedGemm(pool, k, { ta, tb, M, N, K, a, b, c, acc, bias, ws, wsEach, step, parts });
+        },
+      );
     },
     gelu(c) {
       checkGelu(c, `${e.name} gelu`);
@@ -245,10 +261,56 @@ export function createModelOps(e: ModelOpsEngine, kernel: string): HostModelOps 
   return ops;
 }
 
+/** Below this a product stays on the calling thread (waking workers costs ~0.1 ms). */
+const MIN_THREADED_FLOPS = 16e6;
+/** Each worker's stack in a threaded product (csrc's product needs a few hundred bytes). */
+const STACK = 64 * 1024;
+
+let waitable: boolean | undefined;
+/** Whether this thread may block in Atomics.wait (not a browser's main thread). */
+function canWait(): boolean {
+  if (waitable === undefined) {
+    try {
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 1, 0);
+      waitable = true;
+    } catch {
+      waitable = false;
+    }
+  }
+  return waitable;
+}
+
+/**
+ * The product on the pool's workers and the calling thread, synchronously: the workers get a
+ * 'gemm' job (job.ts) of row blocks from a shared counter; the caller takes blocks too, then
+ * waits on the count of blocks done. Busy workers (an attention call's units) simply take none:
+ * the caller computes what is left. Each block has its own workspace; each worker its stack.
+ */
+function threadedGemm(pool: WasmPool, k: Kernels, g: { ta: number; tb: number; M: number; N: number; K: number; a: number; b: number; c: number; acc: number; bias: number; ws: number; wsEach: number; step: number; parts: number }): void {
+  const lda = g.ta ? g.M : g.K, ldb = g.tb ? g.K : g.N;
+  const units = new Int32Array(14 * g.parts);
+  let n = 0;
+  for (let i = 0; i < g.parts; i++) {
+    const lo = i * g.step;
+    if (lo >= g.M) break;
+    const m = Math.min(g.step, g.M - lo);
+    const aPart = g.ta ? g.a + 4 * lo : g.a + 4 * lo * lda;
+    units.set([g.ta, g.tb, m, g.N, g.K, aPart, lda, g.b, ldb, g.c + 4 * lo * g.N, g.N, g.acc, g.ws + i * g.wsEach, g.bias], 14 * n);
+    n++;
+  }
+  const counter = new Int32Array(new SharedArrayBuffer(12));
+  const stacks = g.ws + g.parts * g.wsEach;
+  const job: WasmJob = { kind: 'gemm', problem: 0, units: units.subarray(0, 14 * n), unitSize: 14, privates: [], counter, slots: stacks, slotBytes: STACK };
+  pool.post(job, g.parts - 1);
+  // the caller keeps its own stack (slot unused): runJob with ownStack false
+  runJob(job, k, false);
+  for (let done = Atomics.load(counter, 2); done < n; done = Atomics.load(counter, 2)) Atomics.wait(counter, 2, done, 50);
+}
+
 /** What runs the product on each binary (HostModelOps.kernel). */
 export function gemmKernelName(isa: string, threads: number): string {
   const tiles = isa === 'x86-64-v4' ? 'AVX-512 8x32' : isa === 'x86-64-v3' ? 'AVX2 6x16' : isa === 'relaxed' ? 'relaxed SIMD (fused multiply-add) 4x8' : 'SIMD128 4x8';
   const native = isa.startsWith('x86');
-  const t = native ? `${threads} thread${threads > 1 ? 's' : ''} (the calling one${threads > 1 ? ' and helpers' : ''}), in place` : '1 thread (the calling one), through scratch';
+  const t = `${threads} thread${threads > 1 ? 's' : ''} (the calling one${threads > 1 ? (native ? ' and helpers' : ' and the engine\'s workers') : ''}), ${native ? 'in place' : 'through scratch'}`;
   return `${tiles} micro-kernels, kc 256 x nc 256 packed panels, ${t}`;
 }

@@ -84,6 +84,25 @@ describe('model ops: the native product on several threads', () => {
     });
 });
 
+describe('model ops: the wasm product on the engine\'s workers', () => {
+  it('splits C\'s rows over the workers and the caller and gives the one-thread result bit for bit', async () => {
+    const one = await backend({ relaxedSimd: false, threads: 0 });
+    const two = await backend({ relaxedSimd: false, threads: 2 });
+    await two.warm();
+    expect(two.modelOps.kernel).toContain("2 threads (the calling one and the engine's workers)");
+    for (const [M, N, K, ta, tb] of [[1030, 300, 257, false, true], [513, 77, 1024, true, true], [64, 4099, 300, true, false]] as const) {
+      const a = rand(M * K, M), bm = rand(K * N, N), bias = rand(N, K), c0 = rand(M * N, 3);
+      const run = (b: WasmBackend) => {
+        const c = Float32Array.from(c0);
+        b.modelOps.gemm({ transA: ta, transB: tb, M, N, K, a, b: bm, c, accumulate: true, bias });
+        return c;
+      };
+      const c1 = run(one), c2 = run(two);
+      expect(c2.every((x, i) => Object.is(x, c1[i])), `M${M} N${N} K${K}`).toBe(true);
+    }
+  });
+});
+
 describe('model ops: the engine memory around a product', () => {
   const o: WasmBackendOptions = native.level ? { native: true } : {};
 

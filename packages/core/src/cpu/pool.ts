@@ -108,6 +108,18 @@ export class WorkerPool<J = Job> {
     return slot;
   }
 
+  /**
+   * Hands `job` to up to `threads` started workers without waiting for them (their replies are
+   * ignored): for a caller that runs the job's units itself too and learns of their completion
+   * through shared memory (the wasm engine's threaded matrix product). Returns how many got it.
+   */
+  post(job: J, threads: number): number {
+    if (this.disposed) return 0;
+    const live = this.slots.filter((s) => !s.dead).slice(0, Math.max(0, threads));
+    for (const slot of live) slot.worker.postMessage({ id: nextId++, job });
+    return live.length;
+  }
+
   /** Runs `job` on up to `threads` workers; resolves when all of them are done. */
   run(job: J, threads: number): Promise<void> {
     const result = this.tail.then(() => this.runNow(job, threads));
