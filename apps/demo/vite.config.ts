@@ -21,6 +21,8 @@ export default defineConfig({
     emptyOutDir: true,
     target: 'es2022',
     chunkSizeWarningLimit: 2000,
+    // the story, and a page measuring the WebGPU engine's host cost per call (web/percall.ts)
+    rollupOptions: { input: { main: fileURLToPath(new URL('./web/index.html', import.meta.url)), percall: fileURLToPath(new URL('./web/percall.html', import.meta.url)) } },
   },
   worker: { format: 'es' },
   server: { headers: isolation },

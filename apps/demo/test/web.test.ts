@@ -148,4 +148,25 @@ describe.skipIf(!haveChromium)('the web page in headless Chromium', () => {
     const r = await runPage('?T=256&D=32&autorun=1&engine=webgpu', 'web-webgpu');
     expect(r.engine).toBe('webgpu');
   }, 300_000);
+
+  it('percall.html measures the WebGPU engine\'s host cost per call in the browser', async () => {
+    const { chromium } = await import('playwright-core');
+    const profile = mkdtempSync(join(process.env.TMPDIR ?? tmpdir(), 'fa-web-test-'));
+    const ctx = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: ['--enable-unsafe-webgpu', '--no-sandbox', '--disable-quic', '--no-first-run'] });
+    try {
+      const page = await ctx.newPage();
+      await page.goto(`${base}percall.html?calls=60`);
+      await page.waitForSelector('body[data-status="done"], body[data-status="error"]', { timeout: 240_000 });
+      const text = (await page.textContent('#out')) ?? '';
+      console.log(`web.test percall.html:\n${text}`);
+      writeFileSync(join(OUT, 'percall.txt'), `${text}\n`);
+      expect(await page.getAttribute('body', 'data-status'), text).toBe('done');
+      const r = (await page.evaluate('window.__perCall')) as { rows: { awaited: number; pipelined: number; sync: number }[] };
+      expect(r.rows.length).toBe(2);
+      for (const row of r.rows) expect(row.awaited).toBeGreaterThan(0);
+    } finally {
+      await ctx.close();
+      rmSync(profile, { recursive: true, force: true });
+    }
+  }, 300_000);
 });
