@@ -59,6 +59,25 @@ describe('model ops: the op kit', () => {
   }
 });
 
+type Shape = readonly [number, number, number, boolean, boolean];
+
+/** C += op(A)·op(B) + bias on `many` threads equals one thread bit for bit, and the float64 reference. */
+function expectSameAsOneThread(one: WasmBackend, many: WasmBackend, shapes: readonly Shape[]): void {
+  for (const [M, N, K, ta, tb] of shapes) {
+    const a = rand(M * K, M), bm = rand(K * N, N), bias = rand(N, K), c0 = rand(M * N, 3);
+    const run = (b: WasmBackend) => {
+      const c = Float32Array.from(c0);
+      b.modelOps.gemm({ transA: ta, transB: tb, M, N, K, a, b: bm, c, accumulate: true, bias });
+      return c;
+    };
+    const c1 = run(one), cm = run(many);
+    expect(cm.every((x, i) => Object.is(x, c1[i])), `M${M} N${N} K${K}`).toBe(true);
+    const ref = gemmReference({ transA: ta, transB: tb, M, N, K, a, b: bm, c: c0, accumulate: true });
+    for (let m = 0; m < M; m++) for (let n = 0; n < N; n++) ref[m * N + n] += bias[n];
+    expect(gemmError(cm, ref)).toBeLessThan(1e-6);
+  }
+}
+
 describe('model ops: the native product on several threads', () => {
   if (!native.level) it.skip(`native skipped: ${native.why ?? 'unavailable'}`, () => undefined);
   else
@@ -68,19 +87,7 @@ describe('model ops: the native product on several threads', () => {
       expect(one.modelOps.kernel).toContain('1 thread');
       expect(four.modelOps.kernel).toContain('4 threads');
       // tall (split by rows), short and wide (by columns), transposed operands, bias and accumulate
-      for (const [M, N, K, ta, tb] of [[1030, 300, 257, false, true], [20, 4099, 300, true, false], [513, 77, 1024, true, true]] as const) {
-        const a = rand(M * K, M), bm = rand(K * N, N), bias = rand(N, K), c0 = rand(M * N, 3);
-        const run = (b: WasmBackend) => {
-          const c = Float32Array.from(c0);
-          b.modelOps.gemm({ transA: ta, transB: tb, M, N, K, a, b: bm, c, accumulate: true, bias });
-          return c;
-        };
-        const c1 = run(one), c4 = run(four);
-        expect(c4.every((x, i) => Object.is(x, c1[i])), `M${M} N${N} K${K}`).toBe(true);
-        const ref = gemmReference({ transA: ta, transB: tb, M, N, K, a, b: bm, c: c0, accumulate: true });
-        for (let m = 0; m < M; m++) for (let n = 0; n < N; n++) ref[m * N + n] += bias[n];
-        expect(gemmError(c4, ref)).toBeLessThan(1e-6);
-      }
+      expectSameAsOneThread(one, four, [[1030, 300, 257, false, true], [20, 4099, 300, true, false], [513, 77, 1024, true, true]]);
     });
 });
 
@@ -90,16 +97,7 @@ describe('model ops: the wasm product on the engine\'s workers', () => {
     const two = await backend({ relaxedSimd: false, threads: 2 });
     await two.warm();
     expect(two.modelOps.kernel).toContain("2 threads (the calling one and the engine's workers)");
-    for (const [M, N, K, ta, tb] of [[1030, 300, 257, false, true], [513, 77, 1024, true, true], [64, 4099, 300, true, false]] as const) {
-      const a = rand(M * K, M), bm = rand(K * N, N), bias = rand(N, K), c0 = rand(M * N, 3);
-      const run = (b: WasmBackend) => {
-        const c = Float32Array.from(c0);
-        b.modelOps.gemm({ transA: ta, transB: tb, M, N, K, a, b: bm, c, accumulate: true, bias });
-        return c;
-      };
-      const c1 = run(one), c2 = run(two);
-      expect(c2.every((x, i) => Object.is(x, c1[i])), `M${M} N${N} K${K}`).toBe(true);
-    }
+    expectSameAsOneThread(one, two, [[1030, 300, 257, false, true], [513, 77, 1024, true, true], [64, 4099, 300, true, false]]);
   });
 });
 

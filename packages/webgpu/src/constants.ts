@@ -24,9 +24,6 @@ export class DeviceConstants {
   private readonly constants = new Map<string, GPUBuffer>();
   /** The cache's own buffers (not the backend's ledger: see above). */
   readonly ledger = new Ledger();
-  /** Reused and created, for the per-call bench. */
-  hits = 0;
-  misses = 0;
 
   private on(dev: GPUDevice): void {
     if (this.dev === dev) return;
@@ -42,7 +39,7 @@ export class DeviceConstants {
   constant(dev: GPUDevice, scope: Scope, data: Uint8Array, usage: number, label: string): GPUBuffer {
     this.on(dev);
     if (data.byteLength > MAX_CONSTANT_BYTES) {
-      const b = createBuffer(dev, scope, data.byteLength, usage | GPUBufferUsageCopyDst, label);
+      const b = createBuffer(dev, scope, data.byteLength, usage | BufferUsage.COPY_DST, label);
       dev.queue.writeBuffer(b, 0, data.buffer, data.byteOffset, data.byteLength);
       return b;
     }
@@ -52,12 +49,10 @@ export class DeviceConstants {
       // most recently used last
       this.constants.delete(key);
       this.constants.set(key, hit);
-      this.hits++;
       return hit;
     }
-    this.misses++;
     const own = new Scope(this.ledger);
-    const b = createBuffer(dev, own, data.byteLength, usage | GPUBufferUsageCopyDst, label);
+    const b = createBuffer(dev, own, data.byteLength, usage | BufferUsage.COPY_DST, label);
     dev.queue.writeBuffer(b, 0, data.buffer, data.byteOffset, data.byteLength);
     this.constants.set(key, b);
     if (this.constants.size > MAX_CONSTANTS) {
@@ -74,8 +69,6 @@ export class DeviceConstants {
     this.dev = undefined;
   }
 }
-
-const GPUBufferUsageCopyDst = BufferUsage.COPY_DST;
 
 /** The bytes as a string key: two bytes a UTF-16 code unit (an odd last byte on its own). */
 function keyOf(d: Uint8Array): string {

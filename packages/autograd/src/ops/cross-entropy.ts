@@ -3,13 +3,16 @@
  * F.cross_entropy. logits are [..., V] (rows = everything but the last dim); targets hold one
  * class index per row (Int32Array or numbers); rows whose target is `ignoreIndex` are skipped.
  * Saves the logits and each row's logsumexp (the probabilities are recomputed). Float32 runs
- * on the model engine (engine.ts), fused: no probabilities tensor is formed in either pass.
+ * on the model engine (engine.ts), fused: no probabilities tensor is formed in either pass;
+ * float64 (gradcheck's twin) on core's cpu kernels in float64 arrays.
  */
-import { FAError } from '@fa/core';
+import { crossEntropyBackwardCpu, crossEntropyCpu, FAError } from '@fa/core';
 import { Tensor, alloc, type Data, type Precision } from '../tensor.js';
 import { record1, saveBuffer, type BackwardFn } from '../node.js';
 import { checkTensors, shapeStr } from './util.js';
 import { modelEngine } from '../engine.js';
+
+type F = Float32Array;
 
 export interface CrossEntropyOptions {
   /** Rows with this target contribute nothing (default −100, as PyTorch). */
@@ -20,19 +23,10 @@ export interface CrossEntropyOptions {
 
 function crossEntropyBackward(x: Data, lse: Data, t: Int32Array, V: number, div: number, ignore: number, p: Precision): BackwardFn {
   return ([g]) => {
-    const s = g[0] / div;
     const gx = alloc(p, x.length);
-    if (x instanceof Float32Array && lse instanceof Float32Array && gx instanceof Float32Array) {
-      modelEngine().crossEntropyBackward({ rows: t.length, classes: V, logits: x, lse, targets: t, ignoreIndex: ignore, scale: s, dlogits: gx });
-      return [gx];
-    }
-    for (let r = 0; r < t.length; r++) {
-      if (t[r] === ignore) continue;
-      const o = r * V;
-      const l = lse[r];
-      for (let c = 0; c < V; c++) gx[o + c] = s * Math.exp(x[o + c] - l);
-      gx[o + t[r]] -= s;
-    }
+    const call = { rows: t.length, classes: V, logits: x as F, lse: lse as F, targets: t, ignoreIndex: ignore, scale: g[0] / div, dlogits: gx as F };
+    if (p === 'float32') modelEngine().crossEntropyBackward(call);
+    else crossEntropyBackwardCpu(call);
     return [gx];
   };
 }
@@ -48,24 +42,16 @@ export function crossEntropy(logits: Tensor, targets: Int32Array | readonly numb
   const p: Precision = logits.precision;
   const x = logits.data;
   const lse = alloc(p, rows);
-  let loss = 0;
-  let count = 0;
-  if (x instanceof Float32Array && lse instanceof Float32Array) {
-    if (!Number.isSafeInteger(ignore)) throw new FAError('E_ARG', `crossEntropy: ignoreIndex must be an integer, got ${String(ignore)}`);
-    ({ loss, count } = modelEngine().crossEntropy({ rows, classes: V, logits: x, targets: t, ignoreIndex: ignore, lse }));
-  } else for (let r = 0; r < rows; r++) {
-    if (t[r] === ignore) continue;
-    if (!Number.isInteger(t[r]) || t[r] < 0 || t[r] >= V) throw new FAError('E_ARG', `crossEntropy: target ${t[r]} of row ${r} is not a class in [0, ${V})`);
-    const o = r * V;
-    let m = -Infinity;
-    for (let c = 0; c < V; c++) m = Math.max(m, x[o + c]);
-    let s = 0;
-    for (let c = 0; c < V; c++) s += Math.exp(x[o + c] - m);
-    const l = m + Math.log(s);
-    lse[r] = l;
-    loss += l - x[o + t[r]];
-    count++;
+  const call = { rows, classes: V, logits: x as F, targets: t, ignoreIndex: ignore, lse: lse as F };
+  let r: { loss: number; count: number };
+  if (p === 'float32') r = modelEngine().crossEntropy(call); // the engine checks the targets
+  else {
+    for (let i = 0; i < rows; i++) {
+      if (t[i] !== ignore && (!Number.isInteger(t[i]) || t[i] < 0 || t[i] >= V)) throw new FAError('E_ARG', `crossEntropy: target ${t[i]} of row ${i} is not a class in [0, ${V})`);
+    }
+    r = crossEntropyCpu(call);
   }
+  const { loss, count } = r;
   const div = reduction === 'mean' ? Math.max(count, 1) : 1;
   const out = alloc(p, 1);
   out[0] = loss / div;

@@ -201,6 +201,10 @@ function separate(who: string, outs: [string, Float32Array | null | undefined][]
     }
   }
 }
+/** An output that may be the input itself (computed in place) but not a shifted view of it. */
+function selfOrApart(who: string, outName: string, out: Float32Array, inName: string, x: Float32Array | null): void {
+  if (x && out !== x && overlap(out, x) && out.byteOffset !== x.byteOffset) throw new FAError('E_ARG', `${who}: ${outName} must be ${inName} itself or not overlap it`);
+}
 function approx(who: string, a: unknown): void {
   if (a !== 'none' && a !== 'tanh') throw new FAError('E_ARG', `${who}: approximate must be 'none' or 'tanh', got ${String(a)}`);
 }
@@ -210,8 +214,7 @@ export function checkGelu(c: GeluCall, who = 'gelu'): void {
   approx(who, c.approximate);
   f32(who, 'x', c.x, (c.x as Float32Array | undefined)?.length ?? 0);
   f32(who, 'y', c.y, c.x.length);
-  // y may be x itself (in place), but not a shifted view of it
-  if (c.y !== c.x && overlap(c.y, c.x) && c.y.byteOffset !== c.x.byteOffset) throw new FAError('E_ARG', `${who}: y must be x itself or not overlap it`);
+  selfOrApart(who, 'y', c.y, 'x', c.x);
 }
 
 export function checkGeluBackward(c: GeluBackwardCall, who = 'geluBackward'): void {
@@ -337,8 +340,8 @@ export function checkSilu(c: SiluCall, who = 'silu'): void {
   f32(who, 'x', c.x, (c.x as Float32Array | undefined)?.length ?? 0);
   f32(who, 'gate', c.gate, c.x.length, true);
   f32(who, 'y', c.y, c.x.length);
-  if (c.y !== c.x && overlap(c.y, c.x) && c.y.byteOffset !== c.x.byteOffset) throw new FAError('E_ARG', `${who}: y must be x itself or not overlap it`);
-  if (c.gate && c.y !== c.gate && overlap(c.y, c.gate) && c.y.byteOffset !== c.gate.byteOffset) throw new FAError('E_ARG', `${who}: y must be gate itself or not overlap it`);
+  selfOrApart(who, 'y', c.y, 'x', c.x);
+  selfOrApart(who, 'y', c.y, 'gate', c.gate);
 }
 
 export function checkSiluBackward(c: SiluBackwardCall, who = 'siluBackward'): void {
@@ -366,5 +369,5 @@ export function checkRotary(c: RotaryCall, who = 'rotary'): void {
   const maxPos = half > 0 ? c.cos.length / half : Infinity;
   if (c.seq > 0 && c.positionOffset + c.seq > maxPos) throw new FAError('E_SHAPE', `${who}: positions ${c.positionOffset} … ${c.positionOffset + c.seq - 1} need ${c.positionOffset + c.seq} rows of cos/sin, the tables have ${maxPos}`);
   if (typeof c.interleaved !== 'boolean' || typeof c.inverse !== 'boolean') throw new FAError('E_ARG', `${who}: interleaved and inverse must be booleans`);
-  if (c.y !== c.x && overlap(c.y, c.x) && c.y.byteOffset !== c.x.byteOffset) throw new FAError('E_ARG', `${who}: y must be x itself or not overlap it`);
+  selfOrApart(who, 'y', c.y, 'x', c.x);
 }
