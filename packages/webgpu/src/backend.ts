@@ -44,6 +44,7 @@ import type { WebGPUBackendOptions } from './options.js';
 import { PipelineCache } from './pipelines.js';
 import { supportOf, unsupportedError } from './support.js';
 import { WGIndexTensor, WGTensor } from './tensor.js';
+import { type Bound, type ExportedBuffer, type WrapOptions, bindError, bufferOf, checkWrap, offsetOf } from './external.js';
 import { appendHostCaches, encodeKVCache, kvSupport, type KVEnv } from './kvcache.js';
 import { type KVCaps, type KVPlan, type KVTuning, planKV } from './kvplan.js';
 import { type Caps, type Choice, type KernelKind, chooseSpec } from './tiles.js';
@@ -203,16 +204,56 @@ export class WebGPUBackend implements AttentionBackend {
     return t;
   }
 
-  /** The buffer of an input: this backend's device tensor, or an upload of a host tensor. */
-  private input(scope: Scope, t: Tensor, what: string): GPUBuffer {
+  /** The bytes of an input: this backend's device tensor (a range of a wrapped buffer), or an upload of a host tensor. */
+  private input(scope: Scope, t: Tensor, what: string): Bound {
     if (isHostTensor(t)) return this.uploadInto(scope, t, what);
     if (isDeviceTensor(t)) {
       if (t.backend !== 'webgpu' || !(t instanceof WGTensor)) throw new FAError('E_ARG', `${what} is a device tensor of backend "${t.backend}"; read it to the host or upload it to webgpu first`);
       if (t.disposed) throw new FAError('E_ARG', `${what} is a webgpu tensor that was already disposed (or whose device was lost)`);
       if (t.handle.epoch !== this.epoch) throw new FAError('E_DEVICE', `${what} was created on a WebGPU device that has since been lost; upload it again`);
-      return t.handle.buffer;
+      // a range runs to the buffer's end: kernels that read whole vec4s may touch the padding
+      return t.handle.offset ? { buffer: t.handle.buffer, offset: t.handle.offset } : t.handle.buffer;
     }
     throw new FAError('E_ARG', `${what} must be a tensor`);
+  }
+
+  /**
+   * A caller's GPUBuffer as a webgpu tensor, without a copy (external.ts): an input of every call,
+   * and a KV cache that calls write in place. The buffer must be on this backend's device, hold
+   * the tensor from `offset`, and have STORAGE | COPY_SRC usage; anything else is a one-line
+   * FAError here. The caller keeps ownership: disposeTensor forgets the buffer, never destroys
+   * it, and the buffer must outlive the calls that use it.
+   */
+  async wrapBuffer(buffer: GPUBuffer, opts: WrapOptions): Promise<Tensor> {
+    const dev = await this.ready();
+    const { bytes, offset } = checkWrap(buffer, opts, dev.limits, this.dtypes);
+    const err = await bindError(dev, buffer, offset);
+    if (err !== null) throw new FAError('E_ARG', `wrapBuffer: this backend's device cannot use the buffer (made on another GPUDevice, or destroyed): ${err.split('\n')[0]}`);
+    const t = new WGTensor(opts.dtype, [...opts.shape], { buffer, bytes, epoch: this.epoch, offset, external: true });
+    this.live.add(t);
+    return t;
+  }
+
+  /**
+   * The GPUBuffer under a webgpu tensor, for another program on the same device (e.g.
+   * `tf.tensor({ buffer, zeroCopy: true }, shape)`), without a copy. Borrowed by default: valid
+   * until the tensor is disposed. `transfer: true` hands the buffer over: the tensor is disposed,
+   * the engine stops counting the buffer and the caller destroys it when done. Work the engine
+   * submitted on it is ordered before anything the device's queue runs after this call.
+   */
+  exportBuffer(t: Tensor, opts: { transfer?: boolean } = {}): ExportedBuffer {
+    if (!(t instanceof WGTensor)) throw new FAError('E_ARG', 'exportBuffer takes a webgpu device tensor');
+    if (t.disposed) throw new FAError('E_ARG', 'exportBuffer: the tensor was already disposed (or its device was lost)');
+    if (t.handle.epoch !== this.epoch) throw new FAError('E_DEVICE', 'exportBuffer: the tensor was created on a WebGPU device that has since been lost');
+    const transfer = opts.transfer === true;
+    const e: ExportedBuffer = { buffer: t.handle.buffer, offset: t.handle.offset ?? 0, bytes: t.handle.bytes, dtype: t.dtype, shape: t.shape, transferred: transfer && !t.handle.external };
+    if (transfer) {
+      if (t.handle.external) throw new FAError('E_ARG', 'exportBuffer: the tensor wraps a buffer the caller already owns; nothing to transfer');
+      t.disposed = true;
+      this.live.delete(t);
+      this.ledger.forget(t.handle.buffer);
+    }
+    return e;
   }
 
   supportsKVCache(p: KVCacheProblem): Support {
@@ -306,15 +347,16 @@ export class WebGPUBackend implements AttentionBackend {
     await this.ready();
     await this.calls.settle();
     const scope = new Scope(this.ledger);
-    const buf = this.input(scope, t, 'read');
-    return this.guard(scope, () => this.readBuffer(scope, buf, t.dtype, t.shape), false);
+    const b = this.input(scope, t, 'read');
+    return this.guard(scope, () => this.readBuffer(scope, bufferOf(b), t.dtype, t.shape, offsetOf(b)), false);
   }
 
   disposeTensor(t: Tensor | DeviceIndexTensor): void {
     if (!(t instanceof WGTensor || t instanceof WGIndexTensor) || t.disposed) return;
     t.disposed = true;
     this.live.delete(t);
-    if (t.handle.epoch === this.epoch) this.ledger.destroy(t.handle.buffer);
+    if (t.handle.external) this.recycler.forget(t.handle.buffer);
+    else if (t.handle.epoch === this.epoch) this.ledger.destroy(t.handle.buffer);
   }
 
   async dispose(): Promise<void> {
@@ -375,13 +417,13 @@ export class WebGPUBackend implements AttentionBackend {
     return this.calls.run(scope, body, keepAll, keep, commit);
   }
 
-  private readBuffer(scope: Scope, buf: GPUBuffer, dtype: DType, shape: readonly number[]): Promise<HostTensor> {
-    return readBuffer(this.acq.device, scope, buf, dtype, shape, () => this.lostInfo);
+  private readBuffer(scope: Scope, buf: GPUBuffer, dtype: DType, shape: readonly number[], offset = 0): Promise<HostTensor> {
+    return readBuffer(this.acq.device, scope, buf, dtype, shape, () => this.lostInfo, offset);
   }
 
   // ---------------------------------------------------------------- attention
 
-  private async packPass(enc: GPUCommandEncoder, scope: Scope, storage: 'f16' | 'bf16', src: GPUBuffer, dst: GPUBuffer, n: number): Promise<void> {
+  private async packPass(enc: GPUCommandEncoder, scope: Scope, storage: 'f16' | 'bf16', src: Bound, dst: Bound, n: number): Promise<void> {
     const pipe = await this.pipeline(`pack:${storage}`, () => packWGSL(storage));
     const ub = this.createBuffer(scope, 16, BufferUsage.UNIFORM | BufferUsage.COPY_DST, 'pack params');
     this.acq.device.queue.writeBuffer(ub, 0, new Uint32Array([n, 0, 0, 0]));
@@ -469,7 +511,7 @@ export class WebGPUBackend implements AttentionBackend {
           }
         } else {
           const lb = this.input(scope, lse, 'lse');
-          if (nRows > 0) enc.copyBufferToBuffer(lb, 0, ld, 0, nRows * 4);
+          if (nRows > 0) enc.copyBufferToBuffer(bufferOf(lb), offsetOf(lb), ld, 0, nRows * 4);
         }
         const bpe = bytesPerElement(p.dtype);
         const nQ = p.totalQ * p.h * p.d;
@@ -490,7 +532,7 @@ export class WebGPUBackend implements AttentionBackend {
         const pass = enc.beginComputePass();
         if (nRows > 0) {
           pass.setPipeline(pDelta);
-          const g = new Array<GPUBuffer | undefined>(4);
+          const g = new Array<Bound | undefined>(4);
           g[DELTA.params] = params; g[DELTA.out] = ob; g[DELTA.dout] = dob; g[DELTA.ld] = ld;
           pass.setBindGroup(0, this.bind(pDelta, g));
           const [x, y] = grid1d(Math.ceil(nRows / 64), maxWG);
@@ -498,14 +540,14 @@ export class WebGPUBackend implements AttentionBackend {
         }
         if (p.batch > 0 && p.tk > 0) {
           pass.setPipeline(pKV);
-          const g = new Array<GPUBuffer | undefined>(9);
+          const g = new Array<Bound | undefined>(9);
           g[BWD.params] = params; g[BWD.meta] = meta; g[BWD.q] = qb; g[BWD.k] = kb; g[BWD.v] = vb; g[BWD.dout] = dob; g[BWD.ld] = ld; g[BWD.dk] = dk32; g[BWD.dv] = dv32;
           pass.setBindGroup(0, this.bind(pKV, g));
           pass.dispatchWorkgroups(Math.ceil(p.tk / sKV.tile.nr), p.hkv, p.batch);
         }
         if (p.batch > 0 && p.tq > 0) {
           pass.setPipeline(pQ);
-          const g = new Array<GPUBuffer | undefined>(8);
+          const g = new Array<Bound | undefined>(8);
           g[BWD.params] = paramsQ; g[BWD.meta] = meta; g[BWD.q] = qb; g[BWD.k] = kb; g[BWD.v] = vb; g[BWD.dout] = dob; g[BWD.ld] = ld; g[BWD.dq] = dq32;
           pass.setBindGroup(0, this.bind(pQ, g));
           pass.dispatchWorkgroups(Math.ceil(p.tq / sQ.tile.nr), p.h, p.batch);

@@ -68,14 +68,14 @@ export function uploadInto(dev: GPUDevice, scope: Scope, t: HostTensor, label: s
  * Copies a buffer back to a host tensor. `lostInfo` is read if the mapping fails, to say
  * whether the device was lost meanwhile.
  */
-export async function readBuffer(dev: GPUDevice, scope: Scope, buf: GPUBuffer, dtype: DType, shape: readonly number[], lostInfo: () => string | undefined): Promise<HostTensor> {
+export async function readBuffer(dev: GPUDevice, scope: Scope, buf: GPUBuffer, dtype: DType, shape: readonly number[], lostInfo: () => string | undefined, offset = 0): Promise<HostTensor> {
   const n = numel(shape);
   const bytes = n * bytesPerElement(dtype);
   const data = dtype === 'f32' ? new Float32Array(n) : new Uint16Array(n);
   if (bytes > 0) {
     const staging = createBuffer(dev, scope, bytes, BufferUsage.MAP_READ | BufferUsage.COPY_DST, 'readback');
     const enc = dev.createCommandEncoder();
-    enc.copyBufferToBuffer(buf, 0, staging, 0, align4(bytes));
+    enc.copyBufferToBuffer(buf, offset, staging, 0, align4(bytes));
     dev.queue.submit([enc.finish()]);
     try {
       await staging.mapAsync(MapModeRead);

@@ -28,6 +28,7 @@ import { BufferUsage } from './gpu.js';
 import type { Scope } from './memory.js';
 import { grid1d } from './dispatch.js';
 import { writableBytes } from './buffers.js';
+import type { Bound } from './external.js';
 import { WGIndexTensor } from './tensor.js';
 import { KV_APPEND, KV_ATTEND, KV_COMBINE, KV_MAX_D, type KVEncoding, kvAppendWGSL, kvAttendWGSL, kvCombineWGSL, KVP_BYTES, packKVParams, type KVParamValues } from './wgsl/kvcache.js';
 import { KV_DECODE, kvDecodeKey, kvDecodeWGSL } from './wgsl/kvdecode.js';
@@ -58,7 +59,7 @@ export interface KVEnv {
   /** A read-only buffer holding `data`, reused across calls with the same bytes (constants.ts). */
   constant(scope: Scope, data: Uint8Array, usage: number, label: string): GPUBuffer;
   /** The buffer of a tensor input: the backend's own, or an upload of a host tensor. */
-  input(scope: Scope, t: Tensor, what: string): GPUBuffer;
+  input(scope: Scope, t: Tensor, what: string): Bound;
   pipeline(key: string, code: () => string): Promise<GPUComputePipeline>;
   bind(pipe: GPUComputePipeline, buffers: (GPUBuffer | GPUBufferBinding | undefined)[]): GPUBindGroup;
   readBuffer(scope: Scope, buf: GPUBuffer, dtype: HostTensor['dtype'], shape: readonly number[]): Promise<HostTensor>;

@@ -36,6 +36,14 @@ export class Ledger {
     else if (this.recycler) this.recycler.destroy(b);
     else b.destroy();
   }
+  /** Stops tracking `b` without freeing it (a buffer handed to the caller). */
+  forget(b: GPUBuffer): void {
+    const n = this.sizes.get(b);
+    if (n === undefined) return;
+    this.current -= n.size;
+    this.sizes.delete(b);
+    this.recycler?.forget(b);
+  }
   clear(): void {
     this.sizes.clear();
     this.current = 0;

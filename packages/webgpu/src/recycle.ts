@@ -70,12 +70,17 @@ export class Recycler {
 
   /** Destroys `b` and forgets the bind groups that bind it. */
   destroy(b: GPUBuffer): void {
+    this.forget(b);
+    b.destroy();
+  }
+
+  /** Forgets the bind groups that bind `b` (it is destroyed, or no longer the engine's). */
+  forget(b: GPUBuffer): void {
     const id = this.ids.get(b);
     if (id !== undefined) {
       for (const k of this.byBuffer.get(id) ?? []) this.groups.delete(k);
       this.byBuffer.delete(id);
     }
-    b.destroy();
   }
 
   /** A bind group of `pipe` binding buffers[i] at binding i (undefined entries left out), cached. */

@@ -7,6 +7,10 @@ export interface WebGPUTensorHandle {
   readonly buffer: GPUBuffer;
   readonly bytes: number;
   readonly epoch: number;
+  /** Byte offset of the tensor in `buffer` (wrapped buffers; 0 for the engine's own). */
+  readonly offset?: number;
+  /** A caller's buffer (wrapBuffer): disposing the tensor forgets it, never destroys it. */
+  readonly external?: boolean;
 }
 
 export class WGTensor implements DeviceTensor {

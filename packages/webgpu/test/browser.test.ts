@@ -11,6 +11,7 @@ import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { conformanceCases, EXTRA_CHECKS, KV_EXTRA_CHECKS, kvCacheCases, type CaseResult } from '@fa/core/testing';
+import { TFJS_ROUNDTRIP } from './tfjs-roundtrip.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const chromiumPath = process.env.FA_CHROMIUM ?? '/usr/bin/chromium';
@@ -20,6 +21,7 @@ const names = [
   ...conformanceCases({ count: COUNT, quick: true, seed: SEED }).map((c) => c.name),
   ...kvCacheCases({ quick: true, seed: SEED }).map((c) => c.name),
   ...[...EXTRA_CHECKS, ...KV_EXTRA_CHECKS].map((x) => x.name),
+  TFJS_ROUNDTRIP,
 ];
 const TIMEOUT = 40 * 60_000;
 

@@ -3,7 +3,10 @@
  * WebGPU engine on navigator.gpu and publishes the results on window.__fa.
  */
 import { checkCase, checkKVCacheCase, conformanceCases, EXTRA_CHECKS, KV_EXTRA_CHECKS, kvCacheCases, type CaseResult } from '@fa/core/testing';
+import * as tf from '@tensorflow/tfjs-core';
+import '@tensorflow/tfjs-backend-webgpu';
 import { createWebGPUBackend } from '../../dist/index.js';
+import { TFJS_ROUNDTRIP, tfjsRoundTrip } from '../tfjs-roundtrip.js';
 
 interface PageState {
   device?: string;
@@ -48,6 +51,18 @@ async function main(): Promise<void> {
     console.log(`page: ${r.pass ? "ok  " : "FAIL"} ${r.name} ${r.pass ? "" : r.message}`);
   }
   await be.dispose();
+  // a tfjs program's buffers in and out, on tfjs's device (issue 24)
+  const t0 = performance.now();
+  let r: CaseResult;
+  try {
+    tf.env().set('WEBGPU_CPU_FORWARD', false);
+    if (!(await tf.setBackend('webgpu'))) throw new Error('tfjs found no WebGPU adapter');
+    r = { name: TFJS_ROUNDTRIP, pass: true, metrics: [], message: await tfjsRoundTrip(tf), ms: performance.now() - t0 };
+  } catch (e) {
+    r = { name: TFJS_ROUNDTRIP, pass: false, metrics: [], message: e instanceof Error ? e.message : String(e), ms: performance.now() - t0 };
+  }
+  state.results.push(r);
+  console.log(`page: ${r.pass ? 'ok  ' : 'FAIL'} ${r.name} ${r.message}`);
 }
 
 main().then(
