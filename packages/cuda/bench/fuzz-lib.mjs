@@ -98,6 +98,8 @@ export async function fuzzBinding(binding, ctx, other, count = 10000, seed = 1) 
   const fake = Object.create(Object.getPrototypeOf(fwd.q));
   const thrower = new Proxy({}, { get() { throw new Error('getter boom'); } });
   const junk = [undefined, null, NaN, Infinity, -Infinity, -1, 1.5, 2 ** 31, 2 ** 53, 1e300, '3', '', {}, [], () => 0, true, Symbol('x'), 10n, thrower, new Float64Array(3), new DataView(new ArrayBuffer(8))];
+  // a second buffer over q's bytes (Context.wrap): a call that writes it while reading q is refused
+  const overQ = ctx.wrap(fwd.q.address, fwd.q.bytes);
   const badBuffers = [disposed, foreign, wrong, fake, {}, new Uint16Array(4), null, undefined, 0, ctx, thrower];
   // field -> invalid values (each makes the call invalid on its own, for every base)
   const badFields = {
@@ -157,6 +159,7 @@ export async function fuzzBinding(binding, ctx, other, count = 10000, seed = 1) 
       { cacheSeqlens: Int32Array.from([5, 1]), blockTable: Int32Array.from([0, 1, 2, 1, 4, 5]) },
       { cacheSeqlens: Int32Array.from([1, 5]), blockTable: Int32Array.from([3, 4, 5, 0, 3, 2]) },
       { out: kv.q }, { lse: kv.cacheSeqlensBuf }, { vCache: kv.kCache }, { kNew: kv.kCache }, { out: kv.kCache }, { q: kv.vCache },
+      { out: ctx.wrap(kv.q.address, kv.q.bytes) }, { q: ctx.wrap(kv.vCache.address, kv.vCache.bytes) },
       { tnew: 0 }, { paged: false, blockTable: null, blockTableBuf: null },
     ];
     if (!ctx.dryRun) {  // a pattern in the caches, to check at the end that no refused call wrote them
@@ -235,6 +238,10 @@ export async function fuzzBinding(binding, ctx, other, count = 10000, seed = 1) 
         if (backward) s.dq = s.q;
         else s.out = s.q;
         what += backward ? ' dq=q' : ' out=q';
+      } else if (r() < 0.03 && b === bases[0]) {  // the same bytes through another buffer
+        if (backward) s.dq = overQ;
+        else s.out = overQ;
+        what += backward ? ' dq=wrap(q)' : ' out=wrap(q)';
       }
       await call(() => (backward ? ctx.backward(s) : ctx.forward(s)));
     } else if (kind < 0.8) {
@@ -248,6 +255,14 @@ export async function fuzzBinding(binding, ctx, other, count = 10000, seed = 1) 
       const data = buf === fwd.q ? pick([new Uint16Array(fwd.q.bytes / 2 + 1), new Uint8Array(3), new Float32Array(1), new DataView(new ArrayBuffer(fwd.q.bytes)), [1, 2], 'x', null, undefined, (() => { const a = new Uint16Array(fwd.q.bytes / 2); structuredClone(a.buffer, { transfer: [a.buffer] }); return a; })()])
         : new Uint16Array(fwd.q.bytes / 2);
       await call(() => (up ? ctx.upload(buf, data) : ctx.download(buf, data)));
+    } else if (kind < 0.96) {
+      // wrapping a caller's memory: refused in a dry run too (type, alignment, size); on a GPU also
+      // memory that is not CUDA memory, and a range past its allocation
+      const real = ctx.dryRun ? [] : [[256n * 12345n, 64], [fwd.q.address, 2 ** 39]];
+      const [addr, bytes] = pick([[1n, 64], [fwd.q.address + 16n, 64], [-256n, 64], [2n ** 64n, 64], [256, 64], ['0x100', 64], [null, 8], [undefined, 8],
+        [0n, 64], [fwd.q.address, -1], [fwd.q.address, 1.5], [fwd.q.address, 2 ** 41], [fwd.q.address, '8'], [fwd.q.address, thrower], [thrower, 8], ...real]);
+      what = `wrap(${describe(addr)}, ${describe(bytes)})`;
+      await call(() => ctx.wrap(addr, bytes));
     } else {
       what = 'alloc';
       await call(() => ctx.alloc(pick([-1, NaN, 1.5, 2 ** 41, '8', undefined, null, {}, Infinity, -0.5, thrower])));
@@ -273,5 +288,6 @@ export async function fuzzBinding(binding, ctx, other, count = 10000, seed = 1) 
   }
   foreign.dispose();
   wrong.dispose();
+  overQ.dispose();
   return stats;
 }

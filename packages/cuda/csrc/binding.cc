@@ -9,7 +9,8 @@
 //
 // Objects:
 //   probe()                         -> { ok, reason?, device?, sms?, cc?, driver?, runtime? }
-//   new Context({ device?, dryRun? })  one CUDA stream; dryRun validates but never touches CUDA
+//   new Context({ device?, dryRun?, stream? })  one CUDA stream (ours, or the caller's bigint cudaStream_t);
+//                                   dryRun validates but never touches CUDA
 //     ctx.alloc(bytes)              -> Buffer (device memory, stream-ordered)
 //     ctx.upload(buf, typedArray)   -> Promise<void>   (byteLength must equal buf.bytes)
 //     ctx.download(buf, typedArray) -> Promise<void>
@@ -21,12 +22,14 @@
 //     ctx.memInfo()                 -> { free, total }
 //     ctx.smemNeeds(d, dtype?, f32Path?, limit?) -> { fwd, bwd, bwdDeterministic, kv, limit }
 //     ctx.synchronize()             -> Promise<void>
+//     ctx.wrap(address, bytes)      -> Buffer over a caller's device memory (bigint address; never freed here)
+//     ctx.stream                    -> bigint cudaStream_t (the caller's, with option `stream`)
 //     ctx.dispose()
-//   Buffer: .bytes, .disposed, .dispose()   (a finalizer frees it too)
+//   Buffer: .bytes, .disposed, .address (bigint), .external, .dispose()   (a finalizer frees it too)
 //
 // The parts, in the order they build on each other (one job each, all in this file's
 // translation unit): binding_errors.h, binding_state.h, binding_readers.h, binding_scratch.h,
-// binding_ops.h, binding_attention.h, binding_kv.h. This file holds the Context class
+// binding_ops.h, binding_attention.h, binding_kv.h, binding_external.h. This file holds the Context class
 // JavaScript sees, the module's registration and the bridge to the context-parallel files.
 #include "binding_common.h"
 #include "binding_errors.h"
@@ -36,6 +39,7 @@
 #include "binding_ops.h"
 #include "binding_attention.h"
 #include "binding_kv.h"
+#include "binding_external.h"
 
 namespace {
 
@@ -48,16 +52,24 @@ class Context : public Napi::ObjectWrap<Context> {
                         InstanceMethod<&Context::Backward>("backward"), InstanceMethod<&Context::MemInfo>("memInfo"),
                         InstanceMethod<&Context::SmemNeeds>("smemNeeds"), InstanceMethod<&Context::KvForward>("kvForward"),
                         InstanceMethod<&Context::Synchronize>("synchronize"), InstanceMethod<&Context::DisposeCtx>("dispose"),
+                        InstanceMethod<&Context::Wrap>("wrap"), InstanceAccessor<&Context::GetStream>("stream"),
                         InstanceAccessor<&Context::GetDevice>("device"), InstanceAccessor<&Context::GetSms>("sms"),
                         InstanceAccessor<&Context::GetDry>("dryRun")});
   }
   Context(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Context>(info) {
     Napi::Env env = info.Env();
     state_ = std::make_shared<CtxState>();
+    bool given_stream = false;
+    uintptr_t stream_handle = 0;
     if (info.Length() > 0 && !info[0].IsUndefined()) {
       Napi::Object o = AsObject(env, info[0], "Context options");
       state_->dry = GetBool(env, o, "dryRun");
       if (!o.Get("device").IsUndefined()) state_->device = static_cast<int>(GetInt(env, o, "device", 0, 1024));
+      Napi::Value sv = o.Get("stream");
+      if (!sv.IsUndefined() && !sv.IsNull()) {
+        stream_handle = ReadHandle(env, sv, "Context options: stream");
+        given_stream = true;
+      }
     }
     if (state_->dry) {
       state_->name = "dry run (no CUDA)";
@@ -75,8 +87,15 @@ class Context : public Napi::ObjectWrap<Context> {
       state_->arch = prop.major * 10 + prop.minor;
       state_->smem_optin = prop.sharedMemPerBlockOptin;
       state_->name = prop.name;
-      e = cudaStreamCreateWithFlags(&state_->stream, cudaStreamNonBlocking);
-      if (e != cudaSuccess) Throw(env, CudaCode(e), "cudaStreamCreate: " + CudaText(e));
+      if (given_stream) {
+        state_->stream = reinterpret_cast<cudaStream_t>(stream_handle);
+        state_->own_stream = false;
+        CheckStream(env, state_->stream, state_->device);
+      } else {
+        e = cudaStreamCreateWithFlags(&state_->stream, cudaStreamNonBlocking);
+        if (e != cudaSuccess) Throw(env, CudaCode(e), "cudaStreamCreate: " + CudaText(e));
+      }
+      state_->started = true;
       KeepPoolMemory(state_->device);
     }
     g_live_contexts.insert(this);
@@ -108,13 +127,42 @@ class Context : public Napi::ObjectWrap<Context> {
         Throw(env, CudaCode(e), "cudaMallocAsync(" + std::to_string(bytes) + " bytes): " + CudaText(e));
       }
     } else if (bytes > 0) {
-      p = reinterpret_cast<void*>(static_cast<uintptr_t>(0x1000));  // never dereferenced in dry runs
+      // never dereferenced in dry runs; apart, so that the overlap checks see distinct buffers
+      static uintptr_t next_fake = uintptr_t{1} << 40;
+      p = reinterpret_cast<void*>(next_fake);
+      next_fake += (bytes + 511) / 256 * 256;
     }
     AddonData* data = env.GetInstanceData<AddonData>();
     Napi::Object obj = data->buffer_ctor.New({Napi::External<int>::New(env, &kToken)});
     Buffer* b = Buffer::Unwrap(obj);
     b->Setup(state_, p, bytes);
     return obj;
+  }
+
+  // wrap(address: bigint, bytes): a caller's device memory as a Buffer (binding_external.h checks
+  // it lies in one allocation on this context's device); disposing it never frees the memory.
+  Napi::Value Wrap(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    CheckLive(env);
+    if (info.Length() < 2) Throw(env, "E_ARG", "wrap(address, bytes) needs two arguments");
+    const uintptr_t addr = ReadHandle(env, info[0], "wrap: address");
+    if (!info[1].IsNumber()) Throw(env, "E_ARG", "wrap: bytes must be a number");
+    const double x = info[1].As<Napi::Number>().DoubleValue();
+    if (!std::isfinite(x) || std::floor(x) != x || x < 0 || x > 1099511627776.0) Throw(env, "E_ARG", "wrap: bytes must be an integer from 0 to 2^40");
+    const size_t bytes = static_cast<size_t>(x);
+    if (addr == 0 && bytes > 0) Throw(env, "E_ARG", "wrap: address is null");
+    // (what cudaMalloc gives; TMA descriptors and 16-byte loads need 16, a misaligned access would
+    // be a sticky error that ends the context)
+    if (addr % 256 != 0) Throw(env, "E_ARG", "wrap: the address must be a multiple of 256 bytes");
+    if (!state_->dry && bytes > 0) CheckDeviceRange(env, reinterpret_cast<void*>(addr), bytes, state_->device);
+    AddonData* data = env.GetInstanceData<AddonData>();
+    Napi::Object obj = data->buffer_ctor.New({Napi::External<int>::New(env, &kToken)});
+    Buffer::Unwrap(obj)->Setup(state_, reinterpret_cast<void*>(addr), bytes, true);
+    return obj;
+  }
+  // The context's cudaStream_t as a bigint (another addon may queue work on it).
+  Napi::Value GetStream(const Napi::CallbackInfo& info) {
+    return Napi::BigInt::New(info.Env(), static_cast<uint64_t>(reinterpret_cast<uintptr_t>(state_->stream)));
   }
 
   Napi::Value Upload(const Napi::CallbackInfo& info) { return Copy(info, true); }
@@ -338,7 +386,7 @@ class Context : public Napi::ObjectWrap<Context> {
       Buffer* b = UnwrapBuffer(env, v, state_, key);
       if (b->bytes_ != bytes) Throw(env, "E_SHAPE", std::string(key) + " must have " + std::to_string(bytes) + " bytes, has " + std::to_string(b->bytes_));
       for (const auto& s : seen)
-        if (s.first == b && (written || s.second)) Throw(env, "E_ARG", std::string(key) + " is the same buffer as another argument, and one of them is written");
+        if (Overlaps(s.first, b) && (written || s.second)) Throw(env, "E_ARG", std::string(key) + " overlaps another argument, and one of them is written");
       seen.emplace_back(b, written);
       return b;
     };

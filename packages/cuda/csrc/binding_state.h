@@ -13,6 +13,9 @@ struct CtxState {
   int device = 0;
   bool dry = false;
   cudaStream_t stream = nullptr;
+  // false when the caller gave the stream (Context option `stream`): never destroyed here
+  bool own_stream = true;
+  bool started = false;  // the device was set up (the destructor has something to give back)
   int sms = 132;
   int arch = 0;
   size_t smem_optin = 0;  // cudaDeviceProp::sharedMemPerBlockOptin
@@ -85,12 +88,12 @@ struct CtxState {
     }
   }
   ~CtxState() {
-    if (stream) {
+    if (started) {
       cudaSetDevice(device);
       if (small_dev) cudaFreeAsync(small_dev, stream);
       if (ws_dev) cudaFreeAsync(ws_dev, stream);
       cudaStreamSynchronize(stream);
-      cudaStreamDestroy(stream);
+      if (own_stream) cudaStreamDestroy(stream);
       TrimPool(device);  // what the default pool kept for this context's calls goes back (KeepPoolMemory)
     }
     for (cudaEvent_t ev : spare_events) cudaEventDestroy(ev);
@@ -114,6 +117,7 @@ class Buffer : public Napi::ObjectWrap<Buffer> {
   static Napi::Function Init(Napi::Env env) {
     return DefineClass(env, "DeviceBuffer",
                        {InstanceAccessor<&Buffer::GetBytes>("bytes"), InstanceAccessor<&Buffer::GetDisposed>("disposed"),
+                        InstanceAccessor<&Buffer::GetAddress>("address"), InstanceAccessor<&Buffer::GetExternal>("external"),
                         InstanceMethod<&Buffer::Dispose>("dispose")});
   }
   Buffer(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Buffer>(info) {
@@ -127,14 +131,15 @@ class Buffer : public Napi::ObjectWrap<Buffer> {
     inflight_ = 0;
     Release();
   }
-  void Setup(std::shared_ptr<CtxState> ctx, void* ptr, size_t bytes) {
+  void Setup(std::shared_ptr<CtxState> ctx, void* ptr, size_t bytes, bool external = false) {
     ctx_ = std::move(ctx);
     ptr_ = ptr;
     bytes_ = bytes;
+    external_ = external;
   }
   void Release() {
     if (ptr_ && inflight_ == 0) {
-      if (!ctx_->dry) {
+      if (!ctx_->dry && !external_) {  // (a caller's memory stays the caller's)
         cudaSetDevice(ctx_->device);
         cudaFreeAsync(ptr_, ctx_->stream);
       }
@@ -143,6 +148,11 @@ class Buffer : public Napi::ObjectWrap<Buffer> {
   }
   Napi::Value GetBytes(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(bytes_)); }
   Napi::Value GetDisposed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), disposed_); }
+  // The device address, for another addon on the same device (0 once disposed).
+  Napi::Value GetAddress(const Napi::CallbackInfo& info) {
+    return Napi::BigInt::New(info.Env(), static_cast<uint64_t>(reinterpret_cast<uintptr_t>(disposed_ ? nullptr : ptr_)));
+  }
+  Napi::Value GetExternal(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), external_); }
   Napi::Value Dispose(const Napi::CallbackInfo& info) {
     disposed_ = true;
     Release();  // deferred until pending operations finish
@@ -154,7 +164,16 @@ class Buffer : public Napi::ObjectWrap<Buffer> {
   size_t bytes_ = 0;
   int inflight_ = 0;
   bool disposed_ = false;
+  bool external_ = false;  // wraps a caller's memory (Context.wrap): never freed here
 };
+
+// Whether two buffers' bytes overlap (wrapped buffers may be ranges of one allocation).
+bool Overlaps(const Buffer* a, const Buffer* b) {
+  if (a == b) return true;
+  if (a->bytes_ == 0 || b->bytes_ == 0) return false;
+  const uintptr_t x = reinterpret_cast<uintptr_t>(a->ptr_), y = reinterpret_cast<uintptr_t>(b->ptr_);
+  return x < y + b->bytes_ && y < x + a->bytes_;
+}
 
 // Finds the live Buffer behind a JS value, or throws. Never trusts the prototype chain.
 Buffer* UnwrapBuffer(Napi::Env env, Napi::Value v, const std::shared_ptr<CtxState>& ctx, const std::string& what) {

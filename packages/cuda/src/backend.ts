@@ -93,7 +93,29 @@ export interface CudaBackendOptions {
    * to the f32 rule either way; only speed differs.
    */
   f32?: NativeF32Path;
+  /**
+   * Run on a caller's CUDA stream (a `cudaStream_t` as a bigint, of this device; it must outlive
+   * the backend, which never destroys it). Every call is then ordered with the caller's own work
+   * on that stream. Default: a stream of the backend's own.
+   */
+  stream?: bigint;
 }
+
+/** Where a CUDA tensor's bytes are, for another addon on the same device (exportPointer). */
+export interface ExportedPointer {
+  /** The device address: valid until the tensor is disposed. */
+  readonly address: bigint;
+  readonly bytes: number;
+  readonly dtype: DType;
+  readonly shape: readonly number[];
+  /** CUDA device index. */
+  readonly device: number;
+  /** The stream the backend's work on it is queued on (`cudaStream_t`): wait on it before reading. */
+  readonly stream: bigint;
+}
+
+/** A wrapped address must be this aligned (what cudaMalloc gives; the kernels' TMA and vector loads need 16). */
+export const WRAP_ALIGNMENT = 256;
 
 const F32_PATHS: readonly NativeF32Path[] = ['auto', 'tensor-cores', 'ffma'];
 
@@ -270,6 +292,52 @@ export class CudaBackend implements AttentionBackend {
     return cudaWriteIndex(this.#kv, t, data, offset);
   }
   // ---- end KV cache ----
+
+  /**
+   * A caller's device memory as a tensor, without a copy (another addon's buffer): an input of
+   * every call, and a KV cache that calls write in place. `address` (a bigint) must be aligned to
+   * WRAP_ALIGNMENT and, with the tensor's bytes, lie inside one allocation on this backend's
+   * device (the binding asks the driver); anything else is a one-line FAError and nothing is
+   * queued. The caller keeps ownership: disposeTensor forgets the memory, never frees it, and the
+   * memory must outlive the calls that use it (they run in stream order: sync() before freeing).
+   */
+  wrapPointer(address: bigint, opts: { dtype: DType; shape: readonly number[] }): Tensor {
+    this.#live();
+    if (typeof address !== 'bigint') throw new FAError('E_ARG', `wrapPointer: address must be a bigint, got ${typeof address}`);
+    if (typeof opts !== 'object' || opts === null) throw new FAError('E_ARG', 'wrapPointer: options { dtype, shape } are required');
+    if (!this.dtypes.includes(opts.dtype)) throw new FAError('E_DTYPE', `wrapPointer: dtype must be one of ${this.dtypes.join(', ')}, got ${String(opts.dtype)}`);
+    if (!Array.isArray(opts.shape) || !opts.shape.every((x) => Number.isSafeInteger(x) && x >= 0)) {
+      throw new FAError('E_SHAPE', `wrapPointer: shape must be an array of non-negative integers, got ${JSON.stringify(opts.shape)}`);
+    }
+    if (address % BigInt(WRAP_ALIGNMENT) !== 0n) throw new FAError('E_ARG', `wrapPointer: address 0x${address.toString(16)} is not a multiple of ${WRAP_ALIGNMENT} bytes`);
+    let b: NativeBuffer;
+    try {
+      b = this.#ctx.wrap(address, bytesOf(opts.dtype, opts.shape));
+    } catch (e) {
+      throw toFAError(e);
+    }
+    return new CudaTensor(opts.dtype, opts.shape, b, this);
+  }
+
+  /**
+   * The device address of one of this backend's tensors (its own or a wrapped one), for another
+   * addon on the same device: valid until the tensor is disposed. The backend's work on it runs on
+   * `stream`: work another addon queues on that stream after the call that wrote the tensor is on
+   * it runs after that call. A call is on the stream once its promise settled, and a stream call
+   * (`backend.stream`) made while no earlier call waits in the binding's queue is on it when it
+   * returns; `synchronize()` waits for all of it.
+   */
+  exportPointer(t: Tensor): ExportedPointer {
+    this.#live();
+    const c = this.#own(t, 'exportPointer: the tensor');
+    return { address: c.handle.address, bytes: c.handle.bytes, dtype: c.dtype, shape: c.shape, device: this.deviceIndex, stream: this.#ctx.stream };
+  }
+
+  /** The backend's cudaStream_t as a bigint (the caller's, with the `stream` option). */
+  get streamHandle(): bigint {
+    this.#live();
+    return this.#ctx.stream;
+  }
 
   async upload(t: HostTensor): Promise<Tensor> {
     this.#live();
@@ -468,13 +536,14 @@ export async function createCudaBackend(options: CudaBackendOptions = {}): Promi
   if (options.f32 !== undefined && !F32_PATHS.includes(options.f32)) {
     throw new FAError('E_ARG', `createCudaBackend: f32 must be one of ${F32_PATHS.map((x) => `'${x}'`).join(', ')}, got ${JSON.stringify(options.f32)}`);
   }
+  if (options.stream !== undefined && typeof options.stream !== 'bigint') throw new FAError('E_ARG', `createCudaBackend: stream must be a bigint (a cudaStream_t), got ${typeof options.stream}`);
   const n = loadNative();
   if (!n.ok) throw new FAError('E_DEVICE', n.reason);
   const probe = n.binding.probe();
   if (!probe.ok) throw new FAError('E_DEVICE', `unavailable: ${probeReason(probe)}`);
   let ctx: NativeContext;
   try {
-    ctx = new n.binding.Context({ device: options.device ?? 0 });
+    ctx = new n.binding.Context(options.stream === undefined ? { device: options.device ?? 0 } : { device: options.device ?? 0, stream: options.stream });
   } catch (e) {
     throw toFAError(e);
   }

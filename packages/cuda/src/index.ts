@@ -12,7 +12,7 @@ export const CUDA_PRIORITY = 100;
 
 registerBackend('cuda', () => createCudaBackend(), CUDA_PRIORITY);
 
-export { CudaBackend, CudaTensor, createCudaBackend, cudaStatus, probeReason, toFAError, type CudaBackendOptions } from './backend.js';
+export { CudaBackend, CudaTensor, createCudaBackend, cudaStatus, probeReason, toFAError, WRAP_ALIGNMENT, type CudaBackendOptions, type ExportedPointer } from './backend.js';
 export { currentTarget, findPrebuilts, prebuiltName, PREBUILDS_DIR, type Target } from './prebuilt.js';
 export { loadNative, NATIVE_PATH, type NativeBinding, type NativeBuffer, type NativeContext, type NativeLoad, type NativeProbe, type NativeAttnSpec, type NativeF32Path, type NativeKvSpec, type NativeShardOps, type NativeNccl, type NativeNcclComm, type NcclLoad } from './native.js';
 export { CudaIndexTensor } from './kvcache.js';

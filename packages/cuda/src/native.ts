@@ -31,6 +31,10 @@ export interface NativeProbe {
 export interface NativeBuffer {
   readonly bytes: number;
   readonly disposed: boolean;
+  /** The device address (0n once disposed). */
+  readonly address: bigint;
+  /** A caller's memory (Context.wrap): dispose forgets it, never frees it. */
+  readonly external: boolean;
   dispose(): void;
 }
 
@@ -123,6 +127,10 @@ export interface NativeContext {
   readonly sms: number;
   readonly dryRun: boolean;
   alloc(bytes: number): NativeBuffer;
+  /** A caller's device memory (checked to lie in one allocation on this device); never freed here. */
+  wrap(address: bigint, bytes: number): NativeBuffer;
+  /** The context's cudaStream_t (the caller's when one was given). */
+  readonly stream: bigint;
   upload(buf: NativeBuffer, data: ArrayBufferView): Promise<void>;
   download(buf: NativeBuffer, data: ArrayBufferView): Promise<void>;
   forward(spec: NativeAttnSpec): Promise<NativeAttnResult>;
@@ -182,7 +190,7 @@ export interface NativeNccl {
 export interface NativeBinding {
   readonly version: string;
   probe(): NativeProbe;
-  Context: new (opts?: { device?: number; dryRun?: boolean }) => NativeContext;
+  Context: new (opts?: { device?: number; dryRun?: boolean; stream?: bigint }) => NativeContext;
   /** Absent in addons built before context parallelism. */
   readonly shardOps?: NativeShardOps;
   readonly nccl?: NativeNccl;
