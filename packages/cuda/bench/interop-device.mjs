@@ -16,9 +16,10 @@ const save = () => writeFileSync(`${out}/interop.md`, lines.join('\n') + '\n');
 const peer = createRequire(import.meta.url)(new URL('./peer.node', import.meta.url).pathname);
 const b = await createCudaBackend();
 log(`${b.device}, ${new Date().toISOString()}`);
-for (const r of await interopChecks(peer, createCudaBackend)) log(`${r.pass ? 'ok  ' : 'FAIL'} ${r.name}: ${r.message}`);
+await interopChecks(peer, createCudaBackend, (r) => { log(`${r.pass ? 'ok  ' : 'FAIL'} ${r.name}: ${r.message}`); save(); });
 save();
-for (const upload of [false, true]) {
+log('kit starts'); save();
+for (const upload of process.env.FA_SKIP_KIT ? [] : [false, true]) {
   const t0 = performance.now();
   const sum = await runConformance(b, { kvCache: true, upload });
   log(`kit: ${formatSummary(sum)} (${upload ? 'device' : 'host'} tensors, ${((performance.now() - t0) / 1000).toFixed(1)} s)`);
@@ -29,6 +30,7 @@ const native = loadNative();
 const ctx = new native.binding.Context();
 const other = new native.binding.Context();
 const s = await fuzzBinding(native.binding, ctx, other, 10000, 5);
+if (s.resolvedCalls.length) log(`fuzz resolved: ${s.resolvedCalls.join(' | ')}`);
 log(`fuzz: ${s.calls} calls, ${s.threw} JS errors, ${s.resolved} resolved, caches changed by refused calls: ${s.kvCacheChanged} (${[...s.samples].map(([k, n]) => `${k} x${n}`).join(', ')})`);
 const f = await b.forward(await b.upload({ kind: 'host', dtype: 'f32', shape: [1, 64, 2, 32], data: new Float32Array(4096).fill(0.25) }), await b.upload({ kind: 'host', dtype: 'f32', shape: [1, 64, 2, 32], data: new Float32Array(4096).fill(0.5) }), await b.upload({ kind: 'host', dtype: 'f32', shape: [1, 64, 2, 32], data: new Float32Array(4096).fill(1) }));
 log(`after the fuzz the backend runs: out[0] = ${(await b.read(f.out)).data[0]} (expect 1)`);

@@ -252,10 +252,10 @@ class Context : public Napi::ObjectWrap<Context> {
       Buffer* b = UnwrapBuffer(env, o.Get(key), state_, key);
       if (b->bytes_ != bytes) Throw(env, "E_SHAPE", std::string(key) + " must have " + std::to_string(bytes) + " bytes, has " + std::to_string(b->bytes_));
       for (Buffer* x : outputs)
-        if (x == b) Throw(env, "E_ARG", std::string(key) + " is the same buffer as another output");
+        if (Overlaps(x, b)) Throw(env, "E_ARG", std::string(key) + (output ? " overlaps another output" : " overlaps an output"));
       if (output)
         for (Buffer* x : inputs)
-          if (x == b) Throw(env, "E_ARG", std::string(key) + " (an output) aliases an input");
+          if (Overlaps(x, b)) Throw(env, "E_ARG", std::string(key) + " (an output) overlaps an input");
       (output ? outputs : inputs).push_back(b);
       return b->ptr_;
     };
@@ -504,6 +504,20 @@ class Context : public Napi::ObjectWrap<Context> {
   }
   Napi::Value DisposeCtx(const Napi::CallbackInfo& info) {
     disposed_ = true;
+    // A caller's stream may be destroyed once we are disposed, but buffers the GC frees later
+    // still queue their frees on the context's stream: finish with the caller's stream now, and
+    // queue what comes after on the legacy default stream.
+    if (!state_->own_stream && state_->started && !state_->dry && state_->stream != nullptr) {
+      cudaSetDevice(state_->device);
+      cudaStreamSynchronize(state_->stream);
+      if (state_->small_dev) cudaFreeAsync(state_->small_dev, state_->stream);
+      if (state_->ws_dev) cudaFreeAsync(state_->ws_dev, state_->stream);
+      state_->small_dev = state_->ws_dev = nullptr;
+      state_->small_cap = state_->ws_cap = 0;
+      cudaStreamSynchronize(state_->stream);
+      state_->stream = nullptr;
+      cudaGetLastError();
+    }
     return info.Env().Undefined();
   }
 

@@ -96,7 +96,9 @@ export interface CudaBackendOptions {
   /**
    * Run on a caller's CUDA stream (a `cudaStream_t` as a bigint, of this device; it must outlive
    * the backend, which never destroys it). Every call is then ordered with the caller's own work
-   * on that stream. Default: a stream of the backend's own.
+   * on that stream. The handle must be a live stream: one on another device is refused, but a
+   * number that is no stream at all cannot be detected (the CUDA runtime dereferences it).
+   * Default: a stream of the backend's own.
    */
   stream?: bigint;
 }
@@ -321,11 +323,13 @@ export class CudaBackend implements AttentionBackend {
 
   /**
    * The device address of one of this backend's tensors (its own or a wrapped one), for another
-   * addon on the same device: valid until the tensor is disposed. The backend's work on it runs on
-   * `stream`: work another addon queues on that stream after the call that wrote the tensor is on
-   * it runs after that call. A call is on the stream once its promise settled, and a stream call
-   * (`backend.stream`) made while no earlier call waits in the binding's queue is on it when it
-   * returns; `synchronize()` waits for all of it.
+   * addon on the same device: valid until the tensor is disposed. The backend's work runs on
+   * `stream`, in issue order: another addon's work queued on that stream before one of our calls
+   * is issued runs before it (no sync needed). The other way, our call is surely on the stream once
+   * its promise settled (awaited calls), after `synchronize()`, or after a `read()` of one of its
+   * outputs; a stream-ordered call (`backend.stream`) may still wait in the binding's queue (a
+   * worker thread) when it returns, so another addon's work that reads its outputs goes after one
+   * of those.
    */
   exportPointer(t: Tensor): ExportedPointer {
     this.#live();

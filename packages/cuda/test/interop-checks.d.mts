@@ -4,4 +4,4 @@ export interface InteropResult {
   readonly pass: boolean;
   readonly message: string;
 }
-export function interopChecks(peer: unknown, createCudaBackend: (o?: CudaBackendOptions) => Promise<CudaBackend>): Promise<InteropResult[]>;
+export function interopChecks(peer: unknown, createCudaBackend: (o?: CudaBackendOptions) => Promise<CudaBackend>, onResult?: (r: InteropResult) => void): Promise<InteropResult[]>;

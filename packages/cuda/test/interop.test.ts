@@ -9,6 +9,7 @@ import { CudaBackend, createCudaBackend, cudaStatus } from '../src/backend.js';
 import { loadNative, type NativeProbe } from '../src/native.js';
 import { buildPeer, PEER_PATH } from './peer/build.mjs';
 import { interopChecks } from './interop-checks.mjs';
+import { validSpec } from '../bench/fuzz-lib.mjs';
 
 const native = loadNative();
 const dryProbe: NativeProbe = { ok: true, driver: 0, runtime: 0 } as NativeProbe;
@@ -40,6 +41,24 @@ describe.skipIf(!native.ok)('cuda: wrapped pointers, argument checks (dry run)',
     expect(be.exportPointer(t)).toMatchObject({ address: 1n << 36n, bytes: 8 * 2 * 16 * 4, dtype: 'f32', shape, device: 0 });
     be.disposeTensor(t);
     expect(await code(() => be.exportPointer(t))).toMatch(/^E_ARG: exportPointer: the tensor is a device tensor that was already disposed/);
+  });
+
+  it('the binding refuses an output over the bytes of an input or another output (two buffers, one range)', async () => {
+    if (!native.ok) return;
+    const ctx = new native.binding.Context({ dryRun: true });
+    const s = validSpec(ctx, false) as unknown as Record<string, { address: bigint; bytes: number }>;
+    const msg = async (spec: object) => {
+      try {
+        await ctx.forward(spec as never);
+        return 'no error';
+      } catch (e) {
+        return `${(e as { code?: string }).code}: ${(e as Error).message}`; // the binding's errors: Error with a code
+      }
+    };
+    expect(await msg({ ...s, out: ctx.wrap(s.q.address, s.q.bytes) })).toMatch(/out \(an output\) overlaps an input/);
+    expect(await msg({ ...s, lse: ctx.wrap(s.out.address, s.lse.bytes) })).toMatch(/lse overlaps another output/);
+    expect(await msg({ ...s, q: ctx.wrap(s.k.address, s.q.bytes) })).not.toMatch(/overlap/); // inputs may share bytes
+    expect(await msg(s)).toBe('no error');
   });
 
   it('a call whose written tensor overlaps another through a second wrap is refused before anything is queued', async () => {
