@@ -44,7 +44,7 @@ import type { WebGPUBackendOptions } from './options.js';
 import { PipelineCache } from './pipelines.js';
 import { supportOf, unsupportedError } from './support.js';
 import { WGIndexTensor, WGTensor } from './tensor.js';
-import { type Bound, type ExportedBuffer, type WrapOptions, bindError, bufferOf, checkWrap, offsetOf } from './external.js';
+import { type Bound, type ExportedBuffer, type WrapOptions, Recording, bindError, bufferOf, checkWrap, offsetOf } from './external.js';
 import { appendHostCaches, encodeKVCache, kvSupport, type KVEnv } from './kvcache.js';
 import { type KVCaps, type KVPlan, type KVTuning, planKV } from './kvplan.js';
 import { type Caps, type Choice, type KernelKind, chooseSpec } from './tiles.js';
@@ -55,6 +55,11 @@ import { BWD, DELTA, deltaWGSL, dkdvWGSL, dqWGSL, packWGSL } from './wgsl/backwa
 export type { WebGPUBackendOptions } from './options.js';
 export type { WebGPUTensorHandle } from './tensor.js';
 export type { MemoryStats } from './memory.js';
+
+/** A call made during a recording must encode before the caller submits the encoder. */
+function encodable(rec: Recording | undefined): void {
+  if (rec && !rec.open) throw new FAError('E_ARG', 'this call was made during a recording whose encoder was submitted before the call encoded its work; await each call before submitting the encoder');
+}
 
 export class WebGPUBackend implements AttentionBackend {
   readonly name = 'webgpu';
@@ -234,6 +239,43 @@ export class WebGPUBackend implements AttentionBackend {
     return t;
   }
 
+  #rec: Recording | undefined;
+
+  /**
+   * Encodes the engine's calls into a caller's command encoder instead of submitting our own,
+   * until the caller has submitted it and called `submitted()` on the returned recording (a
+   * framework batching its work into one command buffer). Meanwhile calls must be on device
+   * tensors (stream-ordered: nothing comes back to the host), and read(), sync(), writeIndex()
+   * and host-tensor calls are refused: their work would run before the recorded calls. Uploads
+   * are fine. The buffers recorded calls use are kept until submitted(). Errors of recorded work
+   * surface in the caller's error scopes when the encoder is finished or submitted.
+   */
+  recordInto(encoder: GPUCommandEncoder): Recording {
+    if (this.#rec) throw new FAError('E_ARG', "recordInto: a recording into another command encoder is open; submit that encoder and call its recording's submitted() first");
+    const e = encoder as Partial<GPUCommandEncoder> | null;
+    if (typeof e !== 'object' || e === null || typeof e.beginComputePass !== 'function' || typeof e.finish !== 'function') throw new FAError('E_ARG', 'recordInto takes a GPUCommandEncoder');
+    this.ledger.held = [];
+    this.consts.ledger.held = [];
+    const rec = new Recording(encoder, () => {
+      if (this.#rec === rec) this.#rec = undefined;
+      this.ledger.releaseHeld();
+      this.consts.ledger.releaseHeld();
+    });
+    this.#rec = rec;
+    return rec;
+  }
+
+  /** Refuses work that would run before an open recording's calls. */
+  private notRecording(what: string): void {
+    if (this.#rec) throw new FAError('E_ARG', `${what} while a recording into a caller's command encoder is open: its work would run before the recorded calls; submit the encoder and call submitted() first`);
+  }
+
+  /** The open recording a call encodes into (checked again when the call encodes), or undefined. */
+  private recordingFor(what: string, onDevice: boolean, rec: Recording | undefined): Recording | undefined {
+    if (rec && !onDevice) this.notRecording(`${what} on host tensors`);
+    return rec;
+  }
+
   /**
    * The GPUBuffer under a webgpu tensor, for another program on the same device (e.g.
    * `tf.tensor({ buffer, zeroCopy: true }, shape)`), without a copy. Borrowed by default: valid
@@ -293,6 +335,7 @@ export class WebGPUBackend implements AttentionBackend {
 
   async forwardWithKVCache(q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions): Promise<ForwardResult> {
     const p = describeKVCacheProblem(q, kCache, vCache, opts, this.name);
+    const recAtCall = this.#rec; // (the recording open when the call is made)
     await this.ready();
     const plan = this.kvPlan(p);
     const s = kvSupport(p, this.acq.device.limits, plan);
@@ -301,7 +344,11 @@ export class WebGPUBackend implements AttentionBackend {
     const scope = new Scope(this.ledger);
     const outs: GPUBuffer[] = [];
     const onDevice = isDeviceTensor(q);
-    const body = () => encodeKVCache(this.kvEnv, scope, p, plan, q, kCache, vCache, opts, outs);
+    const rec = this.recordingFor('forwardWithKVCache', onDevice && isDeviceTensor(kCache) && isDeviceTensor(vCache), recAtCall);
+    const body = () => {
+      encodable(rec);
+      return encodeKVCache(this.kvEnv, scope, p, plan, q, kCache, vCache, opts, outs, rec?.encoder);
+    };
     // stream-ordered when nothing returns to the host: device q (so device outputs) and caches
     if (onDevice && isDeviceTensor(kCache) && isDeviceTensor(vCache)) return this.calls.runDeferred('forwardWithKVCache', scope, body, () => new Set(outs));
     return this.guard(scope, body, false, () => (onDevice ? new Set(outs) : new Set()), () => appendHostCaches(p, kCache, vCache, opts));
@@ -321,6 +368,7 @@ export class WebGPUBackend implements AttentionBackend {
   }
 
   async writeIndex(t: DeviceIndexTensor, data: IndexData, offset = 0): Promise<void> {
+    this.notRecording('writeIndex');
     const d = checkIndexWrite(t, data, offset, this.name);
     await this.ready();
     const buf = this.indexBuffer(t as WGIndexTensor, 'writeIndex target');
@@ -344,6 +392,7 @@ export class WebGPUBackend implements AttentionBackend {
 
   async read(t: Tensor): Promise<HostTensor> {
     if (isHostTensor(t)) return t;
+    this.notRecording('read');
     await this.ready();
     await this.calls.settle();
     const scope = new Scope(this.ledger);
@@ -381,6 +430,7 @@ export class WebGPUBackend implements AttentionBackend {
 
   /** Waits until the GPU has finished all submitted work (benchmarks). */
   async sync(): Promise<void> {
+    this.notRecording('sync');
     await this.acq.device.queue.onSubmittedWorkDone();
     // a stream-ordered call's device error surfaces here (DESIGN.md)
     await this.calls.settle();
@@ -437,14 +487,17 @@ export class WebGPUBackend implements AttentionBackend {
 
   async forward(q: Tensor, k: Tensor, v: Tensor, opts: AttentionOptions = {}): Promise<ForwardResult> {
     const p = describeProblem(q, k, v, opts);
+    const recAtCall = this.#rec; // (the recording open when the call is made)
     await this.ready();
     this.checkSupported(p);
     const dev = this.acq.device;
     const scope = new Scope(this.ledger);
     const onDevice = isDeviceTensor(q);
+    const rec = this.recordingFor('forward', onDevice, recAtCall);
     let outBuf: GPUBuffer | undefined;
     let lseBuf: GPUBuffer | undefined;
     const body = async () => {
+        encodable(rec);
         const choice = this.specFor('fwd', p) as Choice;
         const spec = choice.spec;
         this.lastSpecs = [spec];
@@ -460,14 +513,14 @@ export class WebGPUBackend implements AttentionBackend {
         const o32 = outF32 ? this.createBuffer(scope, nOut * 4, BufferUsage.STORAGE, 'out f32') : outBuf;
         const params = this.paramsBuffer(scope, p, spec.tile);
         const meta = this.metaBuffer(scope, p);
-        const enc = dev.createCommandEncoder();
+        const enc = rec ? rec.encoder : dev.createCommandEncoder();
         const pass = enc.beginComputePass();
         pass.setPipeline(pipe);
         pass.setBindGroup(0, this.bind(pipe, [params, meta, qb, kb, vb, o32, lseBuf]));
         if (p.batch > 0 && p.tq > 0) pass.dispatchWorkgroups(Math.ceil(p.tq / spec.tile.nr), p.h, p.batch);
         pass.end();
         if (outF32) await this.packPass(enc, scope, p.dtype as 'f16' | 'bf16', o32, outBuf, nOut);
-        dev.queue.submit([enc.finish()]);
+        if (!rec) dev.queue.submit([enc.finish()]);
         if (onDevice) return { out: this.wrap(outBuf, p.dtype, p.qShape), lse: this.wrap(lseBuf, 'f32', p.lseShape) };
         const out = await this.readBuffer(scope, outBuf, p.dtype, p.qShape);
         const lse = await this.readBuffer(scope, lseBuf, 'f32', p.lseShape);
@@ -479,13 +532,16 @@ export class WebGPUBackend implements AttentionBackend {
 
   async backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dOut: Tensor, lse: Tensor, opts: AttentionOptions = {}): Promise<BackwardResult> {
     const p = describeBackward(q, k, v, out, dOut, lse, opts);
+    const recAtCall = this.#rec; // (the recording open when the call is made)
     await this.ready();
     this.checkSupported(p);
     const dev = this.acq.device;
     const scope = new Scope(this.ledger);
     const onDevice = isDeviceTensor(q);
+    const rec = this.recordingFor('backward', onDevice, recAtCall);
     const outs: GPUBuffer[] = [];
     const body = async () => {
+        encodable(rec);
         const sKV = (this.specFor('dkdv', p) as Choice).spec;
         const sQ = (this.specFor('dq', p) as Choice).spec;
         this.lastSpecs = [sKV, sQ];
@@ -503,7 +559,7 @@ export class WebGPUBackend implements AttentionBackend {
         const nRows = p.totalQ * p.h;
         // ld = [LSE (nRows) | Di (nRows)]
         const ld = this.createBuffer(scope, 8 * nRows, BufferUsage.STORAGE | BufferUsage.COPY_DST, 'lse+delta');
-        const enc = dev.createCommandEncoder();
+        const enc = rec ? rec.encoder : dev.createCommandEncoder();
         if (isHostTensor(lse)) {
           if (nRows > 0) {
             const w = writableBytes(lse.data);
@@ -558,7 +614,7 @@ export class WebGPUBackend implements AttentionBackend {
           await this.packPass(enc, scope, p.dtype as 'f16' | 'bf16', dk32, dk, nK);
           await this.packPass(enc, scope, p.dtype as 'f16' | 'bf16', dv32, dv, nK);
         }
-        dev.queue.submit([enc.finish()]);
+        if (!rec) dev.queue.submit([enc.finish()]);
         if (onDevice) {
           return { dq: this.wrap(dq, p.dtype, p.qShape), dk: this.wrap(dk, p.dtype, p.kShape), dv: this.wrap(dv, p.dtype, p.kShape) };
         }

@@ -103,3 +103,27 @@ export function bufferOf(b: Bound): GPUBuffer {
 export function offsetOf(b: Bound): number {
   return (b as GPUBufferBinding).buffer !== undefined && typeof (b as GPUBufferBinding).buffer === 'object' ? ((b as GPUBufferBinding).offset ?? 0) : 0;
 }
+
+/**
+ * An open recording into a caller's GPUCommandEncoder (backend.recordInto): the engine's calls
+ * encode their passes into `encoder` instead of submitting their own. The caller finishes and
+ * submits the encoder, then calls `submitted()`: only then does the engine free (or reuse) the
+ * buffers those calls used, and take calls of its own again.
+ */
+export class Recording {
+  #open = true;
+  constructor(
+    readonly encoder: GPUCommandEncoder,
+    private readonly onSubmitted: () => void,
+  ) {}
+  /** True until submitted(). */
+  get open(): boolean {
+    return this.#open;
+  }
+  /** Call once the encoder was submitted (or dropped): the recording ends. */
+  submitted(): void {
+    if (!this.#open) return;
+    this.#open = false;
+    this.onSubmitted();
+  }
+}

@@ -8,7 +8,7 @@ import { registerBackend } from '@fa/core';
 import { WebGPUBackend, type WebGPUBackendOptions } from './backend.js';
 
 export { WebGPUBackend, type WebGPUBackendOptions, type WebGPUTensorHandle, type MemoryStats } from './backend.js';
-export type { WrapOptions, ExportedBuffer } from './external.js';
+export type { WrapOptions, ExportedBuffer, Recording } from './external.js';
 export { findGPU, acquire, type AcquireOptions } from './gpu.js';
 export { TILE_CANDIDATES, PREFERRED_TILES, chooseSpec, type Caps, type KernelKind } from './tiles.js';
 export type { Tile, KernelSpec } from './wgsl/spec.js';

@@ -92,7 +92,7 @@ function indexInput(env: KVEnv, scope: Scope, x: unknown, host: Int32Array, what
  * out and LSE (device tensors when q is one). Runs inside the backend's CallGuard; host caches
  * are left as they are (appendHostCaches, once the guard has seen the call succeed).
  */
-export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem, plan: KVPlan, q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions, outs: GPUBuffer[]): Promise<ForwardResult> {
+export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem, plan: KVPlan, q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions, outs: GPUBuffer[], into?: GPUCommandEncoder): Promise<ForwardResult> {
   const dev = env.device();
   const enc: KVEncoding = p.dtype;
   const hostCaches = isHostTensor(kCache);
@@ -145,7 +145,7 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
   const lseBuf = env.createBuffer(scope, p.batch * p.h * p.tq * 4, usage, 'lse');
   outs.push(outBuf, lseBuf);
   const part = env.createBuffer(scope, plan.groups * plan.splits * plan.rows * (p.d + 2) * 4, BufferUsage.STORAGE, 'split-KV partial states');
-  const cmd = dev.createCommandEncoder();
+  const cmd = into ?? dev.createCommandEncoder();
   // 1. append: every sequence's rows before any sequence attends
   if (pAppend) {
     const n = nAppend;
@@ -192,7 +192,7 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
     cpass.dispatchWorkgroups(x, y);
     cpass.end();
   }
-  dev.queue.submit([cmd.finish()]);
+  if (!into) dev.queue.submit([cmd.finish()]);
   if (isDeviceTensor(q)) return { out: env.wrap(outBuf, p.dtype, p.qShape), lse: env.wrap(lseBuf, 'f32', p.lseShape) };
   return { out: await env.readBuffer(scope, outBuf, p.dtype, p.qShape), lse: await env.readBuffer(scope, lseBuf, 'f32', p.lseShape) };
 }

@@ -26,7 +26,22 @@ export class Ledger {
     this.current += size;
     if (this.current > this.peak) this.peak = this.current;
   }
+  /**
+   * While a recording into a caller's encoder is open (backend.recordInto), buffers freed are
+   * kept here instead: commands already encoded but not yet submitted may use them, so they must
+   * neither be destroyed nor handed to a later call. `releaseHeld` frees them once submitted.
+   */
+  held: GPUBuffer[] | undefined;
+  releaseHeld(): void {
+    const h = this.held ?? [];
+    this.held = undefined;
+    for (const b of h) this.destroy(b);
+  }
   destroy(b: GPUBuffer): void {
+    if (this.held) {
+      this.held.push(b);
+      return;
+    }
     const n = this.sizes.get(b);
     if (n !== undefined) {
       this.current -= n.size;

@@ -152,6 +152,42 @@ describe('webgpu: caller buffers', () => {
     vb.destroy();
   });
 
+  it("records calls into a caller's command encoder: they run when the caller submits it, after its own commands", async () => {
+    const ref = await b.forward(hq, hk, hv, { causal: true });
+    const src = callerBuffer(dev, n * 4, [[0, q]]);
+    const dst = dev.createBuffer({ size: n * 4, usage: STORAGE | COPY_SRC | COPY_DST });
+    const qd = await b.wrapBuffer(dst, { dtype: 'f32', shape }); // empty until the caller's copy runs
+    const kd = await b.upload(hk), vd = await b.upload(hv), dod = await b.upload(hdo);
+    const enc = dev.createCommandEncoder();
+    enc.copyBufferToBuffer(src, 0, dst, 0, n * 4); // the caller's own work, first in the encoder
+    const rec = b.recordInto(enc);
+    const f = await b.forward(qd, kd, vd, { causal: true });
+    const g = await b.backward(qd, kd, vd, f.out, dod, f.lse, { causal: true });
+    // until the caller submits, work of our own would run first: refused
+    expect(await code(b.read(f.out))).toMatch(/^E_ARG: read while a recording into a caller's command encoder is open/);
+    expect(await code(b.sync())).toMatch(/^E_ARG: sync while a recording/);
+    expect(await code(b.forward(hq, hk, hv))).toMatch(/^E_ARG: forward on host tensors while a recording/);
+    expect(await code(() => b.recordInto(dev.createCommandEncoder()))).toMatch(/^E_ARG: recordInto: a recording into another command encoder is open/);
+    dev.queue.submit([enc.finish()]);
+    rec.submitted();
+    expect(f32(await b.read(f.out))).toEqual(f32(ref.out as HostTensor));
+    const gRef = await b.backward(hq, hk, hv, ref.out, hdo, ref.lse, { causal: true });
+    expect(f32(await b.read(g.dq))).toEqual(f32(gRef.dq as HostTensor));
+    expect(await code(b.sync())).toBe('no error');
+    // a call made during the recording but encoded after its submission is refused, the backend runs on
+    const enc2 = dev.createCommandEncoder();
+    const rec2 = b.recordInto(enc2);
+    const late = b.forward(qd, kd, vd);
+    dev.queue.submit([enc2.finish()]);
+    rec2.submitted();
+    expect(await code(late)).toMatch(/^E_ARG: this call was made during a recording whose encoder was submitted before/);
+    const after = await b.forward(qd, kd, vd, { causal: true });
+    expect(f32(await b.read(after.out))).toEqual(f32(ref.out as HostTensor));
+    for (const t of [qd, kd, vd, dod, f.out, f.lse, g.dq, g.dk, g.dv, after.out, after.lse]) b.disposeTensor(t);
+    src.destroy();
+    dst.destroy();
+  });
+
   it('a chain that meets a destroyed caller buffer reports that call at sync, and runs on after', async () => {
     const buf = callerBuffer(dev, n * 4, [[0, q]]);
     const w = await b.wrapBuffer(buf, { dtype: 'f32', shape });
