@@ -288,6 +288,8 @@ class Context : public Napi::ObjectWrap<Context> {
     if (info.Length() < 1) Throw(env, "E_ARG", "a spec object is required");
     AttnOp* op = Parse(env, info[0], backward);
     Napi::Promise p = op->Promise();
+    // ctx.forward(spec, true): a stream-ordered call, done here when it can be (Op::StartNow)
+    if (info.Length() > 1 && info[1].IsBoolean() && info[1].As<Napi::Boolean>().Value()) return op->StartNow() ? env.Undefined() : Napi::Value(p);
     op->Start();
     return p;
   }
@@ -434,6 +436,13 @@ class Context : public Napi::ObjectWrap<Context> {
     if (info.Length() < 1) Throw(env, "E_ARG", "a spec object is required");
     KvOp* op = KvParse(env, info[0]);
     Napi::Promise p = op->Promise();
+    // ctx.kvForward(spec, true): a stream-ordered call, done here when it can be (Op::StartNow);
+    // spec.label names it in a failure reported later
+    if (info.Length() > 1 && info[1].IsBoolean() && info[1].As<Napi::Boolean>().Value()) {
+      Napi::Value l = info[0].As<Napi::Object>().Get("label");
+      if (l.IsString()) op->label_ = l.As<Napi::String>().Utf8Value();
+      return op->StartNow() ? env.Undefined() : Napi::Value(p);
+    }
     op->Start();
     return p;
   }
@@ -494,7 +503,12 @@ class Context : public Napi::ObjectWrap<Context> {
       using Op::Op;
       bool Run() override {
         cudaError_t e = cudaStreamSynchronize(ctx_->stream);
-        return e == cudaSuccess ? true : Fail(e, "synchronize");
+        if (e != cudaSuccess) return Fail(e, "synchronize");
+        std::string kv = ctx_->dry ? std::string() : ctx_->CheckKvNow();
+        if (kv.empty()) return true;
+        code_ = "E_ARG";
+        msg_ = kv;
+        return false;
       }
     };
     auto* op = new SyncOp(env, state_);

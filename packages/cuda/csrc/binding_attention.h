@@ -56,6 +56,7 @@ class AttnOp : public Op {
   // On the main thread only when no copy is needed (its wait would block JavaScript): read with
   // the turn free (Start), so no operation is changing the cache meanwhile.
   bool LaunchesHere() const override { return ctx_->dry || (ctx_->small_dev && small == ctx_->small_host); }
+  bool NowAllowed() override { return true; }
   // Queues the kernels and an event behind them, then passes the turn: the next call may queue
   // its work while ours runs (its host work then overlaps our kernels).
   bool Run() override {
@@ -96,6 +97,10 @@ class AttnOp : public Op {
       splits_ = args.num_splits;
       e = backward_ ? fa::bwd(&args, tens, wsp, ctx_->stream) : fa::fwd(&args, tens, wsp, ctx_->stream);
       if (e != cudaSuccess) return Fail(e, What());
+      if (now_) {  // (StartNow: nothing waits for the call, so no event behind it)
+        sync.Cancel();
+        return true;
+      }
       e = ctx_->NewEvent(&done_);
       if (e != cudaSuccess) {
         done_ = nullptr;

@@ -33,10 +33,37 @@ class KvOp : public Op {
   bool LaunchesHere() const override {
     return ctx_->dry || (ctx_->kv_flag_host && !upload_lens && !upload_table && alibi.empty());
   }
+  // (StartNow, under the lock, after LaunchesHere) The next done-call slot, if the call that had
+  // it is done on the GPU (its flag read then); otherwise the ordinary path.
+  bool NowAllowed() override {
+    if (ctx_->dry) return true;
+    const uint64_t i = ctx_->kv_now_next % CtxState::kKvSlots;
+    if (cudaEvent_t ev = ctx_->kv_now_ev[i]) {
+      cudaError_t e = cudaEventQuery(ev);
+      if (e != cudaSuccess) {
+        cudaGetLastError();  // (not ready, or a fault the ordinary path reports)
+        return false;
+      }
+      ctx_->ReadKvNowSlot(i);
+    }
+    now_slot_ = static_cast<int64_t>(i);
+    return true;
+  }
+  // (StartNow, after Run) The slot keeps the event and the name; the flag is read later.
+  bool Done() override {
+    if (ctx_->dry || now_slot_ < 0) return true;
+    std::lock_guard<std::mutex> lk(ctx_->mu);
+    ctx_->kv_now_ev[now_slot_] = done_;
+    ctx_->kv_now_label[now_slot_] = label_;
+    done_ = nullptr;  // (the slot owns it now)
+    ctx_->kv_now_next++;
+    return true;
+  }
   // This call's flag: a slot no unfinished call uses (a call takes slot ticket mod kKvSlots, and
   // queues only while fewer than kKvSlots calls before it are unfinished: Op::Start allows
   // kMainAhead < kKvSlots on the calling thread; a worker waits here).
   volatile int* Slot() {
+    if (now_slot_ >= 0) return reinterpret_cast<volatile int*>(ctx_->kv_flag_host) + CtxState::kKvSlots + now_slot_;
     if (!OnMain()) {
       std::unique_lock<std::mutex> lk(ctx_->mu);
       ctx_->cv.wait(lk, [&] { return ticket_ - ctx_->completed < CtxState::kKvSlots; });
@@ -78,7 +105,7 @@ class KvOp : public Op {
     args.num_sms = ctx_->sms;
     if (!ctx_->kv_flag_host) {  // (on a worker: LaunchesHere needs the flags)
       void* h = nullptr;
-      e = cudaHostAlloc(&h, CtxState::kKvSlots * sizeof(int), cudaHostAllocMapped);
+      e = cudaHostAlloc(&h, 2 * CtxState::kKvSlots * sizeof(int), cudaHostAllocMapped);
       if (e == cudaSuccess) {
         void* d = nullptr;
         e = cudaHostGetDevicePointer(&d, h, 0);
@@ -93,13 +120,14 @@ class KvOp : public Op {
     }
     flag_ = Slot();
     *flag_ = 0;
-    args.bad_index = ctx_->kv_flag_dev + ticket_ % CtxState::kKvSlots;
+    args.bad_index = ctx_->kv_flag_dev + (flag_ - reinterpret_cast<volatile int*>(ctx_->kv_flag_host));
     const size_t wsb = fa::kv_workspace_bytes(&args);
     void* wsp = nullptr;
     e = Workspace(ctx_.get(), wsb, &ws, &wsp, /*retry=*/!OnMain());
     if (e == cudaErrorMemoryAllocation && OnMain()) {  // (nothing queued yet: nothing to copy on this thread)
       cudaGetLastError();
       to_worker_ = true;
+      now_slot_ = -1;  // (the worker runs it the ordinary way)
       return false;
     }
     if (e != cudaSuccess) return Fail(e, "allocating the split-KV workspace (" + std::to_string(wsb) + " bytes)");
@@ -131,6 +159,10 @@ class KvOp : public Op {
   cudaEvent_t done_ = nullptr;
   volatile int* flag_ = nullptr;
   std::vector<uint8_t> host_small_;
+
+ public:
+  int64_t now_slot_ = -1;  // a done-call slot (StartNow), or -1
+  std::string label_ = "forwardWithKVCache";  // how a failure found later names the call (spec.label)
   Napi::Value Result(Napi::Env env) override {
     Napi::Object r = Napi::Object::New(env);
     r.Set("splits", Napi::Number::New(env, splits_));

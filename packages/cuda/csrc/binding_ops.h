@@ -45,6 +45,48 @@ class Op : public Napi::AsyncWorker {
     Queue();
   }
   static constexpr uint64_t kMainAhead = 64;
+  // A stream-ordered call (CudaStream): when nothing issued before it is unfinished (every earlier
+  // operation completed and settled) and it can queue here, it queues its work on this thread and
+  // is done: no promise, no worker, no settling later (the host cost of a call, KERNEL_NOTES
+  // "Host cost"). Its buffers need no holding: frees are queued on the same stream, behind its
+  // kernels. Returns true then (the op is deleted); false after the ordinary Start (Promise()).
+  bool StartNow() {
+    stamp_[0] = NowUs();
+    bool now;
+    {
+      std::lock_guard<std::mutex> lk(ctx_->mu);
+      ticket_ = ctx_->next_ticket++;
+      now = ctx_->serving == ticket_ && ctx_->completed == ticket_ && ctx_->settled == ticket_ && ctx_->parked.empty() && !ctx_->launch_on_worker &&
+            LaunchesHere() && NowAllowed();
+      here_ = now;
+      now_ = now;
+    }
+    if (now) {
+      here_ok_ = Guarded([this] { return Run(); });
+      stamp_[1] = NowUs();
+      if (here_ok_ && !to_worker_ && Done()) {
+        {
+          std::lock_guard<std::mutex> lk(ctx_->mu);
+          ctx_->serving++;
+          ctx_->completed++;
+        }
+        ctx_->settled++;  // (main thread: nothing earlier is unsettled)
+        passed_ = true;
+        ctx_->cv.notify_all();
+        Finish();
+        delete this;
+        return true;
+      }
+      now_ = false;  // (the ordinary path from here: Await may need what Run made)
+      if (to_worker_) {
+        here_ = false;
+      } else {
+        PassTurn();
+      }
+    }
+    Queue();
+    return false;
+  }
 
  protected:
   // Queues the operation's work while it holds the turn (no other operation queues meanwhile);
@@ -57,6 +99,11 @@ class Op : public Napi::AsyncWorker {
   // (an allocation to retry after a synchronise), it queues nothing and sets to_worker_, and the
   // worker runs it again; a failure after something was queued is synchronised by the worker.
   virtual bool LaunchesHere() const { return false; }
+  // Whether StartNow may finish the operation on the calling thread (it has nothing to wait for).
+  virtual bool NowAllowed() { return false; }
+  // After Run on the calling thread in StartNow: whatever Await would check later, checked now
+  // (false: the ordinary path waits and settles the promise).
+  virtual bool Done() { return true; }
   bool OnMain() const { return here_; }
   virtual Napi::Value Result(Napi::Env env) { return env.Undefined(); }
   bool Fail(cudaError_t e, const std::string& what) {
@@ -190,6 +237,7 @@ class Op : public Napi::AsyncWorker {
   uint64_t ticket_ = 0;
   bool passed_ = false;
   bool here_ = false, here_ok_ = false;  // Run ran on the main thread (Start), and how it went
+  bool now_ = false;                     // Run runs in StartNow: nothing will wait for it
   bool to_worker_ = false;               // Run on the main thread handed the call to the worker
   // Where the call's time went, in µs of the monotonic clock (process.hrtime's): called, work
   // queued, worker started, work finished, back on the main thread. Attention calls return it.
@@ -247,9 +295,19 @@ class CopyOp : public Op {
     return true;
   }
   bool Await() override {
-    if (ctx_->dry || !done_) return true;
+    if (ctx_->dry || !done_) return KvNowReported();
     cudaError_t e = cudaEventSynchronize(done_);
-    return e == cudaSuccess ? true : Fail(e, "upload");
+    return e == cudaSuccess ? KvNowReported() : Fail(e, "upload");
+  }
+  // A download is where the stream's results come back: a KV-cache call done on the calling
+  // thread that found a bad device index fails it (CtxState::CheckKvNow).
+  bool KvNowReported() {
+    if (up_) return true;
+    std::string e = ctx_->CheckKvNow();
+    if (e.empty()) return true;
+    code_ = "E_ARG";
+    msg_ = e;
+    return false;
   }
   Napi::Value Result(Napi::Env env) override {
     if (up_) return env.Undefined();

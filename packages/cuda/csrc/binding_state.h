@@ -48,8 +48,35 @@ struct CtxState {
   // KV-cache calls: mapped host ints the kernels set when a device index is out of range, one
   // slot per call in flight (KvOp::Slot), so that a call can queue behind one whose flag is unread.
   static constexpr uint64_t kKvSlots = 128;
-  int* kv_flag_host = nullptr;
+  int* kv_flag_host = nullptr;  // 2 * kKvSlots flags: the slots of queued calls, then those of done ones
   int* kv_flag_dev = nullptr;
+  // KV-cache calls done on the calling thread (Op::StartNow) have no Await to read their flag:
+  // each takes the next of kKvSlots further flags (kv_now_next) and leaves its event and its
+  // name there. The flag is read when the slot comes round again (its event done) or at the next
+  // synchronize or download (CheckKvNow); a set one fails that operation, naming the call.
+  uint64_t kv_now_next = 0;
+  cudaEvent_t kv_now_ev[kKvSlots] = {};
+  std::string kv_now_label[kKvSlots];
+  std::string kv_now_error;  // the first such failure not yet reported (under mu)
+  // (under mu) Reads the flag of done slot i: a set one becomes kv_now_error; the slot is free after.
+  void ReadKvNowSlot(uint64_t i) {
+    volatile int* f = reinterpret_cast<volatile int*>(kv_flag_host) + kKvSlots + i;
+    if (*f != 0 && kv_now_error.empty())
+      kv_now_error = kv_now_label[i] + " failed: a device index tensor (cacheSeqlens or blockTable) held a value out of range that its host copy did not; the kernels skipped those entries (nothing out of bounds was read or written)";
+    *f = 0;
+    if (kv_now_ev[i]) Recycle(kv_now_ev[i]);
+    kv_now_ev[i] = nullptr;
+  }
+  // (any thread, with the stream's work done) Reads every used slot; returns the failure to report and clears it.
+  std::string CheckKvNow() {
+    std::lock_guard<std::mutex> lk(mu);
+    if (kv_flag_host)
+      for (uint64_t i = 0; i < kKvSlots; ++i)
+        if (kv_now_ev[i]) ReadKvNowSlot(i);
+    std::string e;
+    e.swap(kv_now_error);
+    return e;
+  }
   // Small uploads (writeIndex, uploadIndex: a decode loop's lengths each step) are staged in
   // pinned slots, one per call in flight, so that the copy is truly asynchronous and queues on
   // the calling thread like a kernel (CopyOp). Made by the first small upload, on a worker.
@@ -96,6 +123,8 @@ struct CtxState {
       if (own_stream) cudaStreamDestroy(stream);
       TrimPool(device);  // what the default pool kept for this context's calls goes back (KeepPoolMemory)
     }
+    for (cudaEvent_t ev : kv_now_ev)
+      if (ev) cudaEventDestroy(ev);
     for (cudaEvent_t ev : spare_events) cudaEventDestroy(ev);
     if (kv_flag_host) cudaFreeHost(kv_flag_host);
     if (upload_ring) cudaFreeHost(upload_ring);

@@ -124,6 +124,8 @@ export function kvSpec(
   lensBuf: NativeBuffer | null,
   tableBuf: NativeBuffer | null,
   b: { q: NativeBuffer; kCache: NativeBuffer; vCache: NativeBuffer; kNew: NativeBuffer | null; vNew: NativeBuffer | null; out: NativeBuffer; lse: NativeBuffer },
+  /** How a failure the binding finds later names the call (stream-ordered calls). */
+  label: string | null = null,
 ): NativeKvSpec {
   return {
     dtype: p.dtype,
@@ -153,6 +155,7 @@ export function kvSpec(
     vNew: b.vNew,
     out: b.out,
     lse: b.lse,
+    label,
   };
 }
 

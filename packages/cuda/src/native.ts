@@ -109,6 +109,8 @@ export interface NativeKvSpec {
   vNew?: NativeBuffer | null;
   out: NativeBuffer;
   lse: NativeBuffer;
+  /** Names the call in a failure the binding reports later (stream-ordered calls). */
+  label?: string | null;
 }
 
 /** What an attention call resolves with. */
@@ -134,9 +136,14 @@ export interface NativeContext {
   upload(buf: NativeBuffer, data: ArrayBufferView): Promise<void>;
   download(buf: NativeBuffer, data: ArrayBufferView): Promise<void>;
   forward(spec: NativeAttnSpec): Promise<NativeAttnResult>;
+  /** A stream-ordered call: undefined when the binding queued it on this thread and is done with it (nothing to settle), else its promise. */
+  forward(spec: NativeAttnSpec, streamOrdered: true | undefined): Promise<NativeAttnResult> | undefined;
   backward(spec: NativeAttnSpec): Promise<NativeAttnResult>;
+  backward(spec: NativeAttnSpec, streamOrdered: true | undefined): Promise<NativeAttnResult> | undefined;
   /** KV-cache append + attention; resolves with the number of key splits it ran. */
   kvForward(spec: NativeKvSpec): Promise<NativeAttnResult>;
+  /** A stream-ordered call: undefined when the binding queued it on this thread and is done with it; a bad device index it meets then fails the next synchronize or download, naming spec.label. */
+  kvForward(spec: NativeKvSpec, streamOrdered: true | undefined): Promise<NativeAttnResult> | undefined;
   memInfo(): { free: number; total: number };
   /**
    * Shared memory per block (bytes) the kernels of a call with head dim d (1..256), dtype (default

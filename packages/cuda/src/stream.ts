@@ -49,6 +49,15 @@ export interface StreamEngine extends KvEngine {
 
 const message = (e: unknown) => (e instanceof Error ? e.message : String(e));
 
+/**
+ * FA_CUDA_STREAM_INLINE=1: stream calls ask the binding to finish on the calling thread when
+ * nothing before them is unfinished (Op::StartNow: no promise, no worker hop, no event for dense
+ * calls; KV-cache calls report a bad device index at the next sync or read). 11.4 / 13-16 µs a
+ * dense / KV call against 23 in a dry run on the 2-core CI machine; off by default until it has
+ * been measured and checked on a GPU (KERNEL_NOTES "Host cost").
+ */
+const INLINE = ((globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env?.FA_CUDA_STREAM_INLINE ?? '') === '1';
+
 export class CudaStream implements StreamCalls {
   #calls = 0;
   #failure: FAError | undefined;
@@ -101,20 +110,21 @@ export class CudaStream implements StreamCalls {
   }
 
   /** Runs `issue` unless the call is blocked; a blocked call's outputs are failed, and its failure becomes the stream's. */
-  #call(what: string, inputs: readonly NativeBuffer[], names: readonly string[], outs: readonly NativeBuffer[], issue: () => Promise<unknown>): void {
+  #call(what: string, inputs: readonly NativeBuffer[], names: readonly string[], outs: readonly NativeBuffer[], issue: () => Promise<unknown> | undefined): void {
     const blocked = this.#blocked(what, inputs, names);
     if (blocked) {
       this.#failure ??= blocked;
       for (const o of outs) this.#failed.set(o, blocked);
       return;
     }
-    let op: Promise<unknown>;
+    let op: Promise<unknown> | undefined;
     try {
       op = issue();
     } catch (e) {
       throw this.#e.fail(e); // (the binding validates before it queues anything: an argument error)
     }
-    this.#watch(what, op, outs);
+    // undefined: the binding queued the work on this thread and needs nothing more (Op::StartNow)
+    if (op) this.#watch(what, op, outs);
   }
 
   #freeing(temps: NativeBuffer[]): void {
@@ -129,7 +139,7 @@ export class CudaStream implements StreamCalls {
       const [bq, bk, bv] = [this.#input(q, 'q', temps), this.#input(k, 'k', temps), this.#input(v, 'v', temps)];
       const out = this.#e.alloc(bytesPerElement(p.dtype) * numel(p.qShape), outs), lse = this.#e.alloc(4 * numel(p.lseShape), outs);
       const what = this.#name('forward');
-      if (p.batch > 0 && p.totalQ > 0) this.#call(what, [bq, bk, bv], ['q', 'k', 'v'], outs, () => this.#e.ctx.forward(this.#e.spec(p, { q: bq, k: bk, v: bv, out, lse })));
+      if (p.batch > 0 && p.totalQ > 0) this.#call(what, [bq, bk, bv], ['q', 'k', 'v'], outs, () => this.#e.ctx.forward(this.#e.spec(p, { q: bq, k: bk, v: bv, out, lse }), INLINE || undefined));
       const r = { out: this.#e.wrap(p.dtype, p.qShape, out), lse: this.#e.wrap('f32', p.lseShape, lse) };
       outs.length = 0;
       return r;
@@ -151,7 +161,7 @@ export class CudaStream implements StreamCalls {
       const dq = this.#e.alloc(nq, outs), dk = this.#e.alloc(nk, outs), dv = this.#e.alloc(nk, outs);
       const what = this.#name('backward');
       if (p.batch > 0 && (p.totalQ > 0 || p.totalK > 0)) {
-        this.#call(what, ins, names, outs, () => this.#e.ctx.backward(this.#e.spec(p, { q: bq, k: bk, v: bv, out: bo, lse: bl }, { dout: bdo, dq, dk, dv })));
+        this.#call(what, ins, names, outs, () => this.#e.ctx.backward(this.#e.spec(p, { q: bq, k: bk, v: bv, out: bo, lse: bl }, { dout: bdo, dq, dk, dv }), INLINE || undefined));
       }
       const r = { dq: this.#e.wrap(p.dtype, p.qShape, dq), dk: this.#e.wrap(p.dtype, p.kShape, dk), dv: this.#e.wrap(p.dtype, p.kShape, dv) };
       outs.length = 0;
@@ -179,7 +189,7 @@ export class CudaStream implements StreamCalls {
       const what = this.#name('forwardWithKVCache');
       const ins = [bq, bk, bv, ...(bkn && bvn ? [bkn, bvn] : [])];
       // (a failed call leaves the caches' appended rows undefined: they are failed too)
-      if (p.batch > 0) this.#call(what, ins, ['q', 'kCache', 'vCache', 'kNew', 'vNew'], [...outs, bk, bv], () => this.#e.ctx.kvForward(kvSpec(p, lensBuf, tableBuf, { q: bq, kCache: bk, vCache: bv, kNew: bkn, vNew: bvn, out, lse })));
+      if (p.batch > 0) this.#call(what, ins, ['q', 'kCache', 'vCache', 'kNew', 'vNew'], [...outs, bk, bv], () => this.#e.ctx.kvForward(kvSpec(p, lensBuf, tableBuf, { q: bq, kCache: bk, vCache: bv, kNew: bkn, vNew: bvn, out, lse }, what), INLINE || undefined));
       const r = { out: this.#e.wrap(p.dtype, p.qShape, out), lse: this.#e.wrap('f32', p.lseShape, lse) };
       outs.length = 0;
       return r;
