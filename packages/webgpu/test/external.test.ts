@@ -188,6 +188,49 @@ describe('webgpu: caller buffers', () => {
     dst.destroy();
   });
 
+  it('2,000 random wrapBuffer/exportBuffer calls: each a valid tensor or a one-line FAError, and the backend runs on', async () => {
+    let x = 12345;
+    const rnd = () => ((x = (Math.imul(x, 1664525) + 1013904223) >>> 0) / 2 ** 32);
+    const pick = <T,>(a: readonly T[]): T => a[Math.floor(rnd() * a.length)];
+    const align = dev.limits.minStorageBufferOffsetAlignment;
+    const bufs = [
+      dev.createBuffer({ size: 4096, usage: STORAGE | COPY_SRC | COPY_DST }),
+      dev.createBuffer({ size: 4096, usage: STORAGE }),
+      dev.createBuffer({ size: 4096, usage: COPY_SRC | COPY_DST }),
+      dev.createBuffer({ size: 20, usage: STORAGE | COPY_SRC }),
+      dev.createBuffer({ size: 256, usage: MAP_READ | COPY_DST }),
+    ];
+    const junk: unknown[] = [null, undefined, 0, 'buf', {}, [], { size: 4096, usage: 132 }, new Float32Array(4)];
+    let ok = 0, refused = 0;
+    const made: Tensor[] = [];
+    for (let i = 0; i < 2000; i++) {
+      const buffer = rnd() < 0.85 ? pick(bufs) : pick(junk);
+      const dtype = pick(['f32', 'f16', 'bf16', 'f64', '', undefined] as const);
+      const shape = pick([[4], [1, 8, 2, 16], [0], [3, 5], [-1], [1.5], 'x', [2 ** 40], []] as const);
+      const offset = pick([0, 0, align, 2 * align, 4, align - 4, -align, 1.5, 4096, undefined] as const);
+      try {
+        const t = await b.wrapBuffer(buffer as GPUBuffer, { dtype, shape, offset } as never);
+        made.push(t);
+        ok++;
+        const e = b.exportBuffer(t);
+        expect(e.buffer).toBe(buffer);
+      } catch (e) {
+        expect(e, String(e)).toBeInstanceOf(FAError);
+        expect((e as FAError).message).not.toMatch(/\n/);
+        refused++;
+      }
+    }
+    expect(ok).toBeGreaterThan(50);
+    expect(refused).toBeGreaterThan(1000);
+    for (const t of made) b.disposeTensor(t);
+    const w = await b.wrapBuffer(bufs[0], { dtype: 'f32', shape: [1, 8, 2, 16] });
+    const f = await b.forward(w, w, w);
+    expect((await b.read(f.out)).data.length).toBe(256);
+    expect(await code(b.sync())).toBe('no error');
+    for (const t of [w, f.out, f.lse]) b.disposeTensor(t);
+    for (const x2 of bufs) x2.destroy();
+  });
+
   it('a chain that meets a destroyed caller buffer reports that call at sync, and runs on after', async () => {
     const buf = callerBuffer(dev, n * 4, [[0, q]]);
     const w = await b.wrapBuffer(buf, { dtype: 'f32', shape });
