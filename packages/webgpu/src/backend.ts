@@ -50,6 +50,8 @@ import { type KVCaps, type KVPlan, type KVTuning, planKV } from './kvplan.js';
 import { type Caps, type Choice, type KernelKind, chooseSpec } from './tiles.js';
 import { type KernelSpec, type Tile, encoding, specKey } from './wgsl/spec.js';
 import { forwardWGSL } from './wgsl/forward.js';
+import { GEMM_FLAGS, GEMM_TILE, gemmWGSL } from './wgsl/gemm.js';
+import { type DeviceGemmCall, checkDeviceGemm } from './gemm.js';
 import { BWD, DELTA, deltaWGSL, dkdvWGSL, dqWGSL, packWGSL } from './wgsl/backward.js';
 
 export type { WebGPUBackendOptions } from './options.js';
@@ -469,6 +471,42 @@ export class WebGPUBackend implements AttentionBackend {
 
   private readBuffer(scope: Scope, buf: GPUBuffer, dtype: DType, shape: readonly number[], offset = 0): Promise<HostTensor> {
     return readBuffer(this.acq.device, scope, buf, dtype, shape, () => this.lostInfo, offset);
+  }
+
+  // ---------------------------------------------------------------- model ops (issue 25)
+
+  /**
+   * C = op(A)·op(B) (+ bias) (+ C with accumulate) on webgpu f32 tensors (core's GemmCall
+   * conventions), written into c in place; stream-ordered: resolves once encoded, errors the GPU
+   * finds surface at the next read or sync. The first of the model ops on this engine.
+   */
+  async gemm(g: DeviceGemmCall): Promise<void> {
+    const t = checkDeviceGemm(g);
+    const recAtCall = this.#rec;
+    await this.ready();
+    for (const [name, x] of [['a', t.a], ['b', t.b], ['c', t.c], ['bias', t.bias]] as const) {
+      if (x && x.disposed) throw new FAError('E_ARG', `gemm: ${name} was already disposed (or its device was lost)`);
+      if (x && x.handle.epoch !== this.epoch) throw new FAError('E_DEVICE', `gemm: ${name} was created on a WebGPU device that has since been lost`);
+    }
+    const scope = new Scope(this.ledger);
+    const rec = recAtCall;
+    const body = async () => {
+      encodable(rec);
+      if (g.M === 0 || g.N === 0) return;
+      const dev = this.acq.device;
+      const pipe = await this.pipeline('gemm:f32', gemmWGSL);
+      const flags = (g.transA ? GEMM_FLAGS.transA : 0) | (g.transB ? GEMM_FLAGS.transB : 0) | (g.accumulate ? GEMM_FLAGS.accumulate : 0) | (t.bias ? GEMM_FLAGS.bias : 0);
+      const params = this.consts.constant(dev, scope, new Uint8Array(new Uint32Array([g.M, g.N, g.K, flags]).buffer), BufferUsage.UNIFORM, 'gemm params');
+      const at = (x: WGTensor) => this.input(scope, x, 'gemm operand');
+      const enc = rec ? rec.encoder : dev.createCommandEncoder();
+      const pass = enc.beginComputePass();
+      pass.setPipeline(pipe);
+      pass.setBindGroup(0, this.bind(pipe, [params, at(t.a), at(t.b), at(t.c), t.bias ? at(t.bias) : at(t.a)]));
+      pass.dispatchWorkgroups(Math.ceil(g.N / GEMM_TILE), Math.ceil(g.M / GEMM_TILE));
+      pass.end();
+      if (!rec) dev.queue.submit([enc.finish()]);
+    };
+    return this.calls.runDeferred('gemm', scope, body, () => new Set());
   }
 
   // ---------------------------------------------------------------- attention

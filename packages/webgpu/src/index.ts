@@ -17,6 +17,8 @@ export { planKV, decodeSpec, KV_DECODE_MAX_ROWS, KV_TARGET_WORKGROUPS, type KVPl
 export { kvDecodeWorkgroupBytes } from './wgsl/kvdecode.js';
 export { kvDecodeWGSL, type KVDecodeSpec } from './wgsl/kvdecode.js';
 export { dkdvWGSL, dqWGSL, deltaWGSL } from './wgsl/backward.js';
+export { gemmWGSL } from './wgsl/gemm.js';
+export type { DeviceGemmCall } from './gemm.js';
 
 /** Creates a WebGPU engine (outside the registry), e.g. with a given device or a forced tile. */
 export function createWebGPUBackend(opts: WebGPUBackendOptions = {}): Promise<WebGPUBackend> {

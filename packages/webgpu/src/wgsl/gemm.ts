@@ -1,0 +1,85 @@
+/**
+ * The matrix product on the shader cores (issue 25, model ops): C (M×N) = op(A)·op(B) [+ bias]
+ * [+ C], row-major f32, op(A) stored K×M when transposed, op(B) stored N×K when transposed (core's
+ * GemmCall). One workgroup of 16×16 threads computes a 64×64 tile of C, each thread 4×4 values
+ * at rows ty + 16i and columns tx + 16j (so that its stores, and its reads of the staged tiles,
+ * are consecutive across the threads of a row); A and B are staged 16 keys at a time through
+ * workgroup memory, loaded along whichever dimension is contiguous in the stored layout.
+ * Products are summed in k order, one FMA at a time (f32 rounding, like the host engines').
+ */
+export const GEMM_TILE = 64;
+
+/** Flags in Params.flags. */
+export const GEMM_FLAGS = { transA: 1, transB: 2, accumulate: 4, bias: 8 } as const;
+
+export function gemmWGSL(): string {
+  return `struct Params { m: u32, n: u32, k: u32, flags: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> A: array<f32>;
+@group(0) @binding(2) var<storage, read> B: array<f32>;
+@group(0) @binding(3) var<storage, read_write> C: array<f32>;
+@group(0) @binding(4) var<storage, read> bias: array<f32>;
+
+var<workgroup> As: array<f32, 1024>; // [16 keys][64 rows]
+var<workgroup> Bs: array<f32, 1024>; // [16 keys][64 columns]
+
+@compute @workgroup_size(16, 16)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+  let row0 = wg.y * 64u;
+  let col0 = wg.x * 64u;
+  let tid = lid.y * 16u + lid.x;
+  let transA = (p.flags & 1u) != 0u;
+  let transB = (p.flags & 2u) != 0u;
+  var acc: array<array<f32, 4>, 4>;
+  for (var k0 = 0u; k0 < p.k; k0 += 16u) {
+    for (var r = 0u; r < 4u; r++) {
+      let idx = tid + r * 256u;
+      // A: coalesced along k when stored M×K, along m when stored K×M
+      var m = idx / 16u;
+      var k = idx % 16u;
+      if (transA) { k = idx / 64u; m = idx % 64u; }
+      let gm = row0 + m;
+      let gk = k0 + k;
+      var va = 0.0;
+      if (gm < p.m && gk < p.k) {
+        if (transA) { va = A[gk * p.m + gm]; } else { va = A[gm * p.k + gk]; }
+      }
+      As[k * 64u + m] = va;
+      // B: coalesced along n when stored K×N, along k when stored N×K
+      var n = idx % 64u;
+      var kb = idx / 64u;
+      if (transB) { n = idx / 16u; kb = idx % 16u; }
+      let gn = col0 + n;
+      let gkb = k0 + kb;
+      var vb = 0.0;
+      if (gn < p.n && gkb < p.k) {
+        if (transB) { vb = B[gn * p.k + gkb]; } else { vb = B[gkb * p.n + gn]; }
+      }
+      Bs[kb * 64u + n] = vb;
+    }
+    workgroupBarrier();
+    for (var kk = 0u; kk < 16u; kk++) {
+      var a: array<f32, 4>;
+      var b: array<f32, 4>;
+      for (var i = 0u; i < 4u; i++) { a[i] = As[kk * 64u + lid.y + 16u * i]; }
+      for (var j = 0u; j < 4u; j++) { b[j] = Bs[kk * 64u + lid.x + 16u * j]; }
+      for (var i = 0u; i < 4u; i++) {
+        for (var j = 0u; j < 4u; j++) { acc[i][j] = fma(a[i], b[j], acc[i][j]); }
+      }
+    }
+    workgroupBarrier();
+  }
+  for (var i = 0u; i < 4u; i++) {
+    let gm = row0 + lid.y + 16u * i;
+    if (gm >= p.m) { continue; }
+    for (var j = 0u; j < 4u; j++) {
+      let gn = col0 + lid.x + 16u * j;
+      if (gn >= p.n) { continue; }
+      var v = acc[i][j];
+      if ((p.flags & 8u) != 0u) { v += bias[gn]; }
+      if ((p.flags & 4u) != 0u) { v += C[gm * p.n + gn]; }
+      C[gm * p.n + gn] = v;
+    }
+  }
+}`;
+}
