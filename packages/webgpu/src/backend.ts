@@ -52,6 +52,7 @@ import { type KernelSpec, type Tile, encoding, specKey } from './wgsl/spec.js';
 import { forwardWGSL } from './wgsl/forward.js';
 import { GEMM_FLAGS, GEMM_TILE, gemmWGSL } from './wgsl/gemm.js';
 import { type DeviceGemmCall, checkDeviceGemm } from './gemm.js';
+import { WebGPUDeviceOps } from './model-ops.js';
 import { BWD, DELTA, deltaWGSL, dkdvWGSL, dqWGSL, packWGSL } from './wgsl/backward.js';
 
 export type { WebGPUBackendOptions } from './options.js';
@@ -474,6 +475,44 @@ export class WebGPUBackend implements AttentionBackend {
   }
 
   // ---------------------------------------------------------------- model ops (issue 25)
+
+  #deviceOps: (WebGPUDeviceOps & { gemm(g: DeviceGemmCall): Promise<void> }) | undefined;
+
+  /**
+   * The model ops on this engine's device tensors (model-ops.ts): core's call types with webgpu
+   * f32 tensors for arrays and index tensors for targets, each stream-ordered. Not `modelOps`:
+   * that name is the host engines' synchronous interface, which @fa/autograd's setModelEngine takes.
+   */
+  get deviceOps(): WebGPUDeviceOps & { gemm(g: DeviceGemmCall): Promise<void> } {
+    if (!this.#deviceOps) {
+      const ops = new WebGPUDeviceOps({
+        device: () => this.acq.device,
+        pipeline: (key, code) => this.pipeline(key, code),
+        bind: (pipe, buffers) => this.bind(pipe, buffers),
+        constant: (scope, data, usage, label) => this.consts.constant(this.acq.device, scope, data, usage, label),
+        createBuffer: (scope, bytes, usage, label) => this.createBuffer(scope, bytes, usage, label),
+        input: (scope, t, what) => this.input(scope, t, what),
+        indexBuffer: (t, what) => this.indexBuffer(t, what),
+        run: (what, body) => this.runOp(what, body),
+      });
+      this.#deviceOps = Object.assign(ops, { gemm: (g: DeviceGemmCall) => this.gemm(g) });
+    }
+    return this.#deviceOps;
+  }
+
+  /** One stream-ordered model op: `body` encodes into the call's encoder (the recording's, or one submitted after). */
+  private async runOp(what: string, body: (enc: GPUCommandEncoder, scope: Scope) => Promise<void>): Promise<void> {
+    const rec = this.#rec;
+    await this.ready();
+    const scope = new Scope(this.ledger);
+    return this.calls.runDeferred(what, scope, async () => {
+      encodable(rec);
+      const dev = this.acq.device;
+      const enc = rec ? rec.encoder : dev.createCommandEncoder();
+      await body(enc, scope);
+      if (!rec) dev.queue.submit([enc.finish()]);
+    }, () => new Set());
+  }
 
   /**
    * C = op(A)·op(B) (+ bias) (+ C with accumulate) on webgpu f32 tensors (core's GemmCall

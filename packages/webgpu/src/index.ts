@@ -19,6 +19,7 @@ export { kvDecodeWGSL, type KVDecodeSpec } from './wgsl/kvdecode.js';
 export { dkdvWGSL, dqWGSL, deltaWGSL } from './wgsl/backward.js';
 export { gemmWGSL } from './wgsl/gemm.js';
 export type { DeviceGemmCall } from './gemm.js';
+export { WebGPUDeviceOps, type DeviceCall, type DeviceCrossEntropyCall } from './model-ops.js';
 
 /** Creates a WebGPU engine (outside the registry), e.g. with a given device or a forced tile. */
 export function createWebGPUBackend(opts: WebGPUBackendOptions = {}): Promise<WebGPUBackend> {

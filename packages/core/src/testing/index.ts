@@ -17,3 +17,4 @@ export * from './declining-backend.js';
 export * from './memory.js';
 export * from './op-kit.js';
 export * from './layer-op-kit.js';
+export * from './device-op-kit.js';

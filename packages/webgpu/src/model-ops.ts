@@ -1,0 +1,260 @@
+/// <reference types="@webgpu/types" />
+/**
+ * The model ops on the WebGPU engine's device tensors (issue 25; DESIGN.md "Model ops"):
+ * core's call types with webgpu f32 tensors in place of Float32Arrays (`DeviceCall`), integer
+ * targets as index tensors (uploadIndex: their host mirror is checked like a KV cache's lengths),
+ * and crossEntropy's summed loss and count written to a device tensor of two values instead of
+ * returned. Each call is checked at once (one-line FAErrors, nothing enqueued) and then
+ * stream-ordered like the attention calls. The kernels are wgsl/gemm.ts and wgsl/layer-ops.ts.
+ */
+import {
+  type AdamWCall, type CrossEntropyBackwardCall, type CrossEntropyCall, type DeviceIndexTensor, type GeluBackwardCall, type GeluCall, type LayerNormBackwardCall,
+  type LayerNormCall, type SiluBackwardCall, type SiluCall, type SumRowsCall, type Tensor, FAError, isDeviceIndexTensor, numel,
+} from '@fa/core';
+import { BufferUsage } from './gpu.js';
+import { grid1d } from './dispatch.js';
+import type { Bound } from './external.js';
+import type { Scope } from './memory.js';
+import { WGIndexTensor, WGTensor } from './tensor.js';
+import * as K from './wgsl/layer-ops.js';
+
+/** A call of core's model ops with webgpu tensors for its arrays (index tensors for integer ones). */
+export type DeviceCall<C> = {
+  [F in keyof C]: C[F] extends Float32Array ? Tensor : C[F] extends Float32Array | null ? Tensor | null : C[F] extends Int32Array ? DeviceIndexTensor : C[F];
+};
+/** crossEntropy on the device: `loss` [2] receives the counted rows' summed loss and their count. */
+export type DeviceCrossEntropyCall = DeviceCall<CrossEntropyCall> & { loss: Tensor };
+
+/** What the ops need of the backend (backend.ts makes it). */
+export interface OpsEnv {
+  device(): GPUDevice;
+  pipeline(key: string, code: () => string): Promise<GPUComputePipeline>;
+  bind(pipe: GPUComputePipeline, buffers: (Bound | undefined)[]): GPUBindGroup;
+  constant(scope: Scope, data: Uint8Array, usage: number, label: string): GPUBuffer;
+  createBuffer(scope: Scope, bytes: number, usage: number, label: string): GPUBuffer;
+  input(scope: Scope, t: Tensor, what: string): Bound;
+  indexBuffer(t: WGIndexTensor, what: string): GPUBuffer;
+  /** Runs `body` as one stream-ordered call: it encodes into `enc`, which the backend submits (or a recording takes). */
+  run(what: string, body: (enc: GPUCommandEncoder, scope: Scope) => Promise<void>): Promise<void>;
+}
+
+const isDim = (x: unknown): x is number => Number.isSafeInteger(x) && (x as number) >= 0 && (x as number) < 2 ** 31;
+const isNum = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x);
+
+function obj(who: string, c: unknown): asserts c is Record<string, unknown> {
+  if (typeof c !== 'object' || c === null) throw new FAError('E_ARG', `${who}: the call must be an object`);
+}
+function dims(who: string, c: Record<string, unknown>, ...names: string[]): void {
+  for (const k of names) if (!isDim(c[k])) throw new FAError('E_SHAPE', `${who}: ${k} must be an integer from 0 to 2^31 - 1, got ${String(c[k])}`);
+}
+/** A webgpu f32 tensor of n values (or null when optional). */
+function f32(who: string, name: string, t: unknown, n: number, optional = false): WGTensor | null {
+  if (optional && t == null) return null;
+  if (!(t instanceof WGTensor)) throw new FAError('E_ARG', `${who}: ${name} must be a webgpu device tensor${optional ? ' or null' : ''} (upload it first)`);
+  if (t.dtype !== 'f32') throw new FAError('E_DTYPE', `${who}: ${name} must be f32, got ${t.dtype}`);
+  if (numel(t.shape) !== n) throw new FAError('E_SHAPE', `${who}: ${name} holds ${numel(t.shape)} values, ${n} expected`);
+  return t;
+}
+/** Written tensors share no buffer with another argument (WebGPU forbids binding a written buffer twice in a dispatch). */
+function apart(who: string, outs: [string, WGTensor | null][], ins: [string, WGTensor | null][]): void {
+  for (let i = 0; i < outs.length; i++) {
+    const [on, o] = outs[i];
+    if (!o) continue;
+    for (const [n, x] of [...outs.slice(i + 1), ...ins]) {
+      if (x && x.handle.buffer === o.handle.buffer) throw new FAError('E_ARG', `${who}: ${on} must not share a buffer with ${n}`);
+    }
+  }
+}
+/** Targets: an index tensor of this backend with `rows` entries, each a class or ignoreIndex (checked on its mirror). */
+function targets(who: string, t: unknown, rows: number, classes: number, ignore: unknown): WGIndexTensor {
+  if (!isDeviceIndexTensor(t as DeviceIndexTensor) || !(t instanceof WGIndexTensor)) throw new FAError('E_ARG', `${who}: targets must be a webgpu index tensor (backend.uploadIndex)`);
+  if (t.mirror.length !== rows) throw new FAError('E_SHAPE', `${who}: targets holds ${t.mirror.length} values, ${rows} expected`);
+  if (!Number.isSafeInteger(ignore) || (ignore as number) < -(2 ** 31) || (ignore as number) >= 2 ** 31) throw new FAError('E_ARG', `${who}: ignoreIndex must be a 32-bit integer`);
+  for (let r = 0; r < rows; r++) {
+    const v = t.mirror[r];
+    if (v !== ignore && (v < 0 || v >= classes)) throw new FAError('E_ARG', `${who}: targets[${r}] = ${v} is not a class (0 to ${classes - 1}) nor ignoreIndex ${String(ignore)}`);
+  }
+  return t;
+}
+
+const USAGE = BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
+
+export class WebGPUDeviceOps {
+  readonly engine = 'webgpu';
+  readonly kernel = 'WGSL, f32 on the shader cores';
+  constructor(private readonly env: OpsEnv) {}
+
+  private params(scope: Scope, u: [number, number, number, number], f: number[] = []): GPUBuffer {
+    const b = new ArrayBuffer(K.LAYER_PARAMS_BYTES);
+    new Uint32Array(b, 0, 4).set(u.map((x) => x >>> 0));
+    new Float32Array(b, 16, 8).set(f);
+    return this.env.constant(scope, new Uint8Array(b), BufferUsage.UNIFORM, 'model op params');
+  }
+
+  /** One dispatch of `key`'s kernel over `groups` workgroups (a 2-D grid past the per-dimension limit). */
+  private async dispatch(enc: GPUCommandEncoder, key: string, code: () => string, buffers: (Bound | undefined)[], groups: number): Promise<void> {
+    if (groups === 0) return;
+    const pipe = await this.env.pipeline(`op:${key}`, code);
+    const pass = enc.beginComputePass();
+    pass.setPipeline(pipe);
+    pass.setBindGroup(0, this.env.bind(pipe, buffers));
+    const [x, y] = grid1d(groups, this.env.device().limits.maxComputeWorkgroupsPerDimension);
+    pass.dispatchWorkgroups(x, y);
+    pass.end();
+  }
+
+  private at(scope: Scope, t: WGTensor | null, fallback: WGTensor): Bound {
+    return this.env.input(scope, t ?? fallback, 'model op operand');
+  }
+
+  /** A scratch buffer standing in for an output the call does not write (bindings cannot be empty). */
+  private spare(scope: Scope): GPUBuffer {
+    return this.env.createBuffer(scope, 16, USAGE, 'absent output');
+  }
+
+  async gelu(c: DeviceCall<GeluCall>): Promise<void> {
+    const who = 'gelu';
+    obj(who, c);
+    if (c.approximate !== 'none' && c.approximate !== 'tanh') throw new FAError('E_ARG', `${who}: approximate must be 'none' or 'tanh', got ${String(c.approximate)}`);
+    const x = f32(who, 'x', c.x, numel((c.x as WGTensor | undefined)?.shape ?? [0]))!;
+    const n = numel(x.shape);
+    const y = f32(who, 'y', c.y, n)!;
+    apart(who, [['y', y]], [['x', x]]);
+    await this.env.run(who, async (enc, s) => {
+      await this.dispatch(enc, 'gelu', K.geluWGSL, [this.params(s, [n, 0, 0, c.approximate === 'tanh' ? 1 : 0]), this.at(s, x, x), this.at(s, y, y)], Math.ceil(n / 64));
+    });
+  }
+
+  async geluBackward(c: DeviceCall<GeluBackwardCall>): Promise<void> {
+    const who = 'geluBackward';
+    obj(who, c);
+    if (c.approximate !== 'none' && c.approximate !== 'tanh') throw new FAError('E_ARG', `${who}: approximate must be 'none' or 'tanh', got ${String(c.approximate)}`);
+    const x = f32(who, 'x', c.x, numel((c.x as WGTensor | undefined)?.shape ?? [0]))!;
+    const n = numel(x.shape);
+    const dy = f32(who, 'dy', c.dy, n)!, dx = f32(who, 'dx', c.dx, n)!;
+    apart(who, [['dx', dx]], [['x', x], ['dy', dy]]);
+    const flags = (c.approximate === 'tanh' ? 1 : 0) | (c.accumulate ? 2 : 0);
+    await this.env.run(who, async (enc, s) => {
+      await this.dispatch(enc, 'geluBackward', K.geluBackwardWGSL, [this.params(s, [n, 0, 0, flags]), this.at(s, x, x), this.at(s, dy, dy), this.at(s, dx, dx)], Math.ceil(n / 64));
+    });
+  }
+
+  async silu(c: DeviceCall<SiluCall>): Promise<void> {
+    const who = 'silu';
+    obj(who, c);
+    const x = f32(who, 'x', c.x, numel((c.x as WGTensor | undefined)?.shape ?? [0]))!;
+    const n = numel(x.shape);
+    const gate = f32(who, 'gate', c.gate, n, true), y = f32(who, 'y', c.y, n)!;
+    apart(who, [['y', y]], [['x', x], ['gate', gate]]);
+    await this.env.run(who, async (enc, s) => {
+      await this.dispatch(enc, 'silu', K.siluWGSL, [this.params(s, [n, 0, 0, gate ? 1 : 0]), this.at(s, x, x), this.at(s, gate, x), this.at(s, y, y)], Math.ceil(n / 64));
+    });
+  }
+
+  async siluBackward(c: DeviceCall<SiluBackwardCall>): Promise<void> {
+    const who = 'siluBackward';
+    obj(who, c);
+    const x = f32(who, 'x', c.x, numel((c.x as WGTensor | undefined)?.shape ?? [0]))!;
+    const n = numel(x.shape);
+    const gate = f32(who, 'gate', c.gate, n, true), dy = f32(who, 'dy', c.dy, n)!, dx = f32(who, 'dx', c.dx, n)!, dgate = f32(who, 'dgate', c.dgate, n, true);
+    if (dgate && !gate) throw new FAError('E_ARG', `${who}: dgate needs a gate`);
+    apart(who, [['dx', dx], ['dgate', dgate]], [['x', x], ['gate', gate], ['dy', dy]]);
+    const flags = (gate ? 1 : 0) | (dgate ? 2 : 0) | (c.accumulate ? 4 : 0);
+    await this.env.run(who, async (enc, s) => {
+      await this.dispatch(enc, 'siluBackward', K.siluBackwardWGSL, [this.params(s, [n, 0, 0, flags]), this.at(s, x, x), this.at(s, gate, x), this.at(s, dy, dy), this.at(s, dx, dx), dgate ? this.at(s, dgate, dgate) : this.spare(s)], Math.ceil(n / 64));
+    });
+  }
+
+  async adamw(c: DeviceCall<AdamWCall>): Promise<void> {
+    const who = 'adamw';
+    obj(who, c);
+    const x = f32(who, 'param', c.param, numel((c.param as WGTensor | undefined)?.shape ?? [0]))!;
+    const n = numel(x.shape);
+    const g = f32(who, 'grad', c.grad, n)!, m = f32(who, 'm', c.m, n)!, v = f32(who, 'v', c.v, n)!;
+    for (const k of ['lr', 'eps', 'weightDecay'] as const) if (!isNum(c[k]) || c[k] < 0) throw new FAError('E_ARG', `${who}: ${k} must be a finite number >= 0, got ${String(c[k])}`);
+    for (const k of ['beta1', 'beta2'] as const) if (!isNum(c[k]) || c[k] < 0 || c[k] >= 1) throw new FAError('E_ARG', `${who}: ${k} must be in [0, 1), got ${String(c[k])}`);
+    if (!Number.isSafeInteger(c.step) || c.step < 1) throw new FAError('E_ARG', `${who}: step must be an integer >= 1, got ${String(c.step)}`);
+    apart(who, [['param', x], ['m', m], ['v', v]], [['grad', g]]);
+    const f = [c.lr, c.beta1, c.beta2, c.eps, 1 - c.lr * c.weightDecay, 1 - c.beta1 ** c.step, 1 - c.beta2 ** c.step];
+    await this.env.run(who, async (enc, s) => {
+      await this.dispatch(enc, 'adamw', K.adamwWGSL, [this.params(s, [n, 0, 0, 0], f), this.at(s, x, x), this.at(s, g, g), this.at(s, m, m), this.at(s, v, v)], Math.ceil(n / 64));
+    });
+  }
+
+  async sumRows(c: DeviceCall<SumRowsCall>): Promise<void> {
+    const who = 'sumRows';
+    obj(who, c);
+    dims(who, c, 'rows', 'cols');
+    const x = f32(who, 'x', c.x, c.rows * c.cols)!, out = f32(who, 'out', c.out, c.cols)!;
+    apart(who, [['out', out]], [['x', x]]);
+    await this.env.run(who, async (enc, s) => {
+      await this.dispatch(enc, 'sumRows', K.sumRowsWGSL, [this.params(s, [0, c.rows, c.cols, c.accumulate ? 1 : 0]), this.at(s, x, x), this.at(s, out, out)], Math.ceil(c.cols / 64));
+    });
+  }
+
+  async layerNorm(c: DeviceCall<LayerNormCall>): Promise<void> {
+    const who = 'layerNorm';
+    obj(who, c);
+    dims(who, c, 'rows', 'cols');
+    if (!isNum(c.eps) || c.eps < 0) throw new FAError('E_ARG', `${who}: eps must be a finite number >= 0, got ${String(c.eps)}`);
+    const n = c.rows * c.cols;
+    const x = f32(who, 'x', c.x, n)!, w = f32(who, 'weight', c.weight, c.cols, true), b = f32(who, 'bias', c.bias, c.cols, true);
+    const y = f32(who, 'y', c.y, n)!, mean = f32(who, 'mean', c.mean, c.rows)!, rstd = f32(who, 'rstd', c.rstd, c.rows)!;
+    apart(who, [['y', y], ['mean', mean], ['rstd', rstd]], [['x', x], ['weight', w], ['bias', b]]);
+    const flags = (w ? 1 : 0) | (b ? 2 : 0);
+    await this.env.run(who, async (enc, s) => {
+      if (c.cols === 0) return;
+      await this.dispatch(enc, 'layerNorm', K.layerNormWGSL, [this.params(s, [0, c.rows, c.cols, flags], [c.eps]), this.at(s, x, x), this.at(s, w, x), this.at(s, b, x), this.at(s, y, y), this.at(s, mean, mean), this.at(s, rstd, rstd)], c.rows);
+    });
+  }
+
+  async layerNormBackward(c: DeviceCall<LayerNormBackwardCall>): Promise<void> {
+    const who = 'layerNormBackward';
+    obj(who, c);
+    dims(who, c, 'rows', 'cols');
+    const n = c.rows * c.cols;
+    const x = f32(who, 'x', c.x, n)!, mean = f32(who, 'mean', c.mean, c.rows)!, rstd = f32(who, 'rstd', c.rstd, c.rows)!;
+    const w = f32(who, 'weight', c.weight, c.cols, true), dy = f32(who, 'dy', c.dy, n)!;
+    const dx = f32(who, 'dx', c.dx, n, true), dw = f32(who, 'dweight', c.dweight, c.cols, true), db = f32(who, 'dbias', c.dbias, c.cols, true);
+    apart(who, [['dx', dx], ['dweight', dw], ['dbias', db]], [['x', x], ['mean', mean], ['rstd', rstd], ['weight', w], ['dy', dy]]);
+    await this.env.run(who, async (enc, s) => {
+      if (dx && c.cols > 0) {
+        await this.dispatch(enc, 'layerNormBackwardDx', K.layerNormBackwardDxWGSL, [this.params(s, [0, c.rows, c.cols, w ? 1 : 0]), this.at(s, x, x), this.at(s, mean, mean), this.at(s, rstd, rstd), this.at(s, w, x), this.at(s, dy, dy), this.at(s, dx, dx)], c.rows);
+      }
+      if (dw || db) {
+        const flags = (dw ? 1 : 0) | (db ? 2 : 0);
+        await this.dispatch(enc, 'layerNormBackwardWb', K.layerNormBackwardWbWGSL, [this.params(s, [0, c.rows, c.cols, flags]), this.at(s, x, x), this.at(s, mean, mean), this.at(s, rstd, rstd), this.at(s, dy, dy), dw ? this.at(s, dw, dw) : this.spare(s), db ? this.at(s, db, db) : this.spare(s)], Math.ceil(c.cols / 64));
+      }
+    });
+  }
+
+  async crossEntropy(c: DeviceCrossEntropyCall): Promise<void> {
+    const who = 'crossEntropy';
+    obj(who, c);
+    dims(who, c, 'rows', 'classes');
+    if (c.classes === 0 && c.rows > 0) throw new FAError('E_SHAPE', `${who}: classes must be at least 1`);
+    const logits = f32(who, 'logits', c.logits, c.rows * c.classes)!, lse = f32(who, 'lse', c.lse, c.rows)!, loss = f32(who, 'loss', c.loss, 2)!;
+    const t = targets(who, c.targets, c.rows, c.classes, c.ignoreIndex);
+    apart(who, [['lse', lse], ['loss', loss]], [['logits', logits]]);
+    await this.env.run(who, async (enc, s) => {
+      const rl = this.env.createBuffer(s, Math.max(16, 8 * c.rows), BufferUsage.STORAGE, 'per-row losses');
+      const p = this.params(s, [0, c.rows, c.classes, c.ignoreIndex], []);
+      await this.dispatch(enc, 'crossEntropyRows', K.crossEntropyRowsWGSL, [p, this.at(s, logits, logits), this.env.indexBuffer(t, 'targets'), this.at(s, lse, lse), rl], c.rows);
+      await this.dispatch(enc, 'crossEntropySum', K.crossEntropySumWGSL, [p, rl, this.at(s, loss, loss)], 1);
+    });
+  }
+
+  async crossEntropyBackward(c: DeviceCall<CrossEntropyBackwardCall>): Promise<void> {
+    const who = 'crossEntropyBackward';
+    obj(who, c);
+    dims(who, c, 'rows', 'classes');
+    if (!isNum(c.scale)) throw new FAError('E_ARG', `${who}: scale must be a finite number, got ${String(c.scale)}`);
+    const n = c.rows * c.classes;
+    const logits = f32(who, 'logits', c.logits, n)!, lse = f32(who, 'lse', c.lse, c.rows)!, dl = f32(who, 'dlogits', c.dlogits, n)!;
+    const t = targets(who, c.targets, c.rows, c.classes, c.ignoreIndex);
+    apart(who, [['dlogits', dl]], [['logits', logits], ['lse', lse]]);
+    await this.env.run(who, async (enc, s) => {
+      await this.dispatch(enc, 'crossEntropyBackward', K.crossEntropyBackwardWGSL, [this.params(s, [n, c.rows, c.classes, c.ignoreIndex], [c.scale]), this.at(s, logits, logits), this.at(s, lse, lse), this.env.indexBuffer(t, 'targets'), this.at(s, dl, dl)], Math.ceil(n / 64));
+    });
+  }
+}

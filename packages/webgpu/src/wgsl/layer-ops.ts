@@ -1,0 +1,319 @@
+/**
+ * The element-wise and per-row model ops on the shader cores (issue 25; core's ops/layer-ops.ts
+ * conventions): gelu (exact and tanh) and SiLU/SwiGLU forward and backward, layerNorm forward and
+ * backward, softmax cross-entropy (per-row logsumexp and loss, then one workgroup summing the
+ * counted rows) and its backward, AdamW, the row sum. f32 arithmetic throughout (WGSL has no f64:
+ * sums run in f32, in a fixed order, so results repeat bit for bit).
+ *
+ * Every kernel reads one Params block. Element-wise kernels run one thread per element on a 2-D
+ * grid of 64-thread workgroups (grid1d); per-row kernels one 64-thread workgroup per row (rows on
+ * x and y); per-column kernels (the weight and bias gradients, the row sum) one thread per column,
+ * looping over rows, so that a warp reads consecutive columns.
+ */
+
+const PARAMS = `struct Params { n: u32, rows: u32, cols: u32, flags: u32, f0: f32, f1: f32, f2: f32, f3: f32, f4: f32, f5: f32, f6: f32, f7: f32 }
+@group(0) @binding(0) var<uniform> p: Params;`;
+
+/** Bytes of the Params block. */
+export const LAYER_PARAMS_BYTES = 48;
+
+const EW_INDEX = `  let i = (wid.y * nw.x + wid.x) * 64u + lid;
+  if (i >= p.n) { return; }`;
+const EW_MAIN = '@compute @workgroup_size(64)\nfn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) lid: u32) {';
+const ROW_MAIN = '@compute @workgroup_size(64)\nfn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n  let r = wid.y * nw.x + wid.x;\n  if (r >= p.rows) { return; }';
+
+/** Φ(x) without cancellation in either tail (Abramowitz-Stegun 7.1.26 on |x|/√2: 1.5e-7 absolute in erf). */
+const PHI = `fn phi(x: f32) -> f32 {
+  let z = abs(x) * 0.70710678;
+  let t = 1.0 / (1.0 + 0.3275911 * z);
+  let poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
+  let tail = 0.5 * poly * exp(-z * z); // = 1 - Φ(|x|)
+  return select(1.0 - tail, tail, x < 0.0);
+}
+const TANH_C: f32 = 0.7978845608;`;
+
+/** flags bit 0: tanh form. */
+export function geluWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+${PHI}
+${EW_MAIN}
+${EW_INDEX}
+  let v = x[i];
+  if ((p.flags & 1u) != 0u) { y[i] = 0.5 * v * (1.0 + tanh(TANH_C * (v + 0.044715 * v * v * v))); } else { y[i] = v * phi(v); }
+}`;
+}
+
+/** flags bit 0: tanh form; bit 1: accumulate into dx. */
+export function geluBackwardWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> dy: array<f32>;
+@group(0) @binding(3) var<storage, read_write> dx: array<f32>;
+${PHI}
+${EW_MAIN}
+${EW_INDEX}
+  let v = x[i];
+  var g: f32;
+  if ((p.flags & 1u) != 0u) {
+    let t = tanh(TANH_C * (v + 0.044715 * v * v * v));
+    g = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * TANH_C * (1.0 + 3.0 * 0.044715 * v * v);
+  } else {
+    g = phi(v) + v * 0.39894228 * exp(-0.5 * v * v);
+  }
+  var d = dy[i] * g;
+  if ((p.flags & 2u) != 0u) { d += dx[i]; }
+  dx[i] = d;
+}`;
+}
+
+const SIGMOID = 'fn sigmoid(v: f32) -> f32 { return select(1.0 / (1.0 + exp(-v)), exp(v) / (1.0 + exp(v)), v < 0.0); }';
+
+/** y = silu(x) (· gate when flags bit 0). */
+export function siluWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> gate: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+${SIGMOID}
+${EW_MAIN}
+${EW_INDEX}
+  let v = x[i];
+  var s = v * sigmoid(v);
+  if ((p.flags & 1u) != 0u) { s *= gate[i]; }
+  y[i] = s;
+}`;
+}
+
+/** flags bit 0: gate; bit 1: write dgate; bit 2: accumulate into dx. */
+export function siluBackwardWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> gate: array<f32>;
+@group(0) @binding(3) var<storage, read> dy: array<f32>;
+@group(0) @binding(4) var<storage, read_write> dx: array<f32>;
+@group(0) @binding(5) var<storage, read_write> dgate: array<f32>;
+${SIGMOID}
+${EW_MAIN}
+${EW_INDEX}
+  let v = x[i];
+  let s = sigmoid(v);
+  var g = dy[i];
+  if ((p.flags & 1u) != 0u) {
+    if ((p.flags & 2u) != 0u) {
+      dgate[i] = g * v * s; // (accumulate applies to dx only, as on the host engines)
+    }
+    g *= gate[i];
+  }
+  var d = g * s * (1.0 + v * (1.0 - s));
+  if ((p.flags & 4u) != 0u) { d += dx[i]; }
+  dx[i] = d;
+}`;
+}
+
+/** f0 lr, f1 beta1, f2 beta2, f3 eps, f4 decay (1 − lr·wd), f5 1 − beta1^step, f6 1 − beta2^step. */
+export function adamwWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+@group(0) @binding(2) var<storage, read> g: array<f32>;
+@group(0) @binding(3) var<storage, read_write> m: array<f32>;
+@group(0) @binding(4) var<storage, read_write> v: array<f32>;
+${EW_MAIN}
+${EW_INDEX}
+  let gj = g[i];
+  let mj = p.f1 * m[i] + (1.0 - p.f1) * gj;
+  let vj = p.f2 * v[i] + (1.0 - p.f2) * gj * gj;
+  m[i] = mj;
+  v[i] = vj;
+  x[i] = x[i] * p.f4 - (p.f0 * (mj / p.f5)) / (sqrt(vj / p.f6) + p.f3);
+}`;
+}
+
+/** out[j] = Σ_r x[r, j] (+ out[j] with flags bit 0), one thread per column. */
+export function sumRowsWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+${EW_MAIN}
+  let j = (wid.y * nw.x + wid.x) * 64u + lid;
+  if (j >= p.cols) { return; }
+  var s = 0.0;
+  for (var r = 0u; r < p.rows; r++) { s += x[r * p.cols + j]; }
+  if ((p.flags & 1u) != 0u) { s += out[j]; }
+  out[j] = s;
+}`;
+}
+
+/** The sum over a 64-thread workgroup of each thread's `v` (every thread gets it). */
+const WG_SUM = `var<workgroup> red: array<f32, 64>;
+fn wgSum(v: f32, lid: u32) -> f32 {
+  workgroupBarrier();
+  red[lid] = v;
+  workgroupBarrier();
+  for (var s = 32u; s > 0u; s >>= 1u) {
+    if (lid < s) { red[lid] += red[lid + s]; }
+    workgroupBarrier();
+  }
+  return red[0];
+}
+fn wgMax(v: f32, lid: u32) -> f32 {
+  workgroupBarrier();
+  red[lid] = v;
+  workgroupBarrier();
+  for (var s = 32u; s > 0u; s >>= 1u) {
+    if (lid < s) { red[lid] = max(red[lid], red[lid + s]); }
+    workgroupBarrier();
+  }
+  return red[0];
+}`;
+
+/** flags bit 0: weight; bit 1: bias. f0 eps. */
+export function layerNormWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read> b: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(5) var<storage, read_write> mean: array<f32>;
+@group(0) @binding(6) var<storage, read_write> rstd: array<f32>;
+${WG_SUM}
+${ROW_MAIN}
+  let o = r * p.cols;
+  // the mean of x − x[0] (values of the spread's size, not of the row's offset), then x[0] back
+  // (x − x[0]) is exact for values near x[0] (Sterbenz), and x − mean = (x − x[0]) − δ is formed
+  // from small numbers: a row far from 0 (mean 1000, spread 1) keeps float32's relative accuracy
+  let x0 = x[o];
+  var s = 0.0;
+  for (var j = lid; j < p.cols; j += 64u) { s += x[o + j] - x0; }
+  let delta = wgSum(s, lid) / f32(p.cols);
+  let mu = x0 + delta;
+  var q = 0.0;
+  for (var j = lid; j < p.cols; j += 64u) { let d = (x[o + j] - x0) - delta; q += d * d; }
+  let rs = 1.0 / sqrt(wgSum(q, lid) / f32(p.cols) + p.f0);
+  for (var j = lid; j < p.cols; j += 64u) {
+    var v = ((x[o + j] - x0) - delta) * rs;
+    if ((p.flags & 1u) != 0u) { v *= w[j]; }
+    if ((p.flags & 2u) != 0u) { v += b[j]; }
+    y[o + j] = v;
+  }
+  if (lid == 0u) { mean[r] = mu; rstd[r] = rs; }
+}`;
+}
+
+/** dx per row: rstd·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·w. flags bit 0: weight. */
+export function layerNormBackwardDxWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> mean: array<f32>;
+@group(0) @binding(3) var<storage, read> rstd: array<f32>;
+@group(0) @binding(4) var<storage, read> w: array<f32>;
+@group(0) @binding(5) var<storage, read> dy: array<f32>;
+@group(0) @binding(6) var<storage, read_write> dx: array<f32>;
+${WG_SUM}
+${ROW_MAIN}
+  let o = r * p.cols;
+  let mu = mean[r];
+  let rs = rstd[r];
+  var sg = 0.0;
+  var sgx = 0.0;
+  for (var j = lid; j < p.cols; j += 64u) {
+    var g = dy[o + j];
+    if ((p.flags & 1u) != 0u) { g *= w[j]; }
+    sg += g;
+    sgx += g * (x[o + j] - mu) * rs;
+  }
+  let mg = wgSum(sg, lid) / f32(p.cols);
+  let mgx = wgSum(sgx, lid) / f32(p.cols);
+  for (var j = lid; j < p.cols; j += 64u) {
+    var g = dy[o + j];
+    if ((p.flags & 1u) != 0u) { g *= w[j]; }
+    dx[o + j] = rs * (g - mg - (x[o + j] - mu) * rs * mgx);
+  }
+}`;
+}
+
+/** dweight[j] = Σ_r dy·x̂ (flags bit 0), dbias[j] = Σ_r dy (flags bit 1), one thread per column. */
+export function layerNormBackwardWbWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> mean: array<f32>;
+@group(0) @binding(3) var<storage, read> rstd: array<f32>;
+@group(0) @binding(4) var<storage, read> dy: array<f32>;
+@group(0) @binding(5) var<storage, read_write> dw: array<f32>;
+@group(0) @binding(6) var<storage, read_write> db: array<f32>;
+${EW_MAIN}
+  let j = (wid.y * nw.x + wid.x) * 64u + lid;
+  if (j >= p.cols) { return; }
+  var sw = 0.0;
+  var sb = 0.0;
+  for (var r = 0u; r < p.rows; r++) {
+    let g = dy[r * p.cols + j];
+    sw += g * (x[r * p.cols + j] - mean[r]) * rstd[r];
+    sb += g;
+  }
+  if ((p.flags & 1u) != 0u) { dw[j] = sw; }
+  if ((p.flags & 2u) != 0u) { db[j] = sb; }
+}`;
+}
+
+/** Per row: lse, and the row's loss (lse − logit[target]) and count into rl[2r], rl[2r+1]. f0: ignoreIndex (as f32 bits of an i32 in flags). */
+export function crossEntropyRowsWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> t: array<i32>;
+@group(0) @binding(3) var<storage, read_write> lse: array<f32>;
+@group(0) @binding(4) var<storage, read_write> rl: array<f32>;
+${WG_SUM}
+${ROW_MAIN}
+  let o = r * p.cols;
+  let tr = t[r];
+  if (tr == bitcast<i32>(p.flags)) {
+    if (lid == 0u) { lse[r] = 0.0; rl[2u * r] = 0.0; rl[2u * r + 1u] = 0.0; }
+    return;
+  }
+  var m = bitcast<f32>(0xff7fffffu); // (−FLT_MAX)
+  for (var j = lid; j < p.cols; j += 64u) { m = max(m, x[o + j]); }
+  m = wgMax(m, lid);
+  var s = 0.0;
+  for (var j = lid; j < p.cols; j += 64u) { s += exp(x[o + j] - m); }
+  let l = m + log(wgSum(s, lid));
+  if (lid == 0u) { lse[r] = l; rl[2u * r] = l - x[o + u32(tr)]; rl[2u * r + 1u] = 1.0; }
+}`;
+}
+
+/** loss[0] = Σ_r rl[2r], loss[1] = Σ_r rl[2r+1]: one workgroup, rows in a fixed order. */
+export function crossEntropySumWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> rl: array<f32>;
+@group(0) @binding(2) var<storage, read_write> loss: array<f32>;
+${WG_SUM}
+@compute @workgroup_size(64)
+fn main(@builtin(local_invocation_index) lid: u32) {
+  var s = 0.0;
+  var c = 0.0;
+  for (var r = lid; r < p.rows; r += 64u) { s += rl[2u * r]; c += rl[2u * r + 1u]; }
+  let ts = wgSum(s, lid);
+  let tc = wgSum(c, lid);
+  if (lid == 0u) { loss[0] = ts; loss[1] = tc; }
+}`;
+}
+
+/** dlogits = scale·(softmax − onehot), 0 on ignored rows. flags: ignoreIndex bits; f0 scale. */
+export function crossEntropyBackwardWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> lse: array<f32>;
+@group(0) @binding(3) var<storage, read> t: array<i32>;
+@group(0) @binding(4) var<storage, read_write> dx: array<f32>;
+${EW_MAIN}
+${EW_INDEX}
+  let r = i / p.cols;
+  let j = i % p.cols;
+  let tr = t[r];
+  if (tr == bitcast<i32>(p.flags)) { dx[i] = 0.0; return; }
+  var d = exp(x[i] - lse[r]);
+  if (i32(j) == tr) { d -= 1.0; }
+  dx[i] = p.f0 * d;
+}`;
+}
