@@ -9,7 +9,7 @@
  */
 import {
   type AdamWCall, type CrossEntropyBackwardCall, type CrossEntropyCall, type DeviceIndexTensor, type GeluBackwardCall, type GeluCall, type LayerNormBackwardCall,
-  type LayerNormCall, type SiluBackwardCall, type SiluCall, type SumRowsCall, type Tensor, FAError, isDeviceIndexTensor, numel,
+  type LayerNormCall, type RmsNormBackwardCall, type RmsNormCall, type RotaryCall, type SiluBackwardCall, type SiluCall, type SumRowsCall, type Tensor, FAError, isDeviceIndexTensor, numel,
 } from '@fa/core';
 import { BufferUsage } from './gpu.js';
 import { grid1d } from './dispatch.js';
@@ -225,6 +225,64 @@ export class WebGPUDeviceOps {
         const flags = (dw ? 1 : 0) | (db ? 2 : 0);
         await this.dispatch(enc, 'layerNormBackwardWb', K.layerNormBackwardWbWGSL, [this.params(s, [0, c.rows, c.cols, flags]), this.at(s, x, x), this.at(s, mean, mean), this.at(s, rstd, rstd), this.at(s, dy, dy), dw ? this.at(s, dw, dw) : this.spare(s), db ? this.at(s, db, db) : this.spare(s)], Math.ceil(c.cols / 64));
       }
+    });
+  }
+
+  async rmsNorm(c: DeviceCall<RmsNormCall>): Promise<void> {
+    const who = 'rmsNorm';
+    obj(who, c);
+    dims(who, c, 'rows', 'cols');
+    if (!isNum(c.eps) || c.eps < 0) throw new FAError('E_ARG', `${who}: eps must be a finite number >= 0, got ${String(c.eps)}`);
+    const n = c.rows * c.cols;
+    const x = f32(who, 'x', c.x, n)!, w = f32(who, 'weight', c.weight, c.cols, true), y = f32(who, 'y', c.y, n)!, rstd = f32(who, 'rstd', c.rstd, c.rows)!;
+    apart(who, [['y', y], ['rstd', rstd]], [['x', x], ['weight', w]]);
+    await this.env.run(who, async (enc, s) => {
+      if (c.cols === 0) return;
+      await this.dispatch(enc, 'rmsNorm', K.rmsNormWGSL, [this.params(s, [0, c.rows, c.cols, w ? 1 : 0], [c.eps]), this.at(s, x, x), this.at(s, w, x), this.at(s, y, y), this.at(s, rstd, rstd)], c.rows);
+    });
+  }
+
+  async rmsNormBackward(c: DeviceCall<RmsNormBackwardCall>): Promise<void> {
+    const who = 'rmsNormBackward';
+    obj(who, c);
+    dims(who, c, 'rows', 'cols');
+    const n = c.rows * c.cols;
+    const x = f32(who, 'x', c.x, n)!, rstd = f32(who, 'rstd', c.rstd, c.rows)!, w = f32(who, 'weight', c.weight, c.cols, true), dy = f32(who, 'dy', c.dy, n)!;
+    const dx = f32(who, 'dx', c.dx, n, true), dw = f32(who, 'dweight', c.dweight, c.cols, true);
+    apart(who, [['dx', dx], ['dweight', dw]], [['x', x], ['rstd', rstd], ['weight', w], ['dy', dy]]);
+    await this.env.run(who, async (enc, s) => {
+      if (dx && c.cols > 0) {
+        await this.dispatch(enc, 'rmsNormBackwardDx', K.rmsNormBackwardDxWGSL, [this.params(s, [0, c.rows, c.cols, w ? 1 : 0]), this.at(s, x, x), this.at(s, rstd, rstd), this.at(s, w, x), this.at(s, dy, dy), this.at(s, dx, dx)], c.rows);
+      }
+      if (dw) await this.dispatch(enc, 'rmsNormBackwardW', K.rmsNormBackwardWWGSL, [this.params(s, [0, c.rows, c.cols, 0]), this.at(s, x, x), this.at(s, rstd, rstd), this.at(s, dy, dy), this.at(s, dw, dw)], Math.ceil(c.cols / 64));
+    });
+  }
+
+  /** In place when y is x (the same tensor). */
+  async rotary(c: DeviceCall<RotaryCall>): Promise<void> {
+    const who = 'rotary';
+    obj(who, c);
+    dims(who, c, 'batch', 'seq', 'heads', 'dim', 'rotaryDim', 'positionOffset');
+    if (c.rotaryDim % 2 !== 0 || c.rotaryDim > c.dim) throw new FAError('E_SHAPE', `${who}: rotaryDim must be even and at most dim (${c.dim}), got ${c.rotaryDim}`);
+    const half = c.rotaryDim / 2;
+    const n = c.batch * c.seq * c.heads * c.dim;
+    const x = f32(who, 'x', c.x, n)!, y = f32(who, 'y', c.y, n)!;
+    const cos = c.cos instanceof WGTensor ? c.cos : null, sin = c.sin instanceof WGTensor ? c.sin : null;
+    const tn = cos ? numel(cos.shape) : 0;
+    if (!cos || !sin) throw new FAError('E_ARG', `${who}: cos and sin must be webgpu device tensors (upload the tables once)`);
+    f32(who, 'cos', cos, tn);
+    f32(who, 'sin', sin, tn);
+    if (half > 0 && (c.positionOffset + c.seq) * half > tn) throw new FAError('E_SHAPE', `${who}: positions up to ${c.positionOffset + c.seq - 1} need ${(c.positionOffset + c.seq) * half} table values, the tables hold ${tn}`);
+    const inPlace = x === y;
+    if (!inPlace) apart(who, [['y', y]], [['x', x], ['cos', cos], ['sin', sin]]);
+    else apart(who, [['y', y]], [['cos', cos], ['sin', sin]]);
+    const rows = c.batch * c.seq * c.heads;
+    const total = rows * Math.ceil(c.dim / 2);
+    const bits = new Float32Array(new Uint32Array([c.dim, c.rotaryDim, c.positionOffset]).buffer);
+    await this.env.run(who, async (enc, s) => {
+      const p = this.params(s, [total, c.heads, c.seq, (c.interleaved ? 1 : 0) | (c.inverse ? 2 : 0)], [...bits]);
+      const buffers: (Bound | undefined)[] = inPlace ? [p, this.at(s, y, y), this.at(s, cos, cos), this.at(s, sin, sin)] : [p, this.at(s, x, x), this.at(s, cos, cos), this.at(s, sin, sin), this.at(s, y, y)];
+      await this.dispatch(enc, inPlace ? 'rotaryInPlace' : 'rotary', () => K.rotaryWGSL(inPlace), buffers, Math.ceil(total / 64));
     });
   }
 

@@ -30,6 +30,7 @@ class DeferredOps {
   private chain: Promise<void> = Promise.resolve();
   private readonly onDevice = new Map<Float32Array, Tensor>();
   private readonly written = new Set<Float32Array>();
+  private readonly willWrite = new Set<Float32Array>();
   private readonly results: { r: { loss: number; count: number }; t: () => Tensor }[] = [];
   private readonly temps: (Tensor | DeviceIndexTensor)[] = [];
   missing: Op | undefined;
@@ -58,7 +59,8 @@ class DeferredOps {
     const outs = DeferredOps.OUTS[name];
     const plan: [string, unknown][] = Object.entries(call).map(([k, v]) => {
       if (v instanceof Float32Array) {
-        const known = this.onDevice.has(v);
+        // (an earlier call may not have run yet: what it will write counts as on the device)
+        const known = this.onDevice.has(v) || this.willWrite.has(v);
         const isOut = outs.includes(k);
         // (an array an earlier call wrote lives on the device: its host copy is stale until the flush)
         return [k, { arr: v, copy: known ? null : Float32Array.from(v), out: isOut }];
@@ -66,6 +68,7 @@ class DeferredOps {
       if (v instanceof Int32Array) return [k, { ints: Int32Array.from(v) }];
       return [k, v];
     });
+    for (const [k, v] of Object.entries(call)) if (v instanceof Float32Array && outs.includes(k)) this.willWrite.add(v);
     const result = name === 'crossEntropy' ? { loss: Number.NaN, count: Number.NaN } : undefined;
     let lossT: Tensor | undefined;
     this.chain = this.chain.then(async () => {

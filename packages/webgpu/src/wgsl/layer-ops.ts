@@ -317,3 +317,114 @@ ${EW_INDEX}
   dx[i] = p.f0 * d;
 }`;
 }
+
+/** y = x·rstd·w per row, rstd = 1/√(mean(x²) + eps). flags bit 0: weight; f0 eps. */
+export function rmsNormWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<storage, read_write> rstd: array<f32>;
+${WG_SUM}
+${ROW_MAIN}
+  let o = r * p.cols;
+  var q = 0.0;
+  for (var j = lid; j < p.cols; j += 64u) { q += x[o + j] * x[o + j]; }
+  let rs = 1.0 / sqrt(wgSum(q, lid) / f32(p.cols) + p.f0);
+  for (var j = lid; j < p.cols; j += 64u) {
+    var v = x[o + j] * rs;
+    if ((p.flags & 1u) != 0u) { v *= w[j]; }
+    y[o + j] = v;
+  }
+  if (lid == 0u) { rstd[r] = rs; }
+}`;
+}
+
+/** dx = rstd·(dy·w − x·rstd·mean(dy·w·x̂)) per row. flags bit 0: weight. */
+export function rmsNormBackwardDxWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> rstd: array<f32>;
+@group(0) @binding(3) var<storage, read> w: array<f32>;
+@group(0) @binding(4) var<storage, read> dy: array<f32>;
+@group(0) @binding(5) var<storage, read_write> dx: array<f32>;
+${WG_SUM}
+${ROW_MAIN}
+  let o = r * p.cols;
+  let rs = rstd[r];
+  var s = 0.0;
+  for (var j = lid; j < p.cols; j += 64u) {
+    var g = dy[o + j];
+    if ((p.flags & 1u) != 0u) { g *= w[j]; }
+    s += g * x[o + j] * rs;
+  }
+  let m = wgSum(s, lid) / f32(p.cols);
+  for (var j = lid; j < p.cols; j += 64u) {
+    var g = dy[o + j];
+    if ((p.flags & 1u) != 0u) { g *= w[j]; }
+    dx[o + j] = rs * (g - x[o + j] * rs * m);
+  }
+}`;
+}
+
+/** dweight[j] = Σ_r dy·x·rstd, one thread per column. */
+export function rmsNormBackwardWWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> rstd: array<f32>;
+@group(0) @binding(3) var<storage, read> dy: array<f32>;
+@group(0) @binding(4) var<storage, read_write> dw: array<f32>;
+${EW_MAIN}
+  let j = (wid.y * nw.x + wid.x) * 64u + lid;
+  if (j >= p.cols) { return; }
+  var s = 0.0;
+  for (var r = 0u; r < p.rows; r++) { s += dy[r * p.cols + j] * x[r * p.cols + j] * rstd[r]; }
+  dw[j] = s;
+}`;
+}
+
+/**
+ * Rotary embedding, one thread per (row, pair) with a row = (b, t, h) of `dim` values and the
+ * columns past rotaryDim copied (out of place). u: n = rows·(dim/2 slots), rows = heads, cols = seq;
+ * flags bit 0 interleaved, bit 1 inverse; f0..: dim, rotaryDim, positionOffset as f32 bits.
+ */
+export function rotaryWGSL(inPlace: boolean): string {
+  const io = inPlace
+    ? '@group(0) @binding(1) var<storage, read_write> y: array<f32>;'
+    : '@group(0) @binding(1) var<storage, read> x: array<f32>;\n@group(0) @binding(4) var<storage, read_write> y: array<f32>;';
+  const X = inPlace ? 'y' : 'x';
+  return `${PARAMS}
+${io}
+@group(0) @binding(2) var<storage, read> cosT: array<f32>;
+@group(0) @binding(3) var<storage, read> sinT: array<f32>;
+${EW_MAIN}
+${EW_INDEX}
+  let D = bitcast<u32>(p.f0);
+  let rd = bitcast<u32>(p.f1);
+  let off = bitcast<u32>(p.f2);
+  let half = rd / 2u;
+  let slots = (D + 1u) / 2u;           // threads per row: rotated pairs first, then copied pairs
+  let row = i / slots;
+  let m = i % slots;
+  let t = (row / p.rows) % p.cols;     // row = (b·seq + t)·heads + h
+  let o = row * D;
+  if (m < half) {
+    var ia = o + m;
+    var ib = o + m + half;
+    if ((p.flags & 1u) != 0u) { ia = o + 2u * m; ib = ia + 1u; }
+    let pi = (off + t) * half + m;
+    let co = cosT[pi];
+    var si = sinT[pi];
+    if ((p.flags & 2u) != 0u) { si = -si; }
+    let xa = ${X}[ia];
+    let xb = ${X}[ib];
+    y[ia] = xa * co - xb * si;
+    y[ib] = xb * co + xa * si;
+  } else if (${inPlace ? 'false' : 'true'}) {
+    // columns rd.. are copied two a thread
+    let j = rd + 2u * (m - half);
+    if (j < D) { y[o + j] = ${X}[o + j]; }
+    if (j + 1u < D) { y[o + j + 1u] = ${X}[o + j + 1u]; }
+  }
+}`;
+}
