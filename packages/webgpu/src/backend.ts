@@ -383,6 +383,28 @@ export class WebGPUBackend implements AttentionBackend {
     t.mirror.set(d, offset);
   }
 
+  /**
+   * A new webgpu tensor at once, without a host copy or an await (model code allocating its
+   * activations and gradients): zero-filled by a clear on the queue (or in the open recording),
+   * unless `uninitialized` (every value will be written before it is read). A lost device is
+   * found by the next awaited call.
+   */
+  allocTensor(dtype: DType, shape: readonly number[], opts: { uninitialized?: boolean } = {}): Tensor {
+    if (this.disposedAll) throw new FAError('E_DEVICE', 'the webgpu backend was disposed');
+    if (!this.dtypes.includes(dtype)) throw new FAError('E_DTYPE', `allocTensor: dtype must be one of ${this.dtypes.join(', ')}, got ${String(dtype)}`);
+    if (!Array.isArray(shape) || !shape.every((x) => Number.isSafeInteger(x) && x >= 0)) throw new FAError('E_SHAPE', `allocTensor: shape must be an array of non-negative integers, got ${JSON.stringify(shape)}`);
+    const bytes = numel(shape) * bytesPerElement(dtype);
+    const scope = new Scope(this.ledger);
+    const buf = this.createBuffer(scope, bytes, BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST, 'tensor');
+    if (!opts.uninitialized && bytes > 0) {
+      // (a pooled buffer holds an earlier tensor's values)
+      const enc = this.#rec ? this.#rec.encoder : this.acq.device.createCommandEncoder();
+      enc.clearBuffer(buf);
+      if (!this.#rec) this.acq.device.queue.submit([enc.finish()]);
+    }
+    return this.wrap(buf, dtype, shape);
+  }
+
   async upload(t: HostTensor): Promise<Tensor> {
     checkHostData(t.data, t.shape, t.dtype, 'upload');
     await this.ready();

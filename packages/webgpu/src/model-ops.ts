@@ -66,14 +66,22 @@ function apart(who: string, outs: [string, WGTensor | null][], ins: [string, WGT
   }
 }
 /** Targets: an index tensor of this backend with `rows` entries, each a class or ignoreIndex (checked on its mirror). */
-function targets(who: string, t: unknown, rows: number, classes: number, ignore: unknown): WGIndexTensor {
-  if (!isDeviceIndexTensor(t as DeviceIndexTensor) || !(t instanceof WGIndexTensor)) throw new FAError('E_ARG', `${who}: targets must be a webgpu index tensor (backend.uploadIndex)`);
-  if (t.mirror.length !== rows) throw new FAError('E_SHAPE', `${who}: targets holds ${t.mirror.length} values, ${rows} expected`);
-  if (!Number.isSafeInteger(ignore) || (ignore as number) < -(2 ** 31) || (ignore as number) >= 2 ** 31) throw new FAError('E_ARG', `${who}: ignoreIndex must be a 32-bit integer`);
+function targets(who: string, t: unknown, rows: number, classes: number, ignore: unknown, name = 'targets'): WGIndexTensor {
+  if (!isDeviceIndexTensor(t as DeviceIndexTensor) || !(t instanceof WGIndexTensor)) throw new FAError('E_ARG', `${who}: ${name} must be a webgpu index tensor (backend.uploadIndex)`);
+  if (t.mirror.length !== rows) throw new FAError('E_SHAPE', `${who}: ${name} holds ${t.mirror.length} values, ${rows} expected`);
+  const hasIgnore = !Number.isNaN(ignore);
+  if (hasIgnore && (!Number.isSafeInteger(ignore) || (ignore as number) < -(2 ** 31) || (ignore as number) >= 2 ** 31)) throw new FAError('E_ARG', `${who}: ignoreIndex must be a 32-bit integer`);
   for (let r = 0; r < rows; r++) {
     const v = t.mirror[r];
-    if (v !== ignore && (v < 0 || v >= classes)) throw new FAError('E_ARG', `${who}: targets[${r}] = ${v} is not a class (0 to ${classes - 1}) nor ignoreIndex ${String(ignore)}`);
+    if (v !== ignore && (v < 0 || v >= classes)) throw new FAError('E_ARG', `${who}: ${name}[${r}] = ${v} is not ${hasIgnore ? 'a class' : 'an id'} (0 to ${classes - 1})${hasIgnore ? ` nor ignoreIndex ${String(ignore)}` : ''}`);
   }
+  return t;
+}
+/** A webgpu f32 tensor of at least n values (an operand read or written in part). */
+function atLeast(who: string, name: string, t: unknown, n: number): WGTensor {
+  if (!(t instanceof WGTensor)) throw new FAError('E_ARG', `${who}: ${name} must be a webgpu device tensor (upload it first)`);
+  if (t.dtype !== 'f32') throw new FAError('E_DTYPE', `${who}: ${name} must be f32, got ${t.dtype}`);
+  if (numel(t.shape) < n) throw new FAError('E_SHAPE', `${who}: ${name} holds ${numel(t.shape)} values, at least ${n} needed`);
   return t;
 }
 
@@ -283,6 +291,70 @@ export class WebGPUDeviceOps {
       const p = this.params(s, [total, c.heads, c.seq, (c.interleaved ? 1 : 0) | (c.inverse ? 2 : 0)], [...bits]);
       const buffers: (Bound | undefined)[] = inPlace ? [p, this.at(s, y, y), this.at(s, cos, cos), this.at(s, sin, sin)] : [p, this.at(s, x, x), this.at(s, cos, cos), this.at(s, sin, sin), this.at(s, y, y)];
       await this.dispatch(enc, inPlace ? 'rotaryInPlace' : 'rotary', () => K.rotaryWGSL(inPlace), buffers, Math.ceil(total / 64));
+    });
+  }
+
+  /** y = alpha·x + beta·y on the first n values (beta 0: y = alpha·x): scaling, adding gradients. */
+  async axpy(c: { n: number; alpha: number; x: Tensor; beta: number; y: Tensor }): Promise<void> {
+    const who = 'axpy';
+    obj(who, c);
+    dims(who, c, 'n');
+    if (!isNum(c.alpha) || !isNum(c.beta)) throw new FAError('E_ARG', `${who}: alpha and beta must be finite numbers`);
+    const x = atLeast(who, 'x', c.x, c.n), y = atLeast(who, 'y', c.y, c.n);
+    apart(who, [['y', y]], [['x', x]]);
+    await this.env.run(who, async (enc, s) => {
+      await this.dispatch(enc, 'axpy', K.axpyWGSL, [this.params(s, [c.n, 0, 0, 0], [c.alpha, c.beta]), this.at(s, x, x), this.at(s, y, y)], Math.ceil(c.n / 64));
+    });
+  }
+
+  /** out[r] = table[ids[r]] (rows of dim values; + out with accumulate); ids an index tensor, checked on its mirror. */
+  async embedding(c: { rows: number; dim: number; vocab: number; table: Tensor; ids: DeviceIndexTensor; out: Tensor; accumulate?: boolean }): Promise<void> {
+    const who = 'embedding';
+    obj(who, c);
+    dims(who, c, 'rows', 'dim', 'vocab');
+    const table = f32(who, 'table', c.table, c.vocab * c.dim)!, out = f32(who, 'out', c.out, c.rows * c.dim)!;
+    const ids = targets(who, c.ids, c.rows, c.vocab, Number.NaN, 'ids');
+    apart(who, [['out', out]], [['table', table]]);
+    const n = c.rows * c.dim;
+    await this.env.run(who, async (enc, s) => {
+      await this.dispatch(enc, 'embedding', K.embeddingWGSL, [this.params(s, [n, c.rows, c.dim, c.accumulate ? 1 : 0]), this.at(s, table, table), this.env.indexBuffer(ids, 'ids'), this.at(s, out, out)], Math.ceil(n / 64));
+    });
+  }
+
+  /** dtable[v] = Σ grad[r] over the rows whose id is v (+ dtable with accumulate), in a fixed order. */
+  async embeddingBackward(c: { rows: number; dim: number; vocab: number; grad: Tensor; ids: DeviceIndexTensor; dtable: Tensor; accumulate?: boolean }): Promise<void> {
+    const who = 'embeddingBackward';
+    obj(who, c);
+    dims(who, c, 'rows', 'dim', 'vocab');
+    const grad = f32(who, 'grad', c.grad, c.rows * c.dim)!, dtable = f32(who, 'dtable', c.dtable, c.vocab * c.dim)!;
+    const ids = targets(who, c.ids, c.rows, c.vocab, Number.NaN, 'ids');
+    apart(who, [['dtable', dtable]], [['grad', grad]]);
+    // the rows of each id, from the mirror: [offsets V + 1 | rows]
+    const csr = new Uint32Array(c.vocab + 1 + c.rows);
+    for (let r = 0; r < c.rows; r++) csr[ids.mirror[r] + 1]++;
+    for (let v = 0; v < c.vocab; v++) csr[v + 1] += csr[v];
+    const fill = csr.slice(0, c.vocab);
+    for (let r = 0; r < c.rows; r++) csr[c.vocab + 1 + fill[ids.mirror[r]]++] = r;
+    const n = c.vocab * c.dim;
+    await this.env.run(who, async (enc, s) => {
+      const list = this.env.constant(s, new Uint8Array(csr.buffer), BufferUsage.STORAGE, 'embedding rows by id');
+      await this.dispatch(enc, 'embeddingBackward', K.embeddingBackwardWGSL, [this.params(s, [n, c.vocab, c.dim, c.accumulate ? 1 : 0]), this.at(s, grad, grad), list, this.at(s, dtable, dtable)], Math.ceil(n / 64));
+    });
+  }
+
+  /** dst[dstOffset + r·dstStride + c] (+)= src[srcOffset + r·srcStride + c], r < rows, c < cols. */
+  async copy2d(c: { rows: number; cols: number; src: Tensor; srcOffset: number; srcStride: number; dst: Tensor; dstOffset: number; dstStride: number; accumulate?: boolean }): Promise<void> {
+    const who = 'copy2d';
+    obj(who, c);
+    dims(who, c, 'rows', 'cols', 'srcOffset', 'srcStride', 'dstOffset', 'dstStride');
+    const last = (off: number, stride: number) => (c.rows === 0 || c.cols === 0 ? 0 : off + (c.rows - 1) * stride + c.cols);
+    const src = atLeast(who, 'src', c.src, last(c.srcOffset, c.srcStride)), dst = atLeast(who, 'dst', c.dst, last(c.dstOffset, c.dstStride));
+    if (c.rows > 1 && c.dstStride < c.cols) throw new FAError('E_ARG', `${who}: dstStride ${c.dstStride} < cols ${c.cols}: rows would overlap`);
+    apart(who, [['dst', dst]], [['src', src]]);
+    const n = c.rows * c.cols;
+    const bits = new Float32Array(new Uint32Array([c.srcOffset, c.srcStride, c.dstOffset, c.dstStride]).buffer);
+    await this.env.run(who, async (enc, s) => {
+      await this.dispatch(enc, 'copy2d', K.copy2dWGSL, [this.params(s, [n, c.rows, c.cols, c.accumulate ? 1 : 0], [...bits]), this.at(s, src, src), this.at(s, dst, dst)], Math.ceil(n / 64));
     });
   }
 

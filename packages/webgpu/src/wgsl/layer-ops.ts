@@ -428,3 +428,76 @@ ${EW_INDEX}
   }
 }`;
 }
+
+/** y[i] = alpha·x[i] + beta·y[i] for i < n (beta 0: y = alpha·x, y's old values unread). f0 alpha, f1 beta. */
+export function axpyWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+${EW_MAIN}
+${EW_INDEX}
+  var v = p.f0 * x[i];
+  if (p.f1 != 0.0) { v += p.f1 * y[i]; }
+  y[i] = v;
+}`;
+}
+
+/** out[r, c] = table[ids[r], c] (+ out with flags bit 0). n = rows·dim, cols = dim. */
+export function embeddingWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> table: array<f32>;
+@group(0) @binding(2) var<storage, read> ids: array<i32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+${EW_MAIN}
+${EW_INDEX}
+  let r = i / p.cols;
+  let c = i % p.cols;
+  var v = table[u32(ids[r]) * p.cols + c];
+  if ((p.flags & 1u) != 0u) { v += out[i]; }
+  out[i] = v;
+}`;
+}
+
+/**
+ * dtable[v, c] = Σ grad[r, c] over the rows r whose id is v (+ dtable with flags bit 0), one
+ * thread per (v, c): the rows of each id come from a CSR list made on the host from the ids'
+ * mirror (offsets [V + 1], then rows), so the sums run in a fixed order — no atomics, the same
+ * bits every run. n = V·dim, cols = dim, rows = V.
+ */
+export function embeddingBackwardWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> grad: array<f32>;
+@group(0) @binding(2) var<storage, read> csr: array<u32>;
+@group(0) @binding(3) var<storage, read_write> dtable: array<f32>;
+${EW_MAIN}
+${EW_INDEX}
+  let v = i / p.cols;
+  let c = i % p.cols;
+  let base = p.rows + 1u;
+  var s = 0.0;
+  for (var k = csr[v]; k < csr[v + 1u]; k++) { s += grad[csr[base + k] * p.cols + c]; }
+  if ((p.flags & 1u) != 0u) { s += dtable[i]; }
+  dtable[i] = s;
+}`;
+}
+
+/**
+ * dst[dOff + r·dStride + c] (+)= src[sOff + r·sStride + c] for r < rows, c < cols: the strided
+ * copy behind splitting a fused projection, joining heads and their gradients. n = rows·cols;
+ * u32s after the header: sOff, sStride, dOff, dStride as f32 bits in f0..f3. flags bit 0: accumulate.
+ */
+export function copy2dWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> src: array<f32>;
+@group(0) @binding(2) var<storage, read_write> dst: array<f32>;
+${EW_MAIN}
+${EW_INDEX}
+  let r = i / p.cols;
+  let c = i % p.cols;
+  let s = bitcast<u32>(p.f0) + r * bitcast<u32>(p.f1) + c;
+  let d = bitcast<u32>(p.f2) + r * bitcast<u32>(p.f3) + c;
+  var v = src[s];
+  if ((p.flags & 1u) != 0u) { v += dst[d]; }
+  dst[d] = v;
+}`;
+}
