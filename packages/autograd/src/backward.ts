@@ -7,6 +7,7 @@
 import { FAError } from '@fa/core';
 import { Node, releasedError } from './node.js';
 import { Tensor, alloc, castData, shapeStr, type Data } from './tensor.js';
+import { DeviceArray, deviceZeros, issue, settle, type DeviceEngine } from './device.js';
 
 export interface BackwardOptions {
   /** Keep saved buffers so backward can run through the graph again. */
@@ -18,7 +19,29 @@ interface Pending {
   owned: boolean;
 }
 
+/** A device gradient's copy (a gradient may reach two inputs: each gets its own). */
+function deviceCopy(g: DeviceArray): DeviceArray {
+  const c = deviceZeros(g.engine, g.length, true);
+  issue(g.engine, g.engine.deviceOps.axpy({ n: g.length, alpha: 1, x: g.t, beta: 0, y: c.t } as never));
+  return c;
+}
+/** acc += g on the device. */
+function deviceAdd(acc: DeviceArray, g: DeviceArray): void {
+  issue(acc.engine, acc.engine.deviceOps.axpy({ n: g.length, alpha: 1, x: g.t, beta: 1, y: acc.t } as never));
+}
+function mixedError(where: string): FAError {
+  return new FAError('E_ARG', `backward: a gradient on the host met one on a device (${where}); keep a model's tensors on one engine`);
+}
+
 function accumulateLeaf(leaf: Tensor, g: Data): void {
+  const gdev = g as unknown;
+  if (gdev instanceof DeviceArray) {
+    if (leaf.grad === null) leaf.grad = new Tensor(deviceCopy(gdev), leaf.shape);
+    else if (leaf.grad.device) deviceAdd(leaf.grad.device, gdev);
+    else throw mixedError(`the gradient of ${leaf.name ?? 'a leaf'}`);
+    return;
+  }
+  if (leaf.grad?.device) throw mixedError(`the gradient of ${leaf.name ?? 'a leaf'}`);
   const gd = castData(g, leaf.precision);
   if (leaf.grad === null) {
     leaf.grad = new Tensor(gd === g ? gd.slice() : gd, leaf.shape);
@@ -32,6 +55,14 @@ function addPending(slots: (Pending | null)[], index: number, g: Data): void {
   const cur = slots[index];
   if (cur === null) {
     slots[index] = { data: g, owned: false };
+    return;
+  }
+  const gdev = g as unknown, cdev = cur.data as unknown;
+  if (gdev instanceof DeviceArray || cdev instanceof DeviceArray) {
+    if (!(gdev instanceof DeviceArray) || !(cdev instanceof DeviceArray)) throw mixedError('two gradients of one output');
+    const acc = cur.owned ? cdev : deviceCopy(cdev);
+    deviceAdd(acc, gdev);
+    slots[index] = { data: acc as unknown as Data, owned: true };
     return;
   }
   if (!cur.owned) {
@@ -63,6 +94,7 @@ function seedOf(root: Tensor, g: Tensor | Data | undefined): Data {
 /** Runs reverse mode from `roots`, seeding each with `grads[i]` (ones for a scalar when omitted). */
 export async function backward(roots: readonly Tensor[], grads?: readonly (Tensor | Data | undefined)[], options: BackwardOptions = {}): Promise<void> {
   const retain = options.retainGraph === true;
+  const engines = new Set<DeviceEngine>();
   const pending = new Map<Node, (Pending | null)[]>();
   const slotsOf = (n: Node): (Pending | null)[] => {
     let s = pending.get(n);
@@ -111,7 +143,9 @@ export async function backward(roots: readonly Tensor[], grads?: readonly (Tenso
     pending.delete(node);
     if (slots && slots.some((s) => s !== null)) {
       if (node.fn === null) throw releasedError(node.name);
-      const outGrads = slots.map((s, i) => (s === null ? alloc(node.outputPrecision, sizeOfShape(node.outputShapes[i])) : s.data));
+      const dev = node.outputDevice;
+      const outGrads = slots.map((s, i) => (s !== null ? s.data : dev ? (deviceZeros(dev, sizeOfShape(node.outputShapes[i])) as unknown as Data) : alloc(node.outputPrecision, sizeOfShape(node.outputShapes[i]))));
+      if (dev) engines.add(dev);
       const inGrads = await node.fn(outGrads, node.needs);
       if (inGrads.length !== node.next.length) {
         throw new FAError('E_ARG', `internal: backward of ${node.name} returned ${inGrads.length} gradients for ${node.next.length} inputs`);
@@ -125,7 +159,7 @@ export async function backward(roots: readonly Tensor[], grads?: readonly (Tenso
         } else {
           const want = sizeOfShape(e.node.outputShapes[e.index]);
           if (g.length !== want) throw new FAError('E_SHAPE', `internal: backward of ${node.name} gave input ${i} a gradient of ${g.length} elements, the input has ${want}`);
-          addPending(slotsOf(e.node), e.index, castData(g, e.node.outputPrecision));
+          addPending(slotsOf(e.node), e.index, (g as unknown) instanceof DeviceArray ? g : castData(g, e.node.outputPrecision));
         }
       });
       if (!retain) node.release();
@@ -137,6 +171,8 @@ export async function backward(roots: readonly Tensor[], grads?: readonly (Tenso
       if (left === 0) ready.push(e.node);
     }
   }
+  // (device work is issued, not awaited: a failure the engine has reported by now is thrown here)
+  for (const e of engines) settle(e);
 }
 
 function sizeOfShape(s: readonly number[]): number {

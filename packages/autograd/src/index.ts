@@ -4,6 +4,7 @@
  * activation checkpointing, memory accounting and float64 gradcheck.
  */
 export { Tensor, sizeOf, type Data, type Precision, type TensorOptions } from './tensor.js';
+export { DeviceArray, isDeviceEngine, type DeviceEngine, type DeviceOps } from './device.js';
 export { noGrad, enableGrad, isGradEnabled } from './grad-mode.js';
 export { backward, type BackwardOptions } from './backward.js';
 export type { Node as GradNode, Saved, Edge, BackwardFn } from './node.js';

@@ -6,6 +6,7 @@
 import { FAError } from '@fa/core';
 import { isGradEnabled } from './grad-mode.js';
 import { Tensor, type Data } from './tensor.js';
+import { DeviceArray, type DeviceEngine } from './device.js';
 
 /** Where an input's gradient goes: another node's output, or a leaf's `.grad`. */
 export type Edge = { readonly node: Node; readonly index: number } | { readonly leaf: Tensor };
@@ -36,6 +37,9 @@ export class Node {
   fn: BackwardFn | null;
   /** Set once backward ran without retainGraph: the saved buffers are gone. */
   released = false;
+
+  /** The engine whose device holds the outputs (their gradients live there too), or null. */
+  outputDevice: DeviceEngine | null = null;
 
   constructor(
     readonly name: string,
@@ -94,7 +98,7 @@ export function shouldRecord(inputs: readonly (Tensor | null | undefined)[]): bo
 
 /** A saved-buffer entry for a tensor (marked leaf when no op produced it). */
 export function saveTensor(what: string, t: Tensor): Saved {
-  return { what, data: t.data, leaf: t.isLeaf };
+  return { what, data: t.storage as ArrayBufferView, leaf: t.isLeaf };
 }
 
 /** A saved-buffer entry for a buffer the op made (statistics, lse) or was given (token ids). */
@@ -125,6 +129,8 @@ export function record(
     saved,
     fn,
   );
+  const d0 = outputs[0][0] as unknown;
+  if (d0 instanceof DeviceArray) node.outputDevice = d0.engine;
   return outputs.map(([d, s], i) => new Tensor(d, s, {}, node, i));
 }
 

@@ -5,6 +5,7 @@
 import { FAError } from '@fa/core';
 import { modelEngine } from './engine.js';
 import { Tensor, alloc, type Data } from './tensor.js';
+import { DeviceArray, deviceZeros, issue } from './device.js';
 
 export abstract class Optimizer {
   readonly params: readonly Tensor[];
@@ -45,8 +46,9 @@ export class AdamW extends Optimizer {
     [this.beta1, this.beta2] = options.betas ?? [0.9, 0.999];
     this.eps = options.eps ?? 1e-8;
     this.weightDecay = options.weightDecay ?? 0.01;
-    this.m = this.params.map((p) => alloc(p.precision, p.size));
-    this.v = this.params.map((p) => alloc(p.precision, p.size));
+    // (a parameter on a device keeps its moments there)
+    this.m = this.params.map((p) => (p.device ? (deviceZeros(p.device.engine, p.size) as unknown as Data) : alloc(p.precision, p.size)));
+    this.v = this.params.map((p) => (p.device ? (deviceZeros(p.device.engine, p.size) as unknown as Data) : alloc(p.precision, p.size)));
   }
 
   step(): void {
@@ -55,6 +57,16 @@ export class AdamW extends Optimizer {
     const c1 = 1 - b1 ** this.t;
     const c2 = 1 - b2 ** this.t;
     this.params.forEach((p, i) => {
+      if (p.device) {
+        // issued on the engine, not awaited (a failure surfaces at the next read)
+        const gd = p.grad?.device;
+        if (!p.grad) return;
+        if (!gd) throw new FAError('E_ARG', `AdamW: parameter ${i} lives on ${p.device.engine.name} but its gradient on the host`);
+        const e = p.device.engine;
+        const m = this.m[i] as unknown as DeviceArray, v = this.v[i] as unknown as DeviceArray;
+        issue(e, e.deviceOps.adamw({ param: p.device.t, grad: gd.t, m: m.t, v: v.t, lr, beta1: b1, beta2: b2, eps, weightDecay: wd, step: this.t } as never));
+        return;
+      }
       const g = p.grad?.data;
       if (!g) return;
       const x = p.data;

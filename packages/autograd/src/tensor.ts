@@ -3,9 +3,10 @@
  * (gradcheck's float64 twin), a shape, and the links reverse mode needs: `requiresGrad`,
  * `grad`, and for a tensor an op produced, the node that computes its gradient (`gradFn`).
  */
-import { FAError } from '@fa/core';
+import { FAError, tensor as hostTensor } from '@fa/core';
 import type { Node } from './node.js';
 import { backward } from './backward.js';
+import { DeviceArray, isDeviceEngine, settle, type DeviceEngine } from './device.js';
 
 export type Precision = 'float32' | 'float64';
 export type Data = Float32Array | Float64Array;
@@ -49,8 +50,9 @@ export interface TensorOptions {
 }
 
 export class Tensor {
-  /** Row-major values. Ops never write into an input's data; `data` of a parameter is updated in place by optimizers. */
-  data: Data;
+  #host: Data | null;
+  /** The values on an engine's device (device.ts), or null for a host tensor. */
+  readonly device: DeviceArray | null;
   readonly shape: readonly number[];
   /** Leaf: whether backward accumulates into `.grad`. Non-leaf: whether it is part of a recorded graph. */
   requiresGrad: boolean;
@@ -62,15 +64,16 @@ export class Tensor {
   readonly outputIndex: number;
   name: string | undefined;
 
-  constructor(data: Data, shape: readonly number[], options: TensorOptions = {}, gradFn: Node | null = null, outputIndex = 0) {
+  constructor(data: Data | DeviceArray, shape: readonly number[], options: TensorOptions = {}, gradFn: Node | null = null, outputIndex = 0) {
     checkShape(shape, 'Tensor');
-    if (!(data instanceof Float32Array) && !(data instanceof Float64Array)) {
+    if (!(data instanceof Float32Array) && !(data instanceof Float64Array) && !(data instanceof DeviceArray)) {
       throw new FAError('E_DTYPE', 'Tensor data must be a Float32Array (or a Float64Array for float64 checks)');
     }
     if (data.length !== sizeOf(shape)) {
       throw new FAError('E_SHAPE', `Tensor: shape ${shapeStr(shape)} needs ${sizeOf(shape)} elements, the data has ${data.length}`);
     }
-    this.data = data;
+    this.#host = data instanceof DeviceArray ? null : data;
+    this.device = data instanceof DeviceArray ? data : null;
     this.shape = Object.freeze([...shape]);
     this.gradFn = gradFn;
     this.outputIndex = outputIndex;
@@ -78,13 +81,59 @@ export class Tensor {
     this.name = options.name;
   }
 
+  /**
+   * Row-major values in host memory. Ops never write into an input's data; `data` of a parameter
+   * is updated in place by optimizers. A tensor on a device has none: reading it throws (read it
+   * with `await t.toHost()`), so that no op copies to the host behind the caller's back.
+   */
+  get data(): Data {
+    if (this.#host === null) {
+      throw new FAError('E_UNSUPPORTED', `this tensor${this.name ? ` (${this.name})` : ''} lives on the ${this.device!.engine.name} engine: an op without a device path read its values; read it with await t.toHost(), or use ops with a device path (linear, matmul-free MLPs: gelu, crossEntropy, AdamW; issue 25)`);
+    }
+    return this.#host;
+  }
+
+  /** The values, wherever they are: the host array or the device array (for ops with both paths). */
+  get storage(): Data | DeviceArray {
+    return this.#host ?? this.device!;
+  }
+
   get precision(): Precision {
-    return precisionOf(this.data);
+    return this.#host === null ? 'float32' : precisionOf(this.#host);
   }
 
   /** Number of elements. */
   get size(): number {
-    return this.data.length;
+    return sizeOf(this.shape);
+  }
+
+  /** True when the values are on an engine's device. */
+  get onDevice(): boolean {
+    return this.device !== null;
+  }
+
+  /** A copy on `engine`'s device (a leaf, like clone()); float32. */
+  async to(engine: DeviceEngine, options: TensorOptions = {}): Promise<Tensor> {
+    if (!isDeviceEngine(engine)) throw new FAError('E_ARG', 'to(engine): the engine has no device model ops (an @fa/webgpu backend has them)');
+    const host = this.device ? await this.toHost() : this;
+    const d = host.data instanceof Float32Array ? host.data : Float32Array.from(host.data);
+    const t = await engine.upload(hostTensor(Float32Array.from(d), [d.length]));
+    return new Tensor(new DeviceArray(engine, t, d.length), this.shape, { requiresGrad: options.requiresGrad, name: options.name ?? this.name });
+  }
+
+  /** A host copy (a leaf): reads a device tensor back (waiting for the work that computes it), or clones a host one. */
+  async toHost(): Promise<Tensor> {
+    if (!this.device) return this.clone();
+    settle(this.device.engine);
+    const r = await this.device.engine.read(this.device.t);
+    settle(this.device.engine);
+    return new Tensor(Float32Array.from(r.data as Float32Array), this.shape, { name: this.name });
+  }
+
+  /** The value of a one-element tensor, wherever it is. */
+  async value(): Promise<number> {
+    if (this.size !== 1) throw new FAError('E_SHAPE', `value() needs a tensor with one element, this one has shape ${shapeStr(this.shape)}`);
+    return this.device ? (await this.toHost()).data[0] : this.data[0];
   }
 
   get ndim(): number {
@@ -98,6 +147,7 @@ export class Tensor {
 
   /** The value of a one-element tensor. */
   item(): number {
+    if (this.device) throw new FAError('E_UNSUPPORTED', 'item() of a tensor on a device would wait for the GPU: use await t.value()');
     if (this.data.length !== 1) throw new FAError('E_SHAPE', `item() needs a tensor with one element, this one has shape ${shapeStr(this.shape)}`);
     return this.data[0];
   }
@@ -109,7 +159,7 @@ export class Tensor {
 
   /** The same data, cut from the graph: no gradFn, requiresGrad false. */
   detach(): Tensor {
-    return new Tensor(this.data, this.shape);
+    return new Tensor(this.storage, this.shape);
   }
 
   /** A copy with its own data (a leaf), optionally in another precision. */
@@ -140,6 +190,7 @@ export class Tensor {
   }
 
   toString(): string {
+    if (this.device) return `Tensor(${shapeStr(this.shape)}, float32 on ${this.device.engine.name}${this.gradFn ? `, gradFn=${this.gradFn.name}` : this.requiresGrad ? ', requiresGrad' : ''})`;
     const head = Array.from(this.data.subarray(0, 6), (x) => x.toPrecision(4)).join(', ');
     return `Tensor(${shapeStr(this.shape)}, ${this.precision}${this.gradFn ? `, gradFn=${this.gradFn.name}` : this.requiresGrad ? ', requiresGrad' : ''}) [${head}${this.data.length > 6 ? ', …' : ''}]`;
   }

@@ -370,6 +370,25 @@ export class WebGPUBackend implements AttentionBackend {
     }, true);
   }
 
+  /**
+   * uploadIndex at once, without an await (model code: a step's token ids and targets, whose
+   * later calls are issued before anything is awaited). The copy is queued now: calls submitted
+   * after read it. A lost device is found by the next awaited call.
+   */
+  uploadIndexNow(data: IndexData, shape?: readonly number[]): DeviceIndexTensor {
+    if (this.disposedAll) throw new FAError('E_DEVICE', 'the webgpu backend was disposed');
+    const c = checkIndexUpload(data, shape);
+    const scope = new Scope(this.ledger);
+    const buf = this.createBuffer(scope, Math.max(16, c.data.byteLength), BufferUsage.STORAGE | BufferUsage.COPY_DST | BufferUsage.COPY_SRC, 'index');
+    if (c.data.byteLength > 0) {
+      const w = writableBytes(c.data);
+      this.acq.device.queue.writeBuffer(buf, 0, w.buffer, w.offset, w.size);
+    }
+    const t = new WGIndexTensor(c.shape, { buffer: buf, bytes: c.data.byteLength, epoch: this.epoch }, c.data);
+    this.live.add(t);
+    return t;
+  }
+
   async writeIndex(t: DeviceIndexTensor, data: IndexData, offset = 0): Promise<void> {
     this.notRecording('writeIndex');
     const d = checkIndexWrite(t, data, offset, this.name);

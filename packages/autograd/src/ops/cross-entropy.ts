@@ -11,6 +11,17 @@ import { Tensor, alloc, type Data, type Precision } from '../tensor.js';
 import { record1, saveBuffer, type BackwardFn } from '../node.js';
 import { checkTensors, shapeStr } from './util.js';
 import { modelEngine } from '../engine.js';
+import { DeviceArray, deviceZeros, issue, type DeviceEngine } from '../device.js';
+
+/** On the device: the gradient's scale needs the upstream gradient's value (the seed 1 is on the host; another is read). */
+function crossEntropyBackwardDevice(e: DeviceEngine, x: DeviceArray, lse: DeviceArray, ids: unknown, rows: number, V: number, div: number, ignore: number): BackwardFn {
+  return async ([g]) => {
+    const gv = (g as unknown) instanceof DeviceArray ? ((await e.read((g as unknown as DeviceArray).t)).data as Float32Array)[0] : g[0];
+    const gx = deviceZeros(e, x.length, true);
+    issue(e, e.deviceOps.crossEntropyBackward({ rows, classes: V, logits: x.t, lse: lse.t, targets: ids, ignoreIndex: ignore, scale: gv / div, dlogits: gx.t } as never));
+    return [gx as unknown as Data];
+  };
+}
 
 type F = Float32Array;
 
@@ -39,6 +50,22 @@ export function crossEntropy(logits: Tensor, targets: Int32Array | readonly numb
   const rows = logits.size / V;
   const t = targets instanceof Int32Array ? targets : Int32Array.from(targets);
   if (t.length !== rows) throw new FAError('E_SHAPE', `crossEntropy: logits ${shapeStr(logits.shape)} have ${rows} rows but there are ${t.length} targets`);
+  if (logits.device) {
+    const e = logits.device.engine;
+    for (let i = 0; i < rows; i++) {
+      if (t[i] !== ignore && (!Number.isInteger(t[i]) || t[i] < 0 || t[i] >= V)) throw new FAError('E_ARG', `crossEntropy: target ${t[i]} of row ${i} is not a class in [0, ${V})`);
+    }
+    // the targets are the host's: their count is known here, and they go up once, at once
+    const ids = e.uploadIndexNow(Int32Array.from(t)); // (a copy: the caller may reuse its array)
+    let count = 0;
+    for (let i = 0; i < rows; i++) if (t[i] !== ignore) count++;
+    const div = reduction === 'mean' ? Math.max(count, 1) : 1;
+    const lse = deviceZeros(e, rows, true), pair = deviceZeros(e, 2, true), out = deviceZeros(e, 1, true);
+    issue(e, e.deviceOps.crossEntropy({ rows, classes: V, logits: logits.device.t, targets: ids, ignoreIndex: ignore, lse: lse.t, loss: pair.t } as never));
+    issue(e, e.deviceOps.axpy({ n: 1, alpha: 1 / div, x: pair.t, beta: 0, y: out.t } as never));
+    return record1('crossEntropy', [logits], out as unknown as Data, [], [{ what: 'logits', data: logits.device as unknown as ArrayBufferView, leaf: logits.isLeaf }, saveBuffer('lse', lse as unknown as ArrayBufferView)],
+      crossEntropyBackwardDevice(e, logits.device, lse, ids, rows, V, div, ignore));
+  }
   const p: Precision = logits.precision;
   const x = logits.data;
   const lse = alloc(p, rows);

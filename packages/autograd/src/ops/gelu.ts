@@ -8,6 +8,17 @@ import { Tensor, alloc, type Data, type Precision } from '../tensor.js';
 import { record1, type BackwardFn } from '../node.js';
 import { checkTensors } from './util.js';
 import { modelEngine } from '../engine.js';
+import { DeviceArray, deviceZeros, issue, type DeviceEngine } from '../device.js';
+import { onDevice } from './linear.js';
+
+function geluBackwardDevice(e: DeviceEngine, x: DeviceArray, approx: GeluApproximate): BackwardFn {
+  return async ([gh]) => {
+    const g = await onDevice(e, gh);
+    const gx = deviceZeros(e, x.length, true);
+    issue(e, e.deviceOps.geluBackward({ x: x.t, dy: g.t, dx: gx.t, approximate: approx } as never));
+    return [gx as unknown as Data];
+  };
+}
 
 const INV_SQRT_2PI = 1 / Math.sqrt(2 * Math.PI);
 const TANH_C = Math.sqrt(2 / Math.PI);
@@ -45,6 +56,12 @@ export function gelu(x: Tensor, options: { approximate?: GeluApproximate } = {})
   checkTensors('gelu', ['x', x]);
   const approx = options.approximate ?? 'none';
   if (approx !== 'none' && approx !== 'tanh') throw new FAError('E_ARG', `gelu: approximate must be 'none' or 'tanh', got ${String(approx)}`);
+  if (x.device) {
+    const e = x.device.engine;
+    const out = deviceZeros(e, x.size, true);
+    issue(e, e.deviceOps.gelu({ x: x.device.t, y: out.t, approximate: approx } as never));
+    return record1('gelu', [x], out as unknown as Data, x.shape, [{ what: 'x', data: x.device as unknown as ArrayBufferView, leaf: x.isLeaf }], geluBackwardDevice(e, x.device, approx));
+  }
   const p = x.precision;
   const xd = x.data;
   const out = alloc(p, xd.length);

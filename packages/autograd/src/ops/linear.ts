@@ -9,6 +9,51 @@ import { record1, type BackwardFn, type Saved } from '../node.js';
 import { gemm } from './gemm.js';
 import { checkTensors, dataAs, promote, shapeError, shapeStr } from './util.js';
 import { modelEngine } from '../engine.js';
+import { DeviceArray, deviceZeros, engineOf, issue, type DeviceEngine } from '../device.js';
+
+const D = (d: unknown) => d as DeviceArray;
+
+/** On the device: the products and the bias's row sum issued on the engine, nothing awaited. */
+function linearBackwardDevice(e: DeviceEngine, x: DeviceArray | null, w: DeviceArray | null, M: number, I: number, O: number): BackwardFn {
+  return async ([gh], needs) => {
+    const g = await onDevice(e, gh);
+    const ops = e.deviceOps;
+    let gx: DeviceArray | null = null, gw: DeviceArray | null = null, gb: DeviceArray | null = null;
+    if (needs[0]) {
+      gx = deviceZeros(e, M * I, true);
+      issue(e, ops.gemm({ transA: false, transB: false, M, N: I, K: O, a: g.t, b: w!.t, c: gx.t } as never));
+    }
+    if (needs[1]) {
+      gw = deviceZeros(e, O * I, true);
+      issue(e, ops.gemm({ transA: true, transB: false, M: O, N: I, K: M, a: g.t, b: x!.t, c: gw.t } as never));
+    }
+    if (needs[2]) {
+      gb = deviceZeros(e, O, true);
+      issue(e, ops.sumRows({ rows: M, cols: O, x: g.t, out: gb.t } as never));
+    }
+    return [gx, gw, gb] as unknown as (Data | null)[];
+  };
+}
+
+/** A gradient on the engine's device (a host one — backward's seed — uploaded). */
+export async function onDevice(e: DeviceEngine, g: unknown): Promise<DeviceArray> {
+  if (g instanceof DeviceArray) return g;
+  const h = g as Float32Array;
+  const t = await e.upload({ kind: 'host', dtype: 'f32', shape: [h.length], data: Float32Array.from(h) });
+  return new DeviceArray(e, t, h.length);
+}
+
+function linearDevice(x: Tensor, weight: Tensor, bias: Tensor | null | undefined, M: number, I: number, O: number): Tensor {
+  const e = engineOf('linear', x.storage, weight.storage, bias?.storage)!;
+  const out = deviceZeros(e, M * O, true);
+  issue(e, e.deviceOps.gemm({ transA: false, transB: true, M, N: O, K: I, a: D(x.storage).t, b: D(weight.storage).t, c: out.t, bias: bias ? D(bias.storage).t : null } as never));
+  const keepX = weight.requiresGrad ? D(x.storage) : null;
+  const keepW = x.requiresGrad ? D(weight.storage) : null;
+  const saved: Saved[] = [];
+  if (keepX) saved.push({ what: 'x', data: keepX as unknown as ArrayBufferView, leaf: x.isLeaf });
+  if (keepW) saved.push({ what: 'weight', data: keepW as unknown as ArrayBufferView, leaf: weight.isLeaf });
+  return record1('linear', [x, weight, bias], out as unknown as Data, [...x.shape.slice(0, -1), O], saved, linearBackwardDevice(e, keepX, keepW, M, I, O));
+}
 
 function linearBackward(x: Data | null, w: Data | null, M: number, I: number, O: number, p: Precision): BackwardFn {
   return ([g], needs) => {
@@ -43,8 +88,9 @@ export function linear(x: Tensor, weight: Tensor, bias?: Tensor | null): Tensor 
   const [O, I] = weight.shape;
   if (x.ndim < 1 || x.shape[x.ndim - 1] !== I) throw shapeError('linear', `x ${shapeStr(x.shape)} must end in in_features = ${I} (weight ${shapeStr(weight.shape)})`);
   if (bias != null && (bias.ndim !== 1 || bias.shape[0] !== O)) throw new FAError('E_SHAPE', `linear: bias must be [${O}], got ${shapeStr(bias.shape)}`);
-  const p = promote(x, weight, bias);
   const M = x.size / I;
+  if (x.onDevice || weight.onDevice || bias?.onDevice) return linearDevice(x, weight, bias, M, I, O);
+  const p = promote(x, weight, bias);
   const xd = dataAs(x, p);
   const wd = dataAs(weight, p);
   const out = alloc(p, M * O);

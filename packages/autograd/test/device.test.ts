@@ -1,0 +1,77 @@
+/**
+ * Tensors on the engine (issue 25): an MLP's training step (linear with bias, gelu, linear,
+ * cross-entropy, backward, AdamW) with every tensor on the WebGPU engine's device — nothing read
+ * back inside the step — against the same model on the host (float32 cpu model ops): the same
+ * losses and parameters to float32's rule. Ops without a device path refuse device tensors.
+ */
+import { describe, expect, it } from 'vitest';
+import { FAError } from '@fa/core';
+import { AdamW, Linear, Rng, Tensor, crossEntropy, gelu, linear, isDeviceEngine, sum, type DeviceEngine } from '@fa/autograd';
+import { relNormErr } from './helpers.js';
+
+let engine: DeviceEngine | undefined;
+let why = '';
+try {
+  const dist = new URL('../../webgpu/dist/index.js', import.meta.url).href;
+  const { createWebGPUBackend } = (await import(/* @vite-ignore */ dist)) as typeof import('@fa/webgpu');
+  const b = await createWebGPUBackend();
+  if (isDeviceEngine(b)) engine = b as unknown as DeviceEngine;
+  else why = 'the webgpu backend has no device ops';
+} catch (e) {
+  why = (e as Error).message.split('\n')[0];
+}
+
+describe('autograd tensors on the webgpu engine', () => {
+  if (!engine) {
+    it.skip(`skipped: no WebGPU here (${why})`, () => undefined);
+    return;
+  }
+  const e = engine;
+
+  it('an MLP trains on the device as on the host: same losses and weights, nothing read inside a step', async () => {
+    const [B, I, H, V] = [24, 16, 32, 10];
+    const rng = new Rng(7);
+    const host = [new Linear(I, H, { rng }), new Linear(H, V, { rng })].flatMap((l) => [l.weight, l.bias!]);
+    // the device model starts from the host model's weights
+    const onDev = await Promise.all(host.map((p) => p.to(e, { requiresGrad: true, name: p.name })));
+    const x = new Tensor(Float32Array.from({ length: B * I }, () => rng.normal(0, 1)), [B, I]);
+    const xd = await x.to(e);
+    const targets = Int32Array.from({ length: B }, (_, i) => (i * 3) % V);
+    const optH = new AdamW(host, { lr: 1e-2 });
+    const optD = new AdamW(onDev, { lr: 1e-2 });
+    const step = (ps: Tensor[], input: Tensor) => crossEntropy(linear(gelu(linear(input, ps[0], ps[1])), ps[2], ps[3]), targets);
+    const lossesH: number[] = [], lossesD: Tensor[] = [];
+    for (let s = 0; s < 8; s++) {
+      optH.zeroGrad();
+      const lh = step(host, x);
+      await lh.backward();
+      optH.step();
+      lossesH.push(lh.item());
+      optD.zeroGrad();
+      const ld = step(onDev, xd);
+      expect(ld.onDevice).toBe(true);
+      await ld.backward();
+      optD.step();
+      lossesD.push(ld);
+    }
+    // one read at the end of all steps
+    const got = await Promise.all(lossesD.map((l) => l.value()));
+    for (let s = 0; s < got.length; s++) expect(Math.abs(got[s] - lossesH[s]) / Math.abs(lossesH[s])).toBeLessThan(1e-4);
+    expect(got[got.length - 1]).toBeLessThan(got[0]);
+    const w = await onDev[2].toHost();
+    expect(relNormErr(w.data, host[2].data)).toBeLessThan(1e-4);
+    const g = await onDev[0].grad!.toHost();
+    expect(relNormErr(g.data, host[0].grad!.data)).toBeLessThan(1e-4);
+  });
+
+  it('an op without a device path refuses a device tensor with the reason; item() asks for value()', async () => {
+    const t = await new Tensor(new Float32Array(12).fill(1), [3, 4]).to(e, { requiresGrad: true });
+    expect(() => sum(t)).toThrow(FAError);
+    expect(() => sum(t)).toThrow(/lives on the webgpu engine: an op without a device path read its values/);
+    const one = await new Tensor(Float32Array.of(2), []).to(e);
+    expect(() => one.item()).toThrow(/use await t.value\(\)/);
+    expect(await one.value()).toBe(2);
+    const h = new Tensor(new Float32Array(4 * 5), [5, 4]);
+    expect(() => linear(h, t)).toThrow(/some tensors live on webgpu, others on the host/);
+  });
+});
