@@ -7,7 +7,7 @@
 import { FAError } from '@fa/core';
 import { Node, releasedError } from './node.js';
 import { Tensor, alloc, castData, shapeStr, type Data } from './tensor.js';
-import { DeviceArray, deviceZeros, issue, settle, type DeviceEngine } from './device.js';
+import { DeviceArray, deviceZeros, runOnDevice, settle, type DeviceEngine } from './device.js';
 
 export interface BackwardOptions {
   /** Keep saved buffers so backward can run through the graph again. */
@@ -22,12 +22,12 @@ interface Pending {
 /** A device gradient's copy (a gradient may reach two inputs: each gets its own). */
 function deviceCopy(g: DeviceArray): DeviceArray {
   const c = deviceZeros(g.engine, g.length, true);
-  issue(g.engine, g.engine.deviceOps.axpy({ n: g.length, alpha: 1, x: g.t, beta: 0, y: c.t } as never));
+  runOnDevice(g.engine, 'axpy', { n: g.length, alpha: 1, x: g, beta: 0, y: c });
   return c;
 }
 /** acc += g on the device. */
 function deviceAdd(acc: DeviceArray, g: DeviceArray): void {
-  issue(acc.engine, acc.engine.deviceOps.axpy({ n: g.length, alpha: 1, x: g.t, beta: 1, y: acc.t } as never));
+  runOnDevice(acc.engine, 'axpy', { n: g.length, alpha: 1, x: g, beta: 1, y: acc });
 }
 function mixedError(where: string): FAError {
   return new FAError('E_ARG', `backward: a gradient on the host met one on a device (${where}); keep a model's tensors on one engine`);

@@ -10,7 +10,7 @@
  * A device op's failure (the engine's checks run when the call is issued, asynchronously) is
  * kept and thrown by the next read, backward or optimizer step on that engine.
  */
-import { FAError, type DeviceIndexTensor, type HostTensor, type Tensor as CoreTensor } from '@fa/core';
+import { FAError, type AttentionOptions, type BackwardResult, type DeviceIndexTensor, type ForwardResult, type HostTensor, type Tensor as CoreTensor } from '@fa/core';
 
 /** What the autograd needs of an engine to keep tensors on it. */
 export interface DeviceEngine {
@@ -18,6 +18,10 @@ export interface DeviceEngine {
   allocTensor(dtype: 'f32', shape: readonly number[], opts?: { uninitialized?: boolean }): CoreTensor;
   upload(t: HostTensor): Promise<CoreTensor>;
   uploadIndexNow(data: Int32Array): DeviceIndexTensor;
+  uploadNow(t: HostTensor): CoreTensor;
+  viewTensor(t: CoreTensor, shape: readonly number[]): CoreTensor;
+  forward(q: CoreTensor, k: CoreTensor, v: CoreTensor, opts?: AttentionOptions): Promise<ForwardResult>;
+  backward(q: CoreTensor, k: CoreTensor, v: CoreTensor, out: CoreTensor, dOut: CoreTensor, lse: CoreTensor, opts?: AttentionOptions): Promise<BackwardResult>;
   read(t: CoreTensor): Promise<HostTensor>;
   disposeTensor(t: CoreTensor | DeviceIndexTensor): void;
   readonly deviceOps: DeviceOps;
@@ -34,6 +38,16 @@ export interface DeviceOps {
   adamw: Op;
   sumRows: Op;
   axpy: Op;
+  layerNorm: Op;
+  layerNormBackward: Op;
+  rmsNorm: Op;
+  rmsNormBackward: Op;
+  silu: Op;
+  siluBackward: Op;
+  rotary: Op;
+  embedding: Op;
+  embeddingBackward: Op;
+  copy2d: Op;
 }
 
 /** Is `e` an engine the autograd can keep tensors on? */
@@ -67,6 +81,29 @@ export class DeviceArray {
   }
 }
 
+/** The device array of host values (uploaded now, without an await). */
+export function deviceFrom(engine: DeviceEngine, x: Float32Array | Float64Array): DeviceArray {
+  const d = x instanceof Float32Array ? Float32Array.from(x) : Float32Array.from(x);
+  return new DeviceArray(engine, engine.uploadNow({ kind: 'host', dtype: 'f32', shape: [d.length], data: d }), d.length);
+}
+
+/** A value on `engine`'s device: a device array as it is, host values (a backward's seed) uploaded. */
+export function onEngine(engine: DeviceEngine, x: unknown): DeviceArray {
+  if (x instanceof DeviceArray) return x;
+  return deviceFrom(engine, x as Float32Array);
+}
+
+/** Issues a device op whose call holds device arrays (replaced by their engine tensors). */
+export function runOnDevice(engine: DeviceEngine, op: keyof DeviceOps, call: Record<string, unknown>): void {
+  const d: Record<string, unknown> = {};
+  const keep: DeviceArray[] = [];
+  for (const [k, v] of Object.entries(call)) {
+    if (v instanceof DeviceArray) keep.push(v);
+    d[k] = v instanceof DeviceArray ? v.t : v;
+  }
+  issue(engine, (engine.deviceOps[op] as (c: unknown) => Promise<void>).call(engine.deviceOps, d), keep);
+}
+
 /** A new device array of n f32 values, zero-filled unless `uninitialized`. */
 export function deviceZeros(engine: DeviceEngine, n: number, uninitialized = false): DeviceArray {
   return new DeviceArray(engine, engine.allocTensor('f32', [n], { uninitialized }), n);
@@ -74,11 +111,19 @@ export function deviceZeros(engine: DeviceEngine, n: number, uninitialized = fal
 
 const failures = new WeakMap<DeviceEngine, unknown>();
 
-/** Issues a device op's promise: its failure is kept for the next settle() on that engine. */
-export function issue(engine: DeviceEngine, p: Promise<void>): void {
-  p.catch((e: unknown) => {
-    if (!failures.has(engine)) failures.set(engine, e);
-  });
+/**
+ * Issues a device op's promise: its failure is kept for the next settle() on that engine. The op
+ * reads engine tensors, not the DeviceArrays around them: `keep` holds those arrays until the op
+ * is encoded, so that the collector cannot free a tensor a queued op still has to bind.
+ */
+export function issue(engine: DeviceEngine, p: Promise<void>, ...keep: unknown[]): void {
+  p.then(
+    () => void keep,
+    (e: unknown) => {
+      void keep;
+      if (!failures.has(engine)) failures.set(engine, e);
+    },
+  );
 }
 
 /** Throws (once) the first failure of a device op issued on `engine` since the last settle. */

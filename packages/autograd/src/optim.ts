@@ -5,7 +5,7 @@
 import { FAError } from '@fa/core';
 import { modelEngine } from './engine.js';
 import { Tensor, alloc, type Data } from './tensor.js';
-import { DeviceArray, deviceZeros, issue } from './device.js';
+import { DeviceArray, deviceZeros, runOnDevice } from './device.js';
 
 export abstract class Optimizer {
   readonly params: readonly Tensor[];
@@ -64,7 +64,7 @@ export class AdamW extends Optimizer {
         if (!gd) throw new FAError('E_ARG', `AdamW: parameter ${i} lives on ${p.device.engine.name} but its gradient on the host`);
         const e = p.device.engine;
         const m = this.m[i] as unknown as DeviceArray, v = this.v[i] as unknown as DeviceArray;
-        issue(e, e.deviceOps.adamw({ param: p.device.t, grad: gd.t, m: m.t, v: v.t, lr, beta1: b1, beta2: b2, eps, weightDecay: wd, step: this.t } as never));
+        runOnDevice(e, 'adamw', { param: p.device, grad: gd, m, v, lr, beta1: b1, beta2: b2, eps, weightDecay: wd, step: this.t });
         return;
       }
       const g = p.grad?.data;

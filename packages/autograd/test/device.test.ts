@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { FAError } from '@fa/core';
-import { AdamW, Linear, Rng, Tensor, crossEntropy, gelu, linear, isDeviceEngine, sum, type DeviceEngine } from '@fa/autograd';
+import { AdamW, GPT, Linear, Rng, Tensor, crossEntropy, gelu, linear, isDeviceEngine, sum, type DeviceEngine } from '@fa/autograd';
 import { relNormErr } from './helpers.js';
 
 let engine: DeviceEngine | undefined;
@@ -63,6 +63,35 @@ describe('autograd tensors on the webgpu engine', () => {
     const g = await onDev[0].grad!.toHost();
     expect(relNormErr(g.data, host[0].grad!.data)).toBeLessThan(1e-4);
   });
+
+  for (const style of ['gpt2', 'llama'] as const) {
+    it(`a ${style}-style GPT trains on the device as on the host (embeddings, norms, attention, MLP, tied head, AdamW)`, async () => {
+      const cfg = style === 'llama'
+        ? { vocab: 29, maxT: 16, dModel: 32, layers: 2, heads: 4, kvHeads: 2, positions: 'rotary' as const, norm: 'rms' as const, mlp: 'swiglu' as const, seed: 3 }
+        : { vocab: 29, maxT: 16, dModel: 32, layers: 2, heads: 4, seed: 3 };
+      const host = new GPT(cfg), dev = await new GPT(cfg).to(e);
+      expect(dev.parameters().every((p) => p.onDevice)).toBe(true);
+      expect(dev.parameters().length).toBe(host.parameters().length); // (the tied head stays tied)
+      const [B, T] = [2, 12];
+      const ids = Int32Array.from({ length: B * T }, (_, i) => (i * 7 + 3) % cfg.vocab);
+      const targets = Int32Array.from({ length: B * T }, (_, i) => (i * 5 + 1) % cfg.vocab);
+      const optH = new AdamW(host.parameters(), { lr: 3e-3 }), optD = new AdamW(dev.parameters(), { lr: 3e-3 });
+      const lh: number[] = [], ld: Tensor[] = [];
+      for (let s = 0; s < 4; s++) {
+        for (const [m, opt, out] of [[host, optH, lh], [dev, optD, ld]] as const) {
+          opt.zeroGrad();
+          const logits = await m.forward(ids, B);
+          const loss = crossEntropy(logits, targets);
+          await loss.backward();
+          opt.step();
+          if (m === host) (out as number[]).push(loss.item());
+          else (out as Tensor[]).push(loss);
+        }
+      }
+      const got = await Promise.all(ld.map((l) => l.value()));
+      for (let s = 0; s < got.length; s++) expect(Math.abs(got[s] - lh[s]) / lh[s], `step ${s}: device ${got[s]}, host ${lh[s]}`).toBeLessThan(2e-3);
+    });
+  }
 
   it('an op without a device path refuses a device tensor with the reason; item() asks for value()', async () => {
     const t = await new Tensor(new Float32Array(12).fill(1), [3, 4]).to(e, { requiresGrad: true });

@@ -424,6 +424,24 @@ export class WebGPUBackend implements AttentionBackend {
     return this.wrap(buf, dtype, shape);
   }
 
+  /** upload at once, without an await (the copy is queued now; calls submitted after read it). */
+  uploadNow(t: HostTensor): Tensor {
+    if (this.disposedAll) throw new FAError('E_DEVICE', 'the webgpu backend was disposed');
+    checkHostData(t.data, t.shape, t.dtype, 'uploadNow');
+    const scope = new Scope(this.ledger);
+    return this.wrap(this.uploadInto(scope, t, 'upload'), t.dtype, t.shape);
+  }
+
+  /**
+   * Another shape over the same buffer (no copy): a view, valid while `t` is. Disposing the view
+   * forgets it; the buffer stays `t`'s.
+   */
+  viewTensor(t: Tensor, shape: readonly number[]): Tensor {
+    if (!(t instanceof WGTensor) || t.disposed) throw new FAError('E_ARG', 'viewTensor takes a live webgpu device tensor');
+    if (numel(shape) !== numel(t.shape)) throw new FAError('E_SHAPE', `viewTensor: ${numel(t.shape)} values cannot be viewed as [${shape.join(', ')}]`);
+    return new WGTensor(t.dtype, [...shape], { ...t.handle, external: true });
+  }
+
   async upload(t: HostTensor): Promise<Tensor> {
     checkHostData(t.data, t.shape, t.dtype, 'upload');
     await this.ready();

@@ -1,5 +1,6 @@
 /** Module: a container of parameters and sub-modules, found by walking its own fields (as torch.nn.Module). */
 import { Tensor } from '../tensor.js';
+import type { DeviceEngine } from '../device.js';
 
 export abstract class Module {
   /** Every trainable leaf tensor of this module and its sub-modules, each once. */
@@ -30,6 +31,27 @@ export abstract class Module {
   /** Total number of parameter elements. */
   numParameters(): number {
     return this.parameters().reduce((a, p) => a + p.size, 0);
+  }
+
+  /**
+   * Moves every parameter (and any other tensor field) to `engine`'s device, in place, keeping
+   * tied parameters tied (a tensor held by two fields moves once). Returns this module.
+   */
+  async to(engine: DeviceEngine): Promise<this> {
+    const moved = new Map<Tensor, Tensor>();
+    const move = async (t: Tensor): Promise<Tensor> => {
+      let m = moved.get(t);
+      if (!m) moved.set(t, (m = await t.to(engine, { requiresGrad: t.requiresGrad, name: t.name })));
+      return m;
+    };
+    const visit = async (owner: Record<string, unknown> | unknown[], key: string | number): Promise<void> => {
+      const value = (owner as Record<string | number, unknown>)[key];
+      if (value instanceof Tensor) (owner as Record<string | number, unknown>)[key] = await move(value);
+      else if (value instanceof Module) for (const k of Object.keys(value)) await visit(value as unknown as Record<string, unknown>, k);
+      else if (Array.isArray(value)) for (let i = 0; i < value.length; i++) await visit(value, i);
+    };
+    for (const k of Object.keys(this)) await visit(this as unknown as Record<string, unknown>, k);
+    return this;
   }
 
   zeroGrad(): void {

@@ -1,8 +1,38 @@
 /** Elementwise a + b and a − b with NumPy broadcasting (a bias add is `add(x, b)`). */
-import { Tensor, alloc, sizeOf, type Data, type Precision } from '../tensor.js';
+import { FAError } from '@fa/core';
+import { Tensor, alloc, sizeOf, shapeStr, type Data, type Precision } from '../tensor.js';
 import { record1, type BackwardFn } from '../node.js';
 import { broadcastShapes, mapBuffers, read, reduceTo, sourceMap, type SourceMap } from './broadcast.js';
 import { checkTensors, promote, dataAs } from './util.js';
+import { DeviceArray, deviceZeros, engineOf, onEngine, runOnDevice, type DeviceEngine } from '../device.js';
+
+/** a ± b on the device: the same shape, or b repeated over a's leading rows (a position table). */
+function addDevice(op: 'add' | 'sub', a: Tensor, b: Tensor, shape: number[], ma: SourceMap, mb: SourceMap, sign: number): Tensor {
+  const e = engineOf(op, a.storage, b.storage)!;
+  if (ma.kind !== 'same' || (mb.kind !== 'same' && mb.kind !== 'mod')) {
+    throw new FAError('E_UNSUPPORTED', `${op} on ${e.name}: broadcasting ${shapeStr(a.shape)} with ${shapeStr(b.shape)} has no device path yet (same shapes, or b's shape a suffix of a's)`);
+  }
+  const n = sizeOf(shape), m = b.size;
+  const out = deviceZeros(e, n, true);
+  runOnDevice(e, 'axpy', { n, alpha: 1, x: a.storage, beta: 0, y: out });
+  if (mb.kind === 'same') runOnDevice(e, 'axpy', { n, alpha: sign, x: b.storage, beta: 1, y: out });
+  else if (sign > 0) runOnDevice(e, 'copy2d', { rows: n / m, cols: m, src: b.storage, srcOffset: 0, srcStride: 0, dst: out, dstOffset: 0, dstStride: m, accumulate: true });
+  else throw new FAError('E_UNSUPPORTED', `sub on ${e.name}: a broadcast b has no device path yet`);
+  return record1(op, [a, b], out as unknown as Data, shape, [], addBackwardDevice(e, mb.kind === 'mod', n, m, sign));
+}
+
+function addBackwardDevice(e: DeviceEngine, mod: boolean, n: number, m: number, sign: number): BackwardFn {
+  return ([gh], needs) => {
+    const g = onEngine(e, gh);
+    let gb: DeviceArray | null = null;
+    if (needs[1]) {
+      gb = deviceZeros(e, mod ? m : n, true);
+      if (mod) runOnDevice(e, 'sumRows', { rows: n / m, cols: m, x: g, out: gb });
+      else runOnDevice(e, 'axpy', { n, alpha: sign, x: g, beta: 0, y: gb });
+    }
+    return [needs[0] ? (g as unknown as Data) : null, gb as unknown as Data | null];
+  };
+}
 
 const passThrough: BackwardFn = (g) => [g[0]];
 
@@ -38,6 +68,7 @@ function addSub(op: 'add' | 'sub', a: Tensor, b: Tensor | number): Tensor {
   const n = sizeOf(shape);
   const ma = sourceMap(a.shape, shape);
   const mb = sourceMap(b.shape, shape);
+  if (a.onDevice || b.onDevice) return addDevice(op, a, b, shape, ma, mb, sign);
   const x = dataAs(a, p);
   const y = dataAs(b, p);
   const out = alloc(p, n);

@@ -20,10 +20,41 @@ import {
   type HostTensor,
   type Tensor as CoreTensor,
 } from '@fa/core';
-import { Tensor } from '../tensor.js';
+import { Tensor, type Data } from '../tensor.js';
 import { record1, saveBuffer, type BackwardFn, type Saved } from '../node.js';
 import { backward64, describeShapes, forward64 } from './attention-f64.js';
 import { checkTensors, dataAs } from './util.js';
+import { DeviceArray, engineOf, onEngine, type DeviceEngine } from '../device.js';
+
+/** Attention on the device: the engine the tensors live on computes it (stream-ordered; f32). */
+async function attentionDevice(q: Tensor, k: Tensor, v: Tensor, o: AttentionOptions, opts: AttentionCallOptions): Promise<Tensor> {
+  const e = engineOf('attention', q.storage, k.storage, v.storage)!;
+  if ((opts.dtype ?? 'f32') !== 'f32') throw new FAError('E_UNSUPPORTED', `attention on ${e.name} device tensors computes in f32 (dtype ${String(opts.dtype)} has no device path yet)`);
+  if (opts.backend !== undefined && (opts.backend as unknown) !== e && opts.backend !== e.name) {
+    throw new FAError('E_ARG', `attention: q, k, v live on ${e.name}; backend ${typeof opts.backend === 'string' ? opts.backend : (opts.backend as { name?: string }).name} cannot compute on them (leave backend out, or move the tensors)`);
+  }
+  const [dq, dk, dv] = [q, k, v].map((t) => t.storage as DeviceArray);
+  const view = (a: DeviceArray, shape: readonly number[]) => e.viewTensor(a.t, shape);
+  const r = await e.forward(view(dq, q.shape), view(dk, k.shape), view(dv, v.shape), o);
+  const out = new DeviceArray(e, r.out, q.size);
+  const lse = new DeviceArray(e, r.lse, r.lse.shape.reduce((a, b) => a * b, 1));
+  const saved: Saved[] = [dq, dk, dv].map((a, i) => ({ what: 'qkv'[i], data: a as unknown as ArrayBufferView, leaf: [q, k, v][i].isLeaf }));
+  saved.push(saveBuffer('out', out as unknown as ArrayBufferView), saveBuffer('lse', lse as unknown as ArrayBufferView));
+  return record1('attention', [q, k, v], out as unknown as Data, q.shape, saved, attentionBackwardDevice(e, dq, dk, dv, out, lse, q.shape, k.shape, v.shape, o));
+}
+
+function attentionBackwardDevice(e: DeviceEngine, q: DeviceArray, k: DeviceArray, v: DeviceArray, out: DeviceArray, lse: DeviceArray, qs: readonly number[], ks: readonly number[], vs: readonly number[], o: AttentionOptions): BackwardFn {
+  return async ([gh], needs) => {
+    const g = onEngine(e, gh);
+    const r = await e.backward(e.viewTensor(q.t, qs), e.viewTensor(k.t, ks), e.viewTensor(v.t, vs), e.viewTensor(out.t, qs), e.viewTensor(g.t, qs), lse.t, o);
+    const wrap = (t: CoreTensor, n: number, need: boolean) => {
+      if (need) return new DeviceArray(e, t, n) as unknown as Data;
+      e.disposeTensor(t);
+      return null;
+    };
+    return [wrap(r.dq, q.length, needs[0]), wrap(r.dk, k.length, needs[1]), wrap(r.dv, v.length, needs[2])];
+  };
+}
 
 export type BackendChoice = AttentionBackend | string | readonly string[];
 
@@ -126,6 +157,7 @@ function saves(q: Tensor, k: Tensor, v: Tensor, qd: ArrayBufferView, kd: ArrayBu
 export async function attention(q: Tensor, k: Tensor, v: Tensor, opts: AttentionCallOptions = {}): Promise<Tensor> {
   checkTensors('attention', ['q', q], ['k', k], ['v', v]);
   const o = coreOptions(opts);
+  if (q.onDevice || k.onDevice || v.onDevice) return attentionDevice(q, k, v, o, opts);
   if (q.precision === 'float64' || k.precision === 'float64' || v.precision === 'float64') {
     const p = describeShapes(q.shape, k.shape, v.shape, o);
     const qd = dataAs(q, 'float64') as Float64Array;

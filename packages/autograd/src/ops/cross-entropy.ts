@@ -11,14 +11,14 @@ import { Tensor, alloc, type Data, type Precision } from '../tensor.js';
 import { record1, saveBuffer, type BackwardFn } from '../node.js';
 import { checkTensors, shapeStr } from './util.js';
 import { modelEngine } from '../engine.js';
-import { DeviceArray, deviceZeros, issue, type DeviceEngine } from '../device.js';
+import { DeviceArray, deviceZeros, runOnDevice, type DeviceEngine } from '../device.js';
 
 /** On the device: the gradient's scale needs the upstream gradient's value (the seed 1 is on the host; another is read). */
 function crossEntropyBackwardDevice(e: DeviceEngine, x: DeviceArray, lse: DeviceArray, ids: unknown, rows: number, V: number, div: number, ignore: number): BackwardFn {
   return async ([g]) => {
     const gv = (g as unknown) instanceof DeviceArray ? ((await e.read((g as unknown as DeviceArray).t)).data as Float32Array)[0] : g[0];
     const gx = deviceZeros(e, x.length, true);
-    issue(e, e.deviceOps.crossEntropyBackward({ rows, classes: V, logits: x.t, lse: lse.t, targets: ids, ignoreIndex: ignore, scale: gv / div, dlogits: gx.t } as never));
+    runOnDevice(e, 'crossEntropyBackward', { rows, classes: V, logits: x, lse, targets: ids, ignoreIndex: ignore, scale: gv / div, dlogits: gx });
     return [gx as unknown as Data];
   };
 }
@@ -61,8 +61,8 @@ export function crossEntropy(logits: Tensor, targets: Int32Array | readonly numb
     for (let i = 0; i < rows; i++) if (t[i] !== ignore) count++;
     const div = reduction === 'mean' ? Math.max(count, 1) : 1;
     const lse = deviceZeros(e, rows, true), pair = deviceZeros(e, 2, true), out = deviceZeros(e, 1, true);
-    issue(e, e.deviceOps.crossEntropy({ rows, classes: V, logits: logits.device.t, targets: ids, ignoreIndex: ignore, lse: lse.t, loss: pair.t } as never));
-    issue(e, e.deviceOps.axpy({ n: 1, alpha: 1 / div, x: pair.t, beta: 0, y: out.t } as never));
+    runOnDevice(e, 'crossEntropy', { rows, classes: V, logits: logits.device, targets: ids, ignoreIndex: ignore, lse, loss: pair });
+    runOnDevice(e, 'axpy', { n: 1, alpha: 1 / div, x: pair, beta: 0, y: out });
     return record1('crossEntropy', [logits], out as unknown as Data, [], [{ what: 'logits', data: logits.device as unknown as ArrayBufferView, leaf: logits.isLeaf }, saveBuffer('lse', lse as unknown as ArrayBufferView)],
       crossEntropyBackwardDevice(e, logits.device, lse, ids, rows, V, div, ignore));
   }

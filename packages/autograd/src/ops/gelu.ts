@@ -8,14 +8,13 @@ import { Tensor, alloc, type Data, type Precision } from '../tensor.js';
 import { record1, type BackwardFn } from '../node.js';
 import { checkTensors } from './util.js';
 import { modelEngine } from '../engine.js';
-import { DeviceArray, deviceZeros, issue, type DeviceEngine } from '../device.js';
-import { onDevice } from './linear.js';
+import { DeviceArray, deviceZeros, onEngine, runOnDevice, type DeviceEngine } from '../device.js';
 
 function geluBackwardDevice(e: DeviceEngine, x: DeviceArray, approx: GeluApproximate): BackwardFn {
-  return async ([gh]) => {
-    const g = await onDevice(e, gh);
+  return ([gh]) => {
+    const g = onEngine(e, gh);
     const gx = deviceZeros(e, x.length, true);
-    issue(e, e.deviceOps.geluBackward({ x: x.t, dy: g.t, dx: gx.t, approximate: approx } as never));
+    runOnDevice(e, 'geluBackward', { x, dy: g, dx: gx, approximate: approx });
     return [gx as unknown as Data];
   };
 }
@@ -59,7 +58,7 @@ export function gelu(x: Tensor, options: { approximate?: GeluApproximate } = {})
   if (x.device) {
     const e = x.device.engine;
     const out = deviceZeros(e, x.size, true);
-    issue(e, e.deviceOps.gelu({ x: x.device.t, y: out.t, approximate: approx } as never));
+    runOnDevice(e, 'gelu', { x: x.device, y: out, approximate: approx });
     return record1('gelu', [x], out as unknown as Data, x.shape, [{ what: 'x', data: x.device as unknown as ArrayBufferView, leaf: x.isLeaf }], geluBackwardDevice(e, x.device, approx));
   }
   const p = x.precision;

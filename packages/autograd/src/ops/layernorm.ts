@@ -8,6 +8,16 @@ import { Tensor, alloc, type Data, type Precision } from '../tensor.js';
 import { record1, saveBuffer, type BackwardFn, type Saved } from '../node.js';
 import { checkTensors, dataAs, promote, shapeError, shapeStr } from './util.js';
 import { modelEngine } from '../engine.js';
+import { DeviceArray, deviceZeros, engineOf, onEngine, runOnDevice, type DeviceEngine } from '../device.js';
+
+function layerNormBackwardDevice(e: DeviceEngine, x: DeviceArray, mean: DeviceArray, rstd: DeviceArray, w: DeviceArray | null, rows: number, C: number): BackwardFn {
+  return ([gh], needs) => {
+    const f = (need: boolean, n: number) => (need ? deviceZeros(e, n, true) : null);
+    const [dx, dw, db] = [f(needs[0], rows * C), f(needs[1], C), f(needs[2], C)];
+    runOnDevice(e, 'layerNormBackward', { rows, cols: C, x, mean, rstd, weight: w, dy: onEngine(e, gh), dx, dweight: dw, dbias: db });
+    return [dx, dw, db] as unknown as (Data | null)[];
+  };
+}
 
 type F = Float32Array;
 
@@ -32,6 +42,15 @@ export function layerNorm(x: Tensor, weight?: Tensor | null, bias?: Tensor | nul
       checkTensors('layerNorm', [what, t]);
       if (t.ndim !== 1 || t.shape[0] !== C) throw shapeError('layerNorm', `${what} must be [${C}], got ${shapeStr(t.shape)}`);
     }
+  }
+  const e = engineOf('layerNorm', x.storage, weight?.storage, bias?.storage);
+  if (e) {
+    const rows = x.size / C;
+    const out = deviceZeros(e, x.size, true), mean = deviceZeros(e, rows, true), rstd = deviceZeros(e, rows, true);
+    const xd = x.storage as DeviceArray, wd = (weight?.storage ?? null) as DeviceArray | null;
+    runOnDevice(e, 'layerNorm', { rows, cols: C, x: xd, weight: wd, bias: bias?.storage ?? null, eps, y: out, mean, rstd });
+    const saved: Saved[] = [{ what: 'x', data: xd as unknown as ArrayBufferView, leaf: x.isLeaf }, saveBuffer('mean', mean as unknown as ArrayBufferView), saveBuffer('rstd', rstd as unknown as ArrayBufferView)];
+    return record1('layerNorm', [x, weight, bias], out as unknown as Data, x.shape, saved, layerNormBackwardDevice(e, xd, mean, rstd, wd, rows, C));
   }
   const p = promote(x, weight, bias);
   const xd = dataAs(x, p);

@@ -9,44 +9,36 @@ import { record1, type BackwardFn, type Saved } from '../node.js';
 import { gemm } from './gemm.js';
 import { checkTensors, dataAs, promote, shapeError, shapeStr } from './util.js';
 import { modelEngine } from '../engine.js';
-import { DeviceArray, deviceZeros, engineOf, issue, type DeviceEngine } from '../device.js';
+import { DeviceArray, deviceZeros, engineOf, onEngine, runOnDevice, type DeviceEngine } from '../device.js';
 
 const D = (d: unknown) => d as DeviceArray;
 
 /** On the device: the products and the bias's row sum issued on the engine, nothing awaited. */
 function linearBackwardDevice(e: DeviceEngine, x: DeviceArray | null, w: DeviceArray | null, M: number, I: number, O: number): BackwardFn {
-  return async ([gh], needs) => {
-    const g = await onDevice(e, gh);
-    const ops = e.deviceOps;
+  return ([gh], needs) => {
+    const g = onEngine(e, gh);
     let gx: DeviceArray | null = null, gw: DeviceArray | null = null, gb: DeviceArray | null = null;
     if (needs[0]) {
       gx = deviceZeros(e, M * I, true);
-      issue(e, ops.gemm({ transA: false, transB: false, M, N: I, K: O, a: g.t, b: w!.t, c: gx.t } as never));
+      runOnDevice(e, 'gemm', { transA: false, transB: false, M, N: I, K: O, a: g, b: w!, c: gx });
     }
     if (needs[1]) {
       gw = deviceZeros(e, O * I, true);
-      issue(e, ops.gemm({ transA: true, transB: false, M: O, N: I, K: M, a: g.t, b: x!.t, c: gw.t } as never));
+      runOnDevice(e, 'gemm', { transA: true, transB: false, M: O, N: I, K: M, a: g, b: x!, c: gw });
     }
     if (needs[2]) {
       gb = deviceZeros(e, O, true);
-      issue(e, ops.sumRows({ rows: M, cols: O, x: g.t, out: gb.t } as never));
+      runOnDevice(e, 'sumRows', { rows: M, cols: O, x: g, out: gb });
     }
     return [gx, gw, gb] as unknown as (Data | null)[];
   };
 }
 
-/** A gradient on the engine's device (a host one — backward's seed — uploaded). */
-export async function onDevice(e: DeviceEngine, g: unknown): Promise<DeviceArray> {
-  if (g instanceof DeviceArray) return g;
-  const h = g as Float32Array;
-  const t = await e.upload({ kind: 'host', dtype: 'f32', shape: [h.length], data: Float32Array.from(h) });
-  return new DeviceArray(e, t, h.length);
-}
 
 function linearDevice(x: Tensor, weight: Tensor, bias: Tensor | null | undefined, M: number, I: number, O: number): Tensor {
   const e = engineOf('linear', x.storage, weight.storage, bias?.storage)!;
   const out = deviceZeros(e, M * O, true);
-  issue(e, e.deviceOps.gemm({ transA: false, transB: true, M, N: O, K: I, a: D(x.storage).t, b: D(weight.storage).t, c: out.t, bias: bias ? D(bias.storage).t : null } as never));
+  runOnDevice(e, 'gemm', { transA: false, transB: true, M, N: O, K: I, a: D(x.storage), b: D(weight.storage), c: out, bias: bias ? D(bias.storage) : null });
   const keepX = weight.requiresGrad ? D(x.storage) : null;
   const keepW = x.requiresGrad ? D(weight.storage) : null;
   const saved: Saved[] = [];

@@ -1,6 +1,6 @@
 /** reshape(x, shape): the same data under another shape (one extent may be −1). Saves nothing. */
 import { FAError } from '@fa/core';
-import { Tensor } from '../tensor.js';
+import { Tensor, type Data } from '../tensor.js';
 import { record1, type BackwardFn } from '../node.js';
 import { checkTensors, shapeStr } from './util.js';
 
@@ -21,7 +21,7 @@ export function inferShape(op: string, size: number, shape: readonly number[]): 
 export function reshape(x: Tensor, shape: readonly number[]): Tensor {
   checkTensors('reshape', ['x', x]);
   const s = inferShape('reshape', x.size, shape);
-  return record1('reshape', [x], x.data, s, [], identity);
+  return record1('reshape', [x], x.storage as Data, s, [], identity);
 }
 
 /** PyTorch's name for a reshape of contiguous data. */

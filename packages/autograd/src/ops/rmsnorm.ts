@@ -8,6 +8,16 @@ import { Tensor, alloc, type Data, type Precision } from '../tensor.js';
 import { record1, saveBuffer, type BackwardFn, type Saved } from '../node.js';
 import { checkTensors, dataAs, promote, shapeError, shapeStr } from './util.js';
 import { modelEngine } from '../engine.js';
+import { DeviceArray, deviceZeros, engineOf, onEngine, runOnDevice, type DeviceEngine } from '../device.js';
+
+function rmsNormBackwardDevice(e: DeviceEngine, x: DeviceArray, rstd: DeviceArray, w: DeviceArray | null, rows: number, C: number): BackwardFn {
+  return ([gh], needs) => {
+    const dx = needs[0] ? deviceZeros(e, rows * C, true) : null;
+    const dw = needs[1] ? deviceZeros(e, C, true) : null;
+    runOnDevice(e, 'rmsNormBackward', { rows, cols: C, x, rstd, weight: w, dy: onEngine(e, gh), dx, dweight: dw });
+    return [dx, dw] as unknown as (Data | null)[];
+  };
+}
 
 type F = Float32Array;
 
@@ -29,6 +39,15 @@ export function rmsNorm(x: Tensor, weight?: Tensor | null, eps = 1e-6): Tensor {
   if (weight != null) {
     checkTensors('rmsNorm', ['weight', weight]);
     if (weight.ndim !== 1 || weight.shape[0] !== C) throw shapeError('rmsNorm', `weight must be [${C}], got ${shapeStr(weight.shape)}`);
+  }
+  const e = engineOf('rmsNorm', x.storage, weight?.storage);
+  if (e) {
+    const rows = x.size / C;
+    const out = deviceZeros(e, x.size, true), rstd = deviceZeros(e, rows, true);
+    const xd = x.storage as DeviceArray, wd = (weight?.storage ?? null) as DeviceArray | null;
+    runOnDevice(e, 'rmsNorm', { rows, cols: C, x: xd, weight: wd, eps, y: out, rstd });
+    const saved: Saved[] = [{ what: 'x', data: xd as unknown as ArrayBufferView, leaf: x.isLeaf }, saveBuffer('rstd', rstd as unknown as ArrayBufferView)];
+    return record1('rmsNorm', [x, weight], out as unknown as Data, x.shape, saved, rmsNormBackwardDevice(e, xd, rstd, wd, rows, C));
   }
   const p = promote(x, weight);
   const xd = dataAs(x, p);

@@ -11,6 +11,25 @@ import { Tensor, alloc, type Data, type Precision } from '../tensor.js';
 import { record1, type BackwardFn } from '../node.js';
 import { checkTensors, shapeStr } from './util.js';
 import { modelEngine } from '../engine.js';
+import { DeviceArray, deviceFrom, deviceZeros, onEngine, runOnDevice, type DeviceEngine } from '../device.js';
+
+/** The tables on each engine that used them (uploaded once). */
+const onEngines = new WeakMap<RotaryTables, Map<DeviceEngine, { cos: DeviceArray; sin: DeviceArray }>>();
+function tablesOn(e: DeviceEngine, t: RotaryTables): { cos: DeviceArray; sin: DeviceArray } {
+  let m = onEngines.get(t);
+  if (!m) onEngines.set(t, (m = new Map()));
+  let d = m.get(e);
+  if (!d) m.set(e, (d = { cos: deviceFrom(e, t.cos), sin: deviceFrom(e, t.sin) }));
+  return d;
+}
+
+function applyDevice(e: DeviceEngine, x: DeviceArray, shape: readonly number[], t: RotaryTables, o: RotaryOptions, inverse: boolean): DeviceArray {
+  const [batch, seq, heads, dim] = shape;
+  const y = deviceZeros(e, x.length, true);
+  const { cos, sin } = tablesOn(e, t);
+  runOnDevice(e, 'rotary', { batch, seq, heads, dim, rotaryDim: t.rotaryDim, x, y, cos, sin, positionOffset: o.offset ?? 0, interleaved: o.interleaved === true, inverse });
+  return y;
+}
 
 /** cos and sin tables [maxPos, rotaryDim / 2]: θ(p, m) = p · base^(−2m / rotaryDim). */
 export interface RotaryTables {
@@ -58,6 +77,12 @@ export function rotary(x: Tensor, tables: RotaryTables, options: RotaryOptions =
   const offset = options.offset ?? 0;
   if (!Number.isSafeInteger(offset) || offset < 0 || offset + x.shape[1] > tables.maxPos) {
     throw new FAError('E_SHAPE', `rotary: positions ${offset} … ${offset + x.shape[1] - 1} need tables of at least ${offset + x.shape[1]} positions, these have ${tables.maxPos}`);
+  }
+  if (x.device) {
+    const e = x.device.engine, shape = x.shape;
+    const out = applyDevice(e, x.device, shape, tables, options, false);
+    const backDev: BackwardFn = ([g]) => [applyDevice(e, onEngine(e, g), shape, tables, options, true) as unknown as Data];
+    return record1('rotary', [x], out as unknown as Data, x.shape, [], backDev);
   }
   const p = x.precision;
   const out = alloc(p, x.size);

@@ -8,6 +8,26 @@ import { Tensor, alloc, type Data, type Precision } from '../tensor.js';
 import { record1, type BackwardFn, type Saved } from '../node.js';
 import { checkTensors, dataAs, promote, sameShape, shapeStr } from './util.js';
 import { modelEngine } from '../engine.js';
+import { DeviceArray, deviceZeros, engineOf, onEngine, runOnDevice, type DeviceEngine } from '../device.js';
+
+function siluBackwardDevice(e: DeviceEngine, x: DeviceArray, gate: DeviceArray | null): BackwardFn {
+  return ([gh], needs) => {
+    const dx = deviceZeros(e, x.length, true);
+    const dgate = gate && needs[1] ? deviceZeros(e, x.length, true) : null;
+    runOnDevice(e, 'siluBackward', { x, gate, dy: onEngine(e, gh), dx, dgate });
+    return (gate ? [needs[0] ? dx : null, dgate] : [dx]) as unknown as (Data | null)[];
+  };
+}
+
+function siluDevice(name: 'silu' | 'swiglu', a: Tensor, b: Tensor | null): Tensor {
+  const e = engineOf(name, a.storage, b?.storage)!;
+  const x = a.storage as DeviceArray, gate = (b?.storage ?? null) as DeviceArray | null;
+  const out = deviceZeros(e, a.size, true);
+  runOnDevice(e, 'silu', { x, gate, y: out });
+  const saved: Saved[] = [{ what: b ? 'a' : 'x', data: x as unknown as ArrayBufferView, leaf: a.isLeaf }];
+  if (gate) saved.push({ what: 'b', data: gate as unknown as ArrayBufferView, leaf: b!.isLeaf });
+  return record1(name, b ? [a, b] : [a], out as unknown as Data, a.shape, saved, siluBackwardDevice(e, x, gate));
+}
 
 type F = Float32Array;
 
@@ -30,6 +50,7 @@ function siluBackward(x: Data, gate: Data | null, p: Precision): BackwardFn {
 
 export function silu(x: Tensor): Tensor {
   checkTensors('silu', ['x', x]);
+  if (x.onDevice) return siluDevice('silu', x, null);
   const p = x.precision;
   const out = alloc(p, x.size);
   run({ x: x.data as F, gate: null, y: out as F }, p);
@@ -40,6 +61,7 @@ export function silu(x: Tensor): Tensor {
 export function swiglu(a: Tensor, b: Tensor): Tensor {
   checkTensors('swiglu', ['a', a], ['b', b]);
   if (!sameShape(a.shape, b.shape)) throw new FAError('E_SHAPE', `swiglu: a ${shapeStr(a.shape)} and b ${shapeStr(b.shape)} must have one shape`);
+  if (a.onDevice || b.onDevice) return siluDevice('swiglu', a, b);
   const p = promote(a, b);
   const ad = dataAs(a, p), bd = dataAs(b, p);
   const out = alloc(p, a.size);
