@@ -10,7 +10,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const out = resolve(process.argv[2] ?? resolve(here, '../../../.fa-device/run/tfjs.bundle.mjs'));
 const r = await build({
   stdin: {
-    contents: "import * as tf from '@tensorflow/tfjs-core';\nimport '@tensorflow/tfjs-backend-webgpu';\nexport default tf;\n",
+    contents: "import * as tf from '@tensorflow/tfjs-core';\nimport '@tensorflow/tfjs-core/dist/register_all_gradients';\nimport '@tensorflow/tfjs-backend-webgpu';\nexport default tf;\n",
     resolveDir: here,
     loader: 'js',
   },
