@@ -98,6 +98,22 @@ export class SGD extends Optimizer {
   }
   step(): void {
     this.params.forEach((p, i) => {
+      if (p.device) {
+        // on the device: buf = momentum·buf + g; p -= lr·buf (issued, not awaited)
+        const gd = p.grad?.device;
+        if (!p.grad) return;
+        if (!gd) throw new FAError('E_ARG', `SGD: parameter ${i} lives on ${p.device.engine.name} but its gradient on the host`);
+        const e = p.device.engine;
+        let d: DeviceArray = gd;
+        if (this.momentum !== 0) {
+          const b = ((this.buf[i] as unknown as DeviceArray | null) ??= deviceZeros(e, p.size));
+          this.buf[i] = b as unknown as Data;
+          runOnDevice(e, 'axpy', { n: p.size, alpha: 1, x: gd, beta: this.momentum, y: b });
+          d = b;
+        }
+        runOnDevice(e, 'axpy', { n: p.size, alpha: -this.lr, x: d, beta: 1, y: p.device });
+        return;
+      }
       const g = p.grad?.data;
       if (!g) return;
       let d: Data = g;

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { FAError } from '@fa/core';
-import { AdamW, GPT, Linear, Rng, Tensor, crossEntropy, gelu, linear, isDeviceEngine, sum, type DeviceEngine } from '@fa/autograd';
+import { AdamW, GPT, Linear, Rng, SGD, Tensor, crossEntropy, gelu, linear, isDeviceEngine, mean, scale, sum, mul, type DeviceEngine } from '@fa/autograd';
 import { relNormErr } from './helpers.js';
 
 let engine: DeviceEngine | undefined;
@@ -93,10 +93,26 @@ describe('autograd tensors on the webgpu engine', () => {
     });
   }
 
+  it('sum, mean and scale, and SGD with momentum, on the device as on the host', async () => {
+    const x = new Tensor(Float32Array.from({ length: 37 }, (_, i) => Math.sin(i)), [37], { requiresGrad: true });
+    const xd = await x.to(e, { requiresGrad: true });
+    const f = (t: Tensor) => mean(scale(gelu(t), 3));
+    const lh = f(x), ld = f(xd);
+    await lh.backward();
+    await ld.backward();
+    expect(Math.abs((await ld.value()) - lh.item())).toBeLessThan(1e-6);
+    expect(relNormErr((await xd.grad!.toHost()).data, x.grad!.data)).toBeLessThan(1e-6);
+    expect(Math.abs((await sum(xd).value()) - sum(x).item())).toBeLessThan(1e-5);
+    const oh = new SGD([x], 0.1, 0.9), od = new SGD([xd], 0.1, 0.9);
+    oh.step(); od.step();
+    oh.step(); od.step();
+    expect(relNormErr((await xd.toHost()).data, x.data)).toBeLessThan(1e-6);
+  });
+
   it('an op without a device path refuses a device tensor with the reason; item() asks for value()', async () => {
     const t = await new Tensor(new Float32Array(12).fill(1), [3, 4]).to(e, { requiresGrad: true });
-    expect(() => sum(t)).toThrow(FAError);
-    expect(() => sum(t)).toThrow(/lives on the webgpu engine: an op without a device path read its values/);
+    expect(() => mul(t, t)).toThrow(FAError);
+    expect(() => mul(t, t)).toThrow(/lives on the webgpu engine: an op without a device path read its values/);
     const one = await new Tensor(Float32Array.of(2), []).to(e);
     expect(() => one.item()).toThrow(/use await t.value\(\)/);
     expect(await one.value()).toBe(2);

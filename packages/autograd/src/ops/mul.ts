@@ -3,6 +3,22 @@ import { Tensor, alloc, sizeOf, type Data, type Precision } from '../tensor.js';
 import { record1, type BackwardFn, type Saved } from '../node.js';
 import { broadcastShapes, mapBuffers, read, reduceTo, sourceMap, type SourceMap } from './broadcast.js';
 import { checkTensors, promote, dataAs } from './util.js';
+import { deviceZeros, onEngine, runOnDevice, type DeviceEngine } from '../device.js';
+
+/** x · s on the device (and its gradient g · s). */
+function scaleDevice(a: Tensor, s: number): Tensor {
+  const e = a.device!.engine;
+  const out = deviceZeros(e, a.size, true);
+  runOnDevice(e, 'axpy', { n: a.size, alpha: s, x: a.device, beta: 0, y: out });
+  return record1('mul', [a], out as unknown as Data, a.shape, [], scaleBackwardDevice(e, a.size, s));
+}
+function scaleBackwardDevice(e: DeviceEngine, n: number, s: number): BackwardFn {
+  return ([gh]) => {
+    const ga = deviceZeros(e, n, true);
+    runOnDevice(e, 'axpy', { n, alpha: s, x: onEngine(e, gh), beta: 0, y: ga });
+    return [ga as unknown as Data];
+  };
+}
 
 function scaleBackward(s: number): BackwardFn {
   return ([g]) => {
@@ -34,6 +50,7 @@ function mulBackward(ma: SourceMap, mb: SourceMap, x: Data | null, y: Data | nul
 export function mul(a: Tensor, b: Tensor | number): Tensor {
   if (typeof b === 'number') {
     checkTensors('mul', ['a', a]);
+    if (a.device) return scaleDevice(a, b);
     const out = alloc(a.precision, a.size);
     const x = a.data;
     for (let i = 0; i < out.length; i++) out[i] = x[i] * b;
