@@ -7,6 +7,7 @@
  *   node packages/autograd/examples/gpt.mjs --backend wasm --seconds 10
  *   node packages/autograd/examples/gpt.mjs --backend webgpu --engine native
  *   node packages/autograd/examples/gpt.mjs --style gpt2         # learned positions, LayerNorm, GELU
+ *   node packages/autograd/examples/gpt.mjs --backend webgpu --device on   # the whole model on the GPU
  *
  * --backend names the attention engine (cpu, wasm, native, webgpu, cuda; default native where it
  * runs, else wasm); --engine the model-op engine (setModelEngine: the products, gelu, layerNorm,
@@ -20,12 +21,13 @@
  */
 import { pathToFileURL } from 'node:url';
 import { FAError, resolveBackend } from '@fa/core';
-import { AdamW, GPT, Rng, charVocab, crossEntropy, makeCorpus, noGrad, setModelEngine } from '@fa/autograd';
+import { AdamW, GPT, Rng, charVocab, crossEntropy, isDeviceEngine, makeCorpus, noGrad, setModelEngine } from '@fa/autograd';
 import { loadEngines } from './engines.mjs';
 
 export const CONFIG = {
   backend: '',
   engine: '',
+  device: '', // 'on': the whole model on the attention engine's device (webgpu): tensors, model ops, optimizer
   seconds: 20,
   steps: 0, // > 0: train this many steps instead of for --seconds
   T: 128,
@@ -108,11 +110,15 @@ export async function run(overrides = {}, log = (/** @type {string} */ _line) =>
   const llama = cfg.style === 'llama' ? /** @type {const} */ ({ positions: 'rotary', norm: 'rms', mlp: 'swiglu', mlpRatio: 8 / 3 }) : {};
   const model = new GPT({ vocab: vocab.size, maxT: Math.max(cfg.T, prompt.length + genN), dModel: cfg.dModel, layers: cfg.layers, heads: cfg.heads, kvHeads: cfg.kvHeads, backend: attn, seed: cfg.seed, ...llama });
   const params = model.parameters().reduce((n, p) => n + p.size, 0);
+  const onDevice = cfg.device === 'on';
+  if (cfg.device !== '' && !onDevice) throw new FAError('E_ARG', `--device takes 'on', got ${cfg.device}`);
+  if (onDevice && !isDeviceEngine(attn)) throw new FAError('E_UNSUPPORTED', `--device on: the ${attn.name} engine has no device model ops (webgpu has them): use --backend webgpu`);
+  if (onDevice) await model.to(attn);
   const opt = new AdamW(model.parameters(), { lr: cfg.lr, weightDecay: 0.01 });
   const rng = new Rng(cfg.seed);
   const { B, T } = { B: cfg.batch, T: cfg.T };
   log(`GPT (${cfg.style}): ${cfg.layers} layers, d_model ${cfg.dModel}, ${cfg.heads} heads over ${cfg.kvHeads} kv heads, vocab ${vocab.size} characters, ${(params / 1e6).toFixed(2)}M parameters; corpus ${text.length} characters (makeCorpus)`);
-  log(`attention on ${attn.name} (${attn.device ?? ''}); model ops on ${ops.engine} (${ops.kernel})${note}`);
+  log(onDevice ? `every tensor, op and optimizer state on ${attn.name} (${attn.device ?? ''})` : `attention on ${attn.name} (${attn.device ?? ''}); model ops on ${ops.engine} (${ops.kernel})${note}`);
   const losses = [];
   const t0 = performance.now();
   let step = 0, tokens = 0;
@@ -126,11 +132,17 @@ export async function run(overrides = {}, log = (/** @type {string} */ _line) =>
     await loss.backward();
     opt.step();
     tokens += B * T;
-    losses.push(loss.item());
+    // (on the device a loss is read only when it is logged: reading waits for the GPU)
+    losses.push(onDevice ? loss : loss.item());
     if (step === 1 || step % 25 === 0) {
+      const v = onDevice ? await loss.value() : loss.item();
       const s = (performance.now() - t0) / 1000;
-      log(`step ${String(step).padStart(4)}  loss ${loss.item().toFixed(3)}  ${(tokens / s).toFixed(0)} tokens/s  ${s.toFixed(1)} s`);
+      log(`step ${String(step).padStart(4)}  loss ${v.toFixed(3)}  ${(tokens / s).toFixed(0)} tokens/s  ${s.toFixed(1)} s`);
     }
+  }
+  if (onDevice) {
+    for (let i = 0; i < losses.length; i++) losses[i] = await losses[i].value();
+    await model.toHost(); // held-out loss and generation on the host tensors (the KV cache's path)
   }
   const seconds = (performance.now() - t0) / 1000;
   // the held-out loss, no graph

@@ -54,6 +54,25 @@ export abstract class Module {
     return this;
   }
 
+  /** Brings every device tensor field back to the host, in place (ties kept). Returns this module. */
+  async toHost(): Promise<this> {
+    const moved = new Map<Tensor, Tensor>();
+    const visit = async (owner: Record<string, unknown> | unknown[], key: string | number): Promise<void> => {
+      const value = (owner as Record<string | number, unknown>)[key];
+      if (value instanceof Tensor && value.onDevice) {
+        let m = moved.get(value);
+        if (!m) {
+          const h = await value.toHost();
+          moved.set(value, (m = new Tensor(h.data, h.shape, { requiresGrad: value.requiresGrad, name: value.name })));
+        }
+        (owner as Record<string | number, unknown>)[key] = m;
+      } else if (value instanceof Module) for (const k of Object.keys(value)) await visit(value as unknown as Record<string, unknown>, k);
+      else if (Array.isArray(value)) for (let i = 0; i < value.length; i++) await visit(value, i);
+    };
+    for (const k of Object.keys(this)) await visit(this as unknown as Record<string, unknown>, k);
+    return this;
+  }
+
   zeroGrad(): void {
     for (const p of this.parameters()) p.grad = null;
   }
