@@ -113,13 +113,14 @@ export async function run(overrides = {}, log = (/** @type {string} */ _line) =>
   const onDevice = cfg.device === 'on';
   if (cfg.device !== '' && !onDevice) throw new FAError('E_ARG', `--device takes 'on', got ${cfg.device}`);
   if (onDevice && !isDeviceEngine(attn)) throw new FAError('E_UNSUPPORTED', `--device on: the ${attn.name} engine has no device model ops (webgpu has them): use --backend webgpu`);
-  if (onDevice) await model.to(attn);
+  if (onDevice) await model.to(/** @type {import('@fa/autograd').DeviceEngine} */ (/** @type {unknown} */ (attn)));
   const opt = new AdamW(model.parameters(), { lr: cfg.lr, weightDecay: 0.01 });
   const rng = new Rng(cfg.seed);
   const { B, T } = { B: cfg.batch, T: cfg.T };
   log(`GPT (${cfg.style}): ${cfg.layers} layers, d_model ${cfg.dModel}, ${cfg.heads} heads over ${cfg.kvHeads} kv heads, vocab ${vocab.size} characters, ${(params / 1e6).toFixed(2)}M parameters; corpus ${text.length} characters (makeCorpus)`);
   log(onDevice ? `every tensor, op and optimizer state on ${attn.name} (${attn.device ?? ''})` : `attention on ${attn.name} (${attn.device ?? ''}); model ops on ${ops.engine} (${ops.kernel})${note}`);
-  const losses = [];
+  /** @type {any[]} */
+  const losses = []; // numbers, or the device's loss tensors until read
   const t0 = performance.now();
   let step = 0, tokens = 0;
   const lr0 = cfg.lr;

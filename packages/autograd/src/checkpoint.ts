@@ -10,6 +10,7 @@
  * LSE, recompute the probabilities.
  */
 import { FAError } from '@fa/core';
+import { deviceZeros } from './device.js';
 import { backward } from './backward.js';
 import { enableGrad, isGradEnabled, noGrad } from './grad-mode.js';
 import { Node, edgeOf, setProbe, type BackwardFn, type GradProbe, type Saved } from './node.js';
@@ -32,7 +33,7 @@ function asList(r: Outputs, what: string): readonly Tensor[] {
 
 function checkpointBackward(fn: (...xs: Tensor[]) => Outputs | Promise<Outputs>, inputs: readonly SavedInput[]): BackwardFn {
   return async (grads, needs) => {
-    const xs = inputs.map((s, i) => new Tensor(s.data, s.shape, { requiresGrad: needs[i] }));
+    const xs = inputs.map((s, i) => new Tensor(s.data as Data, s.shape, { requiresGrad: needs[i] }));
     const outs = asList(await enableGrad(() => fn(...xs)), 'the recomputed function');
     if (outs.length !== grads.length) throw new FAError('E_ARG', `checkpoint: the function returned ${outs.length} tensors when recomputed, ${grads.length} the first time`);
     const roots: Tensor[] = [];
@@ -44,7 +45,8 @@ function checkpointBackward(fn: (...xs: Tensor[]) => Outputs | Promise<Outputs>,
       }
     });
     if (roots.length > 0) await backward(roots, seeds);
-    return xs.map((x, i) => (needs[i] ? (x.grad?.data ?? alloc(x.precision, x.size)) : null));
+    // (an input the recomputation gave no gradient gets zeros, on its device when it lives on one)
+    return xs.map((x, i) => (needs[i] ? ((x.grad?.storage as Data | undefined) ?? (x.device ? (deviceZeros(x.device.engine, x.size) as unknown as Data) : alloc(x.precision, x.size))) : null));
   };
 }
 
@@ -67,15 +69,16 @@ export async function checkpoint<A extends Tensor[], R extends Outputs>(fn: (...
   const needsGrad = probe.hit || inputs.some((t) => t.requiresGrad);
   if (!needsGrad) return result;
 
-  const saved: Saved[] = inputs.map((t, i) => ({ what: `input ${i}`, data: t.data, leaf: t.isLeaf }));
+  const saved: Saved[] = inputs.map((t, i) => ({ what: `input ${i}`, data: t.storage as ArrayBufferView, leaf: t.isLeaf }));
   const node = new Node(
     'checkpoint',
     inputs.map((t) => edgeOf(t)),
     outs.map((o) => [...o.shape]),
     outs[0].precision,
     saved,
-    checkpointBackward(fn as unknown as (...xs: Tensor[]) => Outputs | Promise<Outputs>, inputs.map((t) => ({ data: t.data, shape: t.shape }))),
+    checkpointBackward(fn as unknown as (...xs: Tensor[]) => Outputs | Promise<Outputs>, inputs.map((t) => ({ data: t.storage as Data, shape: t.shape }))),
   );
-  const wrapped = outs.map((o, i) => new Tensor(o.data, o.shape, {}, node, i));
+  if (outs[0].device) node.outputDevice = outs[0].device.engine;
+  const wrapped = outs.map((o, i) => new Tensor(o.storage, o.shape, {}, node, i));
   return (result instanceof Tensor ? wrapped[0] : wrapped) as unknown as R;
 }

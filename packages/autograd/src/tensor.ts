@@ -88,7 +88,7 @@ export class Tensor {
    */
   get data(): Data {
     if (this.#host === null) {
-      throw new FAError('E_UNSUPPORTED', `this tensor${this.name ? ` (${this.name})` : ''} lives on the ${this.device!.engine.name} engine: an op without a device path read its values; read it with await t.toHost(), or use ops with a device path (linear, matmul-free MLPs: gelu, crossEntropy, AdamW; issue 25)`);
+      throw new FAError('E_UNSUPPORTED', `this tensor${this.name ? ` (${this.name})` : ''} lives on the ${this.device!.engine.name} engine: an op without a device path read its values; read it with await t.toHost(), or use ops with a device path (README, "Tensors on the GPU")`);
     }
     return this.#host;
   }

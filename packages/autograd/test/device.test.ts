@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { FAError } from '@fa/core';
-import { AdamW, GPT, Linear, Rng, SGD, Tensor, crossEntropy, gelu, linear, isDeviceEngine, mean, scale, sum, mul, type DeviceEngine } from '@fa/autograd';
+import { AdamW, GPT, Linear, Rng, SGD, Tensor, checkpoint, crossEntropy, gelu, linear, isDeviceEngine, mean, scale, sum, mul, type DeviceEngine } from '@fa/autograd';
 import { relNormErr } from './helpers.js';
 
 let engine: DeviceEngine | undefined;
@@ -107,6 +107,19 @@ describe('autograd tensors on the webgpu engine', () => {
     oh.step(); od.step();
     oh.step(); od.step();
     expect(relNormErr((await xd.toHost()).data, x.data)).toBeLessThan(1e-6);
+  });
+
+  it('checkpoint() recomputes on the device, with the gradients of the plain graph', async () => {
+    const w = new Tensor(Float32Array.from({ length: 64 }, (_, i) => Math.sin(i) / 4), [8, 8], { requiresGrad: true });
+    const x = new Tensor(Float32Array.from({ length: 40 }, (_, i) => Math.cos(i)), [5, 8]);
+    const wd = await w.to(e, { requiresGrad: true }), xd = await x.to(e);
+    const block = async (a: Tensor, ww: Tensor) => gelu(linear(gelu(linear(a, ww)), ww));
+    const lh = mean(await block(x, w));
+    await lh.backward();
+    const ld = mean(await checkpoint((a: Tensor) => block(a, wd), xd));
+    await ld.backward();
+    expect(Math.abs((await ld.value()) - lh.item())).toBeLessThan(1e-6);
+    expect(relNormErr((await wd.grad!.toHost()).data, w.grad!.data)).toBeLessThan(1e-5);
   });
 
   it('an op without a device path refuses a device tensor with the reason; item() asks for value()', async () => {
