@@ -48,6 +48,10 @@ export interface DeviceOps {
   embedding: Op;
   embeddingBackward: Op;
   copy2d: Op;
+  mul: Op;
+  softmax: Op;
+  softmaxBackward: Op;
+  permute: Op;
 }
 
 /** Is `e` an engine the autograd can keep tensors on? */

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { FAError } from '@fa/core';
-import { AdamW, GPT, Linear, Rng, SGD, Tensor, checkpoint, crossEntropy, gelu, linear, isDeviceEngine, mean, scale, sum, mul, type DeviceEngine } from '@fa/autograd';
+import { AdamW, GPT, Linear, Rng, SGD, Tensor, checkpoint, crossEntropy, matmul, permute, softmax, gelu, linear, isDeviceEngine, mean, scale, sum, mul, type DeviceEngine } from '@fa/autograd';
 import { relNormErr } from './helpers.js';
 
 let engine: DeviceEngine | undefined;
@@ -122,10 +122,25 @@ describe('autograd tensors on the webgpu engine', () => {
     expect(relNormErr((await wd.grad!.toHost()).data, w.grad!.data)).toBeLessThan(1e-5);
   });
 
+  it('mul (same shape and a trailing broadcast), softmax along any axis and permute, forward and backward, as on the host', async () => {
+    const vals = (n: number, s: number) => Float32Array.from({ length: n }, (_, i) => Math.sin(i * 1.7 + s));
+    const a = new Tensor(vals(2 * 3 * 4 * 5, 1), [2, 3, 4, 5], { requiresGrad: true });
+    const b = new Tensor(vals(4 * 5, 2), [4, 5], { requiresGrad: true });
+    const c = new Tensor(vals(2 * 3 * 4 * 5, 3), [2, 3, 4, 5], { requiresGrad: true });
+    const [ad, bd, cd] = await Promise.all([a, b, c].map((t) => t.to(e, { requiresGrad: true })));
+    const f = (x: Tensor, y: Tensor, z: Tensor) => mean(mul(permute(softmax(mul(x, y), 1), [0, 2, 3, 1]), permute(z, [0, 2, 3, 1])));
+    const lh = f(a, b, c), ld = f(ad, bd, cd);
+    await lh.backward();
+    await ld.backward();
+    expect(Math.abs((await ld.value()) - lh.item()) / Math.abs(lh.item())).toBeLessThan(1e-5);
+    for (const [hd, dd] of [[a, ad], [b, bd], [c, cd]] as const) expect(relNormErr((await dd.grad!.toHost()).data, hd.grad!.data)).toBeLessThan(1e-5);
+  });
+
   it('an op without a device path refuses a device tensor with the reason; item() asks for value()', async () => {
     const t = await new Tensor(new Float32Array(12).fill(1), [3, 4]).to(e, { requiresGrad: true });
-    expect(() => mul(t, t)).toThrow(FAError);
-    expect(() => mul(t, t)).toThrow(/lives on the webgpu engine: an op without a device path read its values/);
+    const sq = await new Tensor(new Float32Array(16), [4, 4]).to(e);
+    expect(() => matmul(sq, sq)).toThrow(FAError);
+    expect(() => matmul(sq, sq)).toThrow(/lives on the webgpu engine: an op without a device path read its values/);
     const one = await new Tensor(Float32Array.of(2), []).to(e);
     expect(() => one.item()).toThrow(/use await t.value\(\)/);
     expect(await one.value()).toBe(2);

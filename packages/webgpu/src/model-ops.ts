@@ -358,6 +358,79 @@ export class WebGPUDeviceOps {
     });
   }
 
+  /** y = a·b element-wise, b the same size or repeated over a's leading rows (its size divides a's). */
+  async mul(c: { n: number; a: Tensor; b: Tensor; m: number; y: Tensor }): Promise<void> {
+    const who = 'mul';
+    obj(who, c);
+    dims(who, c, 'n', 'm');
+    if (c.n > 0 && (c.m === 0 || c.n % c.m !== 0)) throw new FAError('E_SHAPE', `${who}: b's ${c.m} values do not divide a's ${c.n}`);
+    const a = f32(who, 'a', c.a, c.n)!, b = f32(who, 'b', c.b, c.m)!, y = f32(who, 'y', c.y, c.n)!;
+    apart(who, [['y', y]], [['a', a], ['b', b]]);
+    await this.env.run(who, async (enc, s) => {
+      await this.dispatch(enc, 'mul', K.mulWGSL, [this.params(s, [c.n, 0, Math.max(c.m, 1), 0]), this.at(s, a, a), this.at(s, b, b), this.at(s, y, y)], Math.ceil(c.n / 64));
+    });
+  }
+
+  /** Softmax along the middle axis of an [outer, n, inner] layout. */
+  async softmax(c: { outer: number; n: number; inner: number; x: Tensor; y: Tensor }): Promise<void> {
+    const who = 'softmax';
+    obj(who, c);
+    dims(who, c, 'outer', 'n', 'inner');
+    const total = c.outer * c.n * c.inner;
+    const x = f32(who, 'x', c.x, total)!, y = f32(who, 'y', c.y, total)!;
+    apart(who, [['y', y]], [['x', x]]);
+    const lines = c.outer * c.inner;
+    await this.env.run(who, async (enc, s) => {
+      if (c.n === 0) return;
+      await this.dispatch(enc, 'softmax', K.softmaxWGSL, [this.params(s, [lines, c.n, c.inner, 0]), this.at(s, x, x), this.at(s, y, y)], Math.ceil(lines / 64));
+    });
+  }
+
+  /** dx = y·(dy − Σ dy·y) along the middle axis of an [outer, n, inner] layout. */
+  async softmaxBackward(c: { outer: number; n: number; inner: number; y: Tensor; dy: Tensor; dx: Tensor }): Promise<void> {
+    const who = 'softmaxBackward';
+    obj(who, c);
+    dims(who, c, 'outer', 'n', 'inner');
+    const total = c.outer * c.n * c.inner;
+    const y = f32(who, 'y', c.y, total)!, dy = f32(who, 'dy', c.dy, total)!, dx = f32(who, 'dx', c.dx, total)!;
+    apart(who, [['dx', dx]], [['y', y], ['dy', dy]]);
+    const lines = c.outer * c.inner;
+    await this.env.run(who, async (enc, s) => {
+      if (c.n === 0) return;
+      await this.dispatch(enc, 'softmaxBackward', K.softmaxBackwardWGSL, [this.params(s, [lines, c.n, c.inner, 0]), this.at(s, y, y), this.at(s, dy, dy), this.at(s, dx, dx)], Math.ceil(lines / 64));
+    });
+  }
+
+  /** y = x with axes permuted (rank at most 8): y's axis k is x's axis dims[k]. */
+  async permute(c: { shape: readonly number[]; dims: readonly number[]; x: Tensor; y: Tensor }): Promise<void> {
+    const who = 'permute';
+    obj(who, c);
+    const rank = Array.isArray(c.shape) ? c.shape.length : -1;
+    if (rank < 0 || rank > 8 || !c.shape.every(isDim)) throw new FAError('E_SHAPE', `${who}: shape must be at most 8 non-negative integers`);
+    if (!Array.isArray(c.dims) || c.dims.length !== rank || new Set(c.dims).size !== rank || !c.dims.every((d) => Number.isInteger(d) && d >= 0 && d < rank)) {
+      throw new FAError('E_ARG', `${who}: dims ${JSON.stringify(c.dims)} must be a permutation of 0..${rank - 1}`);
+    }
+    const n = c.shape.reduce((a, b) => a * b, 1);
+    const x = f32(who, 'x', c.x, n)!, y = f32(who, 'y', c.y, n)!;
+    apart(who, [['y', y]], [['x', x]]);
+    const inStrides = new Array<number>(rank);
+    let st = 1;
+    for (let d = rank - 1; d >= 0; d--) {
+      inStrides[d] = st;
+      st *= c.shape[d];
+    }
+    const meta = new Uint32Array(17);
+    meta[0] = rank;
+    c.dims.forEach((d, k) => {
+      meta[1 + k] = c.shape[d];
+      meta[9 + k] = inStrides[d];
+    });
+    await this.env.run(who, async (enc, s) => {
+      const mb = this.env.constant(s, new Uint8Array(meta.buffer), BufferUsage.STORAGE, 'permute shape');
+      await this.dispatch(enc, 'permute', K.permuteWGSL, [this.params(s, [n, 0, 0, 0]), this.at(s, x, x), mb, this.at(s, y, y)], Math.ceil(n / 64));
+    });
+  }
+
   async crossEntropy(c: DeviceCrossEntropyCall): Promise<void> {
     const who = 'crossEntropy';
     obj(who, c);

@@ -3,7 +3,43 @@ import { Tensor, alloc, sizeOf, type Data, type Precision } from '../tensor.js';
 import { record1, type BackwardFn, type Saved } from '../node.js';
 import { broadcastShapes, mapBuffers, read, reduceTo, sourceMap, type SourceMap } from './broadcast.js';
 import { checkTensors, promote, dataAs } from './util.js';
-import { deviceZeros, onEngine, runOnDevice, type DeviceEngine } from '../device.js';
+import { DeviceArray, deviceZeros, engineOf, onEngine, runOnDevice, type DeviceEngine } from '../device.js';
+import { FAError } from '@fa/core';
+import { shapeStr } from '../tensor.js';
+
+/** a · b on the device: the same shape, or b repeated over a's leading rows. */
+function mulDevice(a: Tensor, b: Tensor, shape: number[], ma: SourceMap, mb: SourceMap): Tensor {
+  const e = engineOf('mul', a.storage, b.storage)!;
+  if (ma.kind !== 'same' || (mb.kind !== 'same' && mb.kind !== 'mod')) {
+    throw new FAError('E_UNSUPPORTED', `mul on ${e.name}: broadcasting ${shapeStr(a.shape)} with ${shapeStr(b.shape)} has no device path yet (same shapes, or b's shape a suffix of a's)`);
+  }
+  const n = sizeOf(shape), m = b.size;
+  const out = deviceZeros(e, n, true);
+  const x = a.storage as DeviceArray, y = b.storage as DeviceArray;
+  runOnDevice(e, 'mul', { n, a: x, b: y, m, y: out });
+  const saved: Saved[] = [{ what: 'a', data: x as unknown as ArrayBufferView, leaf: a.isLeaf }, { what: 'b', data: y as unknown as ArrayBufferView, leaf: b.isLeaf }];
+  return record1('mul', [a, b], out as unknown as Data, shape, saved, mulBackwardDevice(e, x, y, n, m));
+}
+function mulBackwardDevice(e: DeviceEngine, x: DeviceArray, y: DeviceArray, n: number, m: number): BackwardFn {
+  return ([gh], needs) => {
+    const g = onEngine(e, gh);
+    let ga: DeviceArray | null = null, gb: DeviceArray | null = null;
+    if (needs[0]) {
+      ga = deviceZeros(e, n, true);
+      runOnDevice(e, 'mul', { n, a: g, b: y, m, y: ga });
+    }
+    if (needs[1]) {
+      const t = deviceZeros(e, n, true);
+      runOnDevice(e, 'mul', { n, a: g, b: x, m: n, y: t });
+      if (m === n) gb = t;
+      else {
+        gb = deviceZeros(e, m, true);
+        runOnDevice(e, 'sumRows', { rows: n / m, cols: m, x: t, out: gb });
+      }
+    }
+    return [ga, gb] as unknown as (Data | null)[];
+  };
+}
 
 /** x · s on the device (and its gradient g · s). */
 function scaleDevice(a: Tensor, s: number): Tensor {
@@ -62,6 +98,7 @@ export function mul(a: Tensor, b: Tensor | number): Tensor {
   const n = sizeOf(shape);
   const ma = sourceMap(a.shape, shape);
   const mb = sourceMap(b.shape, shape);
+  if (a.onDevice || b.onDevice) return mulDevice(a, b, shape, ma, mb);
   const x = dataAs(a, p);
   const y = dataAs(b, p);
   const out = alloc(p, n);

@@ -3,6 +3,7 @@ import { FAError } from '@fa/core';
 import { Tensor, alloc, precisionOf, type Data } from '../tensor.js';
 import { record1, type BackwardFn } from '../node.js';
 import { axis, checkTensors } from './util.js';
+import { deviceZeros, onEngine, runOnDevice } from '../device.js';
 
 /** Copies `src` of shape `shape` into the axis order `dims` (out.shape[i] = shape[dims[i]]). */
 export function permuteData(src: Data, shape: readonly number[], dims: readonly number[]): Data {
@@ -31,6 +32,20 @@ export function permuteData(src: Data, shape: readonly number[], dims: readonly 
   return out;
 }
 
+/** The permutation on the device (rank at most 8), and its gradient by the inverse one. */
+function permuteDevice(x: Tensor, ds: number[], outShape: number[], inverse: number[]): Tensor {
+  const e = x.device!.engine;
+  if (x.ndim > 8) throw new FAError('E_UNSUPPORTED', `permute on ${e.name}: rank ${x.ndim} > 8 has no device path`);
+  const y = deviceZeros(e, x.size, true);
+  runOnDevice(e, 'permute', { shape: x.shape, dims: ds, x: x.device, y });
+  const back: BackwardFn = ([gh]) => {
+    const gx = deviceZeros(e, x.size, true);
+    runOnDevice(e, 'permute', { shape: outShape, dims: inverse, x: onEngine(e, gh), y: gx });
+    return [gx as unknown as Data];
+  };
+  return record1('permute', [x], y as unknown as Data, outShape, [], back);
+}
+
 function permuteBackward(outShape: readonly number[], inverse: readonly number[]): BackwardFn {
   return ([g]) => [permuteData(g, outShape, inverse)];
 }
@@ -43,6 +58,7 @@ export function permute(x: Tensor, dims: readonly number[]): Tensor {
   const outShape = ds.map((d) => x.shape[d]);
   const inverse = new Array<number>(rank);
   ds.forEach((d, i) => (inverse[d] = i));
+  if (x.device) return permuteDevice(x, ds, outShape, inverse);
   return record1('permute', [x], permuteData(x.data, x.shape, ds), outShape, [], permuteBackward(outShape, inverse));
 }
 

@@ -6,6 +6,15 @@
 import { Tensor, alloc, type Data, type Precision } from '../tensor.js';
 import { record1, saveBuffer, type BackwardFn } from '../node.js';
 import { axis, checkTensors } from './util.js';
+import { DeviceArray, deviceZeros, onEngine, runOnDevice, type DeviceEngine } from '../device.js';
+
+function softmaxBackwardDevice(e: DeviceEngine, y: DeviceArray, outer: number, n: number, inner: number): BackwardFn {
+  return ([gh]) => {
+    const gx = deviceZeros(e, y.length, true);
+    runOnDevice(e, 'softmaxBackward', { outer, n, inner, y, dy: onEngine(e, gh), dx: gx });
+    return [gx as unknown as Data];
+  };
+}
 
 function softmaxBackward(y: Data, outer: number, n: number, inner: number, p: Precision): BackwardFn {
   return ([g]) => {
@@ -31,6 +40,12 @@ export function softmax(x: Tensor, dim = -1): Tensor {
   const n = x.shape[d];
   const inner = x.shape.slice(d + 1).reduce((a, s) => a * s, 1);
   const outer = x.shape.slice(0, d).reduce((a, s) => a * s, 1);
+  if (x.device) {
+    const e = x.device.engine;
+    const y = deviceZeros(e, x.size, true);
+    runOnDevice(e, 'softmax', { outer, n, inner, x: x.device, y });
+    return record1('softmax', [x], y as unknown as Data, x.shape, [saveBuffer('probs', y as unknown as ArrayBufferView)], softmaxBackwardDevice(e, y, outer, n, inner));
+  }
   const p = x.precision;
   const xd = x.data;
   const y = alloc(p, xd.length);

@@ -501,3 +501,75 @@ ${EW_INDEX}
   dst[d] = v;
 }`;
 }
+
+/** y[i] = a[i]·b[i mod m] (b the same size, or repeated over a's leading rows). u.x n, u.cols m. */
+export function mulWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+${EW_MAIN}
+${EW_INDEX}
+  y[i] = a[i] * b[i % p.cols];
+}`;
+}
+
+/**
+ * Softmax along one axis of an [outer, n, inner] view, one thread per (outer, inner) line:
+ * max, sum of exps, then the normalised values, in a fixed order. u: n = outer·inner lines,
+ * rows = n (the axis), cols = inner.
+ */
+export function softmaxWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+${EW_MAIN}
+${EW_INDEX}
+  let o = i / p.cols;
+  let base = o * p.rows * p.cols + i % p.cols;
+  var m = bitcast<f32>(0xff7fffffu);
+  for (var j = 0u; j < p.rows; j++) { m = max(m, x[base + j * p.cols]); }
+  var s = 0.0;
+  for (var j = 0u; j < p.rows; j++) { s += exp(x[base + j * p.cols] - m); }
+  for (var j = 0u; j < p.rows; j++) { y[base + j * p.cols] = exp(x[base + j * p.cols] - m) / s; }
+}`;
+}
+
+/** dx = y·(dy − Σ dy·y) along the axis (the layout of softmaxWGSL). */
+export function softmaxBackwardWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> y: array<f32>;
+@group(0) @binding(2) var<storage, read> dy: array<f32>;
+@group(0) @binding(3) var<storage, read_write> dx: array<f32>;
+${EW_MAIN}
+${EW_INDEX}
+  let o = i / p.cols;
+  let base = o * p.rows * p.cols + i % p.cols;
+  var d = 0.0;
+  for (var j = 0u; j < p.rows; j++) { d += dy[base + j * p.cols] * y[base + j * p.cols]; }
+  for (var j = 0u; j < p.rows; j++) { let k = base + j * p.cols; dx[k] = y[k] * (dy[k] - d); }
+}`;
+}
+
+/**
+ * y = x with its axes permuted: thread i takes output element i, decomposes it over the output
+ * shape and reads x at the permuted strides. dimsOf = [rank | out shape (8) | source strides (8)].
+ */
+export function permuteWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> dimsOf: array<u32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+${EW_MAIN}
+${EW_INDEX}
+  let rank = dimsOf[0];
+  var rest = i;
+  var src = 0u;
+  for (var d = rank; d > 0u; d--) {
+    let dim = dimsOf[d];
+    src += (rest % dim) * dimsOf[8u + d];
+    rest /= dim;
+  }
+  y[i] = x[src];
+}`;
+}
