@@ -590,17 +590,18 @@ export class WebGPUBackend implements AttentionBackend {
     const rec = recAtCall;
     const body = async () => {
       encodable(rec);
-      if (g.M === 0 || g.N === 0) return;
+      if (g.M === 0 || g.N === 0 || g.batch === 0) return;
       const dev = this.acq.device;
       const pipe = await this.pipeline('gemm:f32', gemmWGSL);
       const flags = (g.transA ? GEMM_FLAGS.transA : 0) | (g.transB ? GEMM_FLAGS.transB : 0) | (g.accumulate ? GEMM_FLAGS.accumulate : 0) | (t.bias ? GEMM_FLAGS.bias : 0);
-      const params = this.consts.constant(dev, scope, new Uint8Array(new Uint32Array([g.M, g.N, g.K, flags]).buffer), BufferUsage.UNIFORM, 'gemm params');
+      const u = [g.M, g.N, g.K, flags, g.aOffset ?? 0, g.bOffset ?? 0, g.cOffset ?? 0, g.strideA ?? 0, g.strideB ?? 0, g.strideC ?? 0, 0, 0];
+      const params = this.consts.constant(dev, scope, new Uint8Array(new Uint32Array(u).buffer), BufferUsage.UNIFORM, 'gemm params');
       const at = (x: WGTensor) => this.input(scope, x, 'gemm operand');
       const enc = rec ? rec.encoder : dev.createCommandEncoder();
       const pass = enc.beginComputePass();
       pass.setPipeline(pipe);
       pass.setBindGroup(0, this.bind(pipe, [params, at(t.a), at(t.b), at(t.c), t.bias ? at(t.bias) : at(t.a)]));
-      pass.dispatchWorkgroups(Math.ceil(g.N / GEMM_TILE), Math.ceil(g.M / GEMM_TILE));
+      pass.dispatchWorkgroups(Math.ceil(g.N / GEMM_TILE), Math.ceil(g.M / GEMM_TILE), g.batch ?? 1);
       pass.end();
       if (!rec) dev.queue.submit([enc.finish()]);
     };

@@ -21,6 +21,18 @@ export interface DeviceGemmCall {
   accumulate?: boolean;
   /** [N], added to every row. */
   bias?: Tensor | null;
+  /**
+   * Batched products (default 1): product z reads a at aOffset + z·strideA, b at bOffset + z·strideB
+   * and writes c at cOffset + z·strideC (elements). With any of these the operands need only hold
+   * what the products read; without them, exactly M·K, K·N and M·N values.
+   */
+  batch?: number;
+  aOffset?: number;
+  bOffset?: number;
+  cOffset?: number;
+  strideA?: number;
+  strideB?: number;
+  strideC?: number;
 }
 
 const isDim = (x: unknown): x is number => Number.isSafeInteger(x) && (x as number) >= 0 && (x as number) < 2 ** 31;
@@ -36,7 +48,23 @@ export function checkDeviceGemm(g: DeviceGemmCall): { a: WGTensor; b: WGTensor; 
     if (numel(t.shape) !== n) throw new FAError('E_SHAPE', `gemm: ${name} holds ${numel(t.shape)} values; M ${g.M}, N ${g.N}, K ${g.K} need ${n}`);
     return t;
   };
-  const a = dev(g.a, 'a', g.M * g.K), b = dev(g.b, 'b', g.K * g.N), c = dev(g.c, 'c', g.M * g.N);
+  const devAtLeast = (t: unknown, name: string, n: number): WGTensor => {
+    if (!isDeviceTensor(t as Tensor) || !(t instanceof WGTensor)) throw new FAError('E_ARG', `gemm: ${name} must be a webgpu device tensor (upload it first)`);
+    if (t.dtype !== 'f32') throw new FAError('E_DTYPE', `gemm: ${name} must be f32, got ${t.dtype}`);
+    if (numel(t.shape) < n) throw new FAError('E_SHAPE', `gemm: ${name} holds ${numel(t.shape)} values; the products read up to ${n}`);
+    return t;
+  };
+  const batched = g.batch !== undefined || g.aOffset !== undefined || g.bOffset !== undefined || g.cOffset !== undefined || g.strideA !== undefined || g.strideB !== undefined || g.strideC !== undefined;
+  for (const k of ['batch', 'aOffset', 'bOffset', 'cOffset', 'strideA', 'strideB', 'strideC'] as const) {
+    if (g[k] !== undefined && !isDim(g[k])) throw new FAError('E_SHAPE', `gemm: ${k} must be an integer from 0 to 2^31 - 1, got ${String(g[k])}`);
+  }
+  const batch = g.batch ?? 1;
+  if (batch > 65535) throw new FAError('E_TOO_LARGE', 'gemm: at most 65535 batched products a call');
+  if (batch > 1 && (g.strideC ?? 0) < g.M * g.N) throw new FAError('E_ARG', `gemm: the batch's products would overlap in c (strideC ${g.strideC ?? 0} < M·N ${g.M * g.N}); accumulate into one c with a call per product`);
+  const span = (off: number | undefined, stride: number | undefined, n: number) => (n === 0 ? 0 : (off ?? 0) + (batch - 1) * (stride ?? 0) + n);
+  const need = batched ? (t: unknown, name: string, n: number) => devAtLeast(t, name, n) : dev;
+  const a = need(g.a, 'a', batched ? span(g.aOffset, g.strideA, g.M * g.K) : g.M * g.K), b = need(g.b, 'b', batched ? span(g.bOffset, g.strideB, g.K * g.N) : g.K * g.N);
+  const c = need(g.c, 'c', batched ? span(g.cOffset, g.strideC, g.M * g.N) : g.M * g.N);
   const bias = g.bias == null ? null : dev(g.bias, 'bias', g.N);
   // (WebGPU: a buffer written by a dispatch may not be bound to it a second time, even apart)
   for (const [name, t] of [['a', a], ['b', b], ['bias', bias]] as const) {

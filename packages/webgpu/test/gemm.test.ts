@@ -67,6 +67,23 @@ describe('webgpu gemm', () => {
     }
   }
 
+  it('batched products at offsets and strides, one per z of the grid', async () => {
+    const [B, M, N, K] = [3, 5, 7, 9];
+    const a = randn(2 + B * M * K, 31), bb = randn(K * N, 32); // b shared by the batch (stride 0)
+    const [da, db] = await Promise.all([up(a, [a.length]), up(bb, [bb.length])]);
+    const dc = await up(new Float32Array(1 + B * M * N).fill(NaN), [1 + B * M * N]);
+    await b.gemm({ transA: false, transB: false, M, N, K, a: da, b: db, c: dc, batch: B, aOffset: 2, strideA: M * K, strideB: 0, cOffset: 1, strideC: M * N });
+    const got = (await b.read(dc)).data as Float32Array;
+    for (let z = 0; z < B; z++) {
+      const { ref, bound } = reference(false, false, M, N, K, a.subarray(2 + z * M * K, 2 + (z + 1) * M * K), bb, null, null);
+      for (let i = 0; i < M * N; i++) expect(Math.abs(got[1 + z * M * N + i] - ref[i])).toBeLessThanOrEqual(bound[i]);
+    }
+    expect(Number.isNaN(got[0])).toBe(true); // before cOffset: untouched
+    const code = async (p: Promise<unknown>) => p.then(() => 'no error', (e) => `${(e as FAError).code}: ${(e as FAError).message}`);
+    expect(await code(b.gemm({ transA: false, transB: false, M, N, K, a: da, b: db, c: dc, batch: B, strideA: M * K, strideC: 0, accumulate: true }))).toMatch(/^E_ARG: gemm: the batch's products would overlap in c/);
+    expect(await code(b.gemm({ transA: false, transB: false, M, N, K, a: da, b: db, c: dc, batch: B + 1, strideA: M * K, strideC: M * N }))).toMatch(/^E_SHAPE: gemm: a holds \d+ values; the products read up to/);
+  });
+
   it('refuses bad calls with one line before anything is enqueued, and runs in stream order with attention', async () => {
     const a = await up(randn(6, 1), [6]), c = await up(new Float32Array(4), [4]);
     const code = async (p: Promise<unknown>) => p.then(() => 'no error', (e) => { expect(e).toBeInstanceOf(FAError); return `${(e as FAError).code}: ${(e as FAError).message}`; });

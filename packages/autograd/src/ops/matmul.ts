@@ -6,6 +6,39 @@ import { Tensor, alloc, sizeOf, type Data, type Precision } from '../tensor.js';
 import { record1, type BackwardFn, type Saved } from '../node.js';
 import { gemm } from './gemm.js';
 import { checkTensors, dataAs, promote, sameShape, shapeError, shapeStr } from './util.js';
+import { DeviceArray, deviceZeros, engineOf, onEngine, runOnDevice, type DeviceEngine } from '../device.js';
+
+/** On the device: batched products (one dispatch, a batch per z); a shared operand has stride 0. */
+function matmulDevice(a: Tensor, b: Tensor, batchShape: readonly number[], batch: number, M: number, K: number, N: number, aBatched: boolean, bBatched: boolean): Tensor {
+  const e = engineOf('matmul', a.storage, b.storage)!;
+  const x = a.storage as DeviceArray, y = b.storage as DeviceArray;
+  const out = deviceZeros(e, batch * M * N, true);
+  if (aBatched && !bBatched) runOnDevice(e, 'gemm', { transA: false, transB: false, M: batch * M, N, K, a: x, b: y, c: out });
+  else runOnDevice(e, 'gemm', { transA: false, transB: false, M, N, K, a: x, b: y, c: out, batch, strideA: aBatched ? M * K : 0, strideB: bBatched ? K * N : 0, strideC: M * N });
+  const saved: Saved[] = [{ what: 'a', data: x as unknown as ArrayBufferView, leaf: a.isLeaf }, { what: 'b', data: y as unknown as ArrayBufferView, leaf: b.isLeaf }];
+  return record1('matmul', [a, b], out as unknown as Data, [...batchShape, M, N], saved, matmulBackwardDevice(e, x, y, batch, M, K, N, aBatched, bBatched));
+}
+
+function matmulBackwardDevice(e: DeviceEngine, x: DeviceArray, y: DeviceArray, batch: number, M: number, K: number, N: number, aBatched: boolean, bBatched: boolean): BackwardFn {
+  return ([gh], needs) => {
+    const g = onEngine(e, gh);
+    let ga: DeviceArray | null = null, gb: DeviceArray | null = null;
+    if (needs[0]) {
+      // dA = dC · Bᵀ; a shared A sums over the batch: one product after another into it
+      ga = deviceZeros(e, (aBatched ? batch : 1) * M * K, aBatched);
+      if (aBatched) runOnDevice(e, 'gemm', { transA: false, transB: true, M, N: K, K: N, a: g, b: y, c: ga, batch, strideA: M * N, strideB: bBatched ? K * N : 0, strideC: M * K });
+      else for (let i = 0; i < batch; i++) runOnDevice(e, 'gemm', { transA: false, transB: true, M, N: K, K: N, a: g, b: y, c: ga, batch: 1, aOffset: i * M * N, bOffset: bBatched ? i * K * N : 0, accumulate: true });
+    }
+    if (needs[1]) {
+      // dB = Aᵀ · dC
+      gb = deviceZeros(e, (bBatched ? batch : 1) * K * N, bBatched || aBatched ? bBatched : true);
+      if (!bBatched && aBatched) runOnDevice(e, 'gemm', { transA: true, transB: false, M: K, N, K: batch * M, a: x, b: g, c: gb });
+      else if (bBatched) runOnDevice(e, 'gemm', { transA: true, transB: false, M: K, N, K: M, a: x, b: g, c: gb, batch, strideA: aBatched ? M * K : 0, strideB: M * N, strideC: K * N });
+      else runOnDevice(e, 'gemm', { transA: true, transB: false, M: K, N, K: M, a: x, b: g, c: gb });
+    }
+    return [ga, gb] as unknown as (Data | null)[];
+  };
+}
 
 function matmulBackward(x: Data | null, y: Data | null, batch: number, M: number, K: number, N: number, aBatched: boolean, bBatched: boolean, p: Precision): BackwardFn {
   return ([g], needs) => {
@@ -48,6 +81,7 @@ export function matmul(a: Tensor, b: Tensor): Tensor {
   }
   const batchShape = aBatched ? ba : bb;
   const batch = sizeOf(batchShape);
+  if (a.onDevice || b.onDevice) return matmulDevice(a, b, batchShape, batch, M, K, N, aBatched, bBatched);
   const p = promote(a, b);
   const x = dataAs(a, p);
   const y = dataAs(b, p);

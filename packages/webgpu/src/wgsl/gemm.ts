@@ -6,6 +6,7 @@
  * are consecutive across the threads of a row); A and B are staged 16 keys at a time through
  * workgroup memory, loaded along whichever dimension is contiguous in the stored layout.
  * Products are summed in k order, one FMA at a time (f32 rounding, like the host engines').
+ * Batched products run one batch per z of the grid, each at its offsets plus z batch strides.
  */
 export const GEMM_TILE = 64;
 
@@ -13,7 +14,7 @@ export const GEMM_TILE = 64;
 export const GEMM_FLAGS = { transA: 1, transB: 2, accumulate: 4, bias: 8 } as const;
 
 export function gemmWGSL(): string {
-  return `struct Params { m: u32, n: u32, k: u32, flags: u32 }
+  return `struct Params { m: u32, n: u32, k: u32, flags: u32, aOff: u32, bOff: u32, cOff: u32, sa: u32, sb: u32, sc: u32, pad0: u32, pad1: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> A: array<f32>;
 @group(0) @binding(2) var<storage, read> B: array<f32>;
@@ -27,6 +28,10 @@ var<workgroup> Bs: array<f32, 1024>; // [16 keys][64 columns]
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
   let row0 = wg.y * 64u;
   let col0 = wg.x * 64u;
+  // batch wg.z: its operands start at the offsets plus z batch strides (elements)
+  let ao = p.aOff + wg.z * p.sa;
+  let bo = p.bOff + wg.z * p.sb;
+  let co = p.cOff + wg.z * p.sc;
   let tid = lid.y * 16u + lid.x;
   let transA = (p.flags & 1u) != 0u;
   let transB = (p.flags & 2u) != 0u;
@@ -42,7 +47,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
       let gk = k0 + k;
       var va = 0.0;
       if (gm < p.m && gk < p.k) {
-        if (transA) { va = A[gk * p.m + gm]; } else { va = A[gm * p.k + gk]; }
+        if (transA) { va = A[ao + gk * p.m + gm]; } else { va = A[ao + gm * p.k + gk]; }
       }
       As[k * 64u + m] = va;
       // B: coalesced along n when stored K×N, along k when stored N×K
@@ -53,7 +58,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
       let gkb = k0 + kb;
       var vb = 0.0;
       if (gn < p.n && gkb < p.k) {
-        if (transB) { vb = B[gn * p.k + gkb]; } else { vb = B[gkb * p.n + gn]; }
+        if (transB) { vb = B[bo + gn * p.k + gkb]; } else { vb = B[bo + gkb * p.n + gn]; }
       }
       Bs[kb * 64u + n] = vb;
     }
@@ -77,8 +82,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
       if (gn >= p.n) { continue; }
       var v = acc[i][j];
       if ((p.flags & 8u) != 0u) { v += bias[gn]; }
-      if ((p.flags & 4u) != 0u) { v += C[gm * p.n + gn]; }
-      C[gm * p.n + gn] = v;
+      if ((p.flags & 4u) != 0u) { v += C[co + gm * p.n + gn]; }
+      C[co + gm * p.n + gn] = v;
     }
   }
 }`;
