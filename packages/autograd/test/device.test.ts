@@ -10,6 +10,7 @@ import { AdamW, GPT, Linear, Rng, SGD, Tensor, checkpoint, clipGradNorm, crossEn
 import { relNormErr } from './helpers.js';
 
 let engine: DeviceEngine | undefined;
+let batching: DeviceEngine | undefined;
 let why = '';
 try {
   const dist = new URL('../../webgpu/dist/index.js', import.meta.url).href;
@@ -17,6 +18,7 @@ try {
   const b = await createWebGPUBackend();
   if (isDeviceEngine(b)) engine = b as unknown as DeviceEngine;
   else why = 'the webgpu backend has no device ops';
+  batching = (await createWebGPUBackend({ batchCalls: true })) as unknown as DeviceEngine;
 } catch (e) {
   why = (e as Error).message.split('\n')[0];
 }
@@ -64,8 +66,9 @@ describe('autograd tensors on the webgpu engine', () => {
     expect(relNormErr(g.data, host[0].grad!.data)).toBeLessThan(1e-4);
   });
 
-  for (const style of ['gpt2', 'llama'] as const) {
-    it(`a ${style}-style GPT trains on the device as on the host (embeddings, norms, attention, MLP, tied head, AdamW)`, async () => {
+  for (const [style, batched] of [['gpt2', false], ['llama', false], ['llama', true]] as const) {
+    it(`a ${style}-style GPT trains on the device as on the host (embeddings, norms, attention, MLP, tied head, AdamW)${batched ? ', calls batched a turn' : ''}`, async () => {
+      const e = batched ? batching! : engine!;
       const cfg = style === 'llama'
         ? { vocab: 29, maxT: 16, dModel: 32, layers: 2, heads: 4, kvHeads: 2, positions: 'rotary' as const, norm: 'rms' as const, mlp: 'swiglu' as const, seed: 3 }
         : { vocab: 29, maxT: 16, dModel: 32, layers: 2, heads: 4, seed: 3 };

@@ -254,6 +254,7 @@ export class WebGPUBackend implements AttentionBackend {
    * surface in the caller's error scopes when the encoder is finished or submitted.
    */
   recordInto(encoder: GPUCommandEncoder): Recording {
+    if (this.#rec?.internal) throw new FAError('E_ARG', 'recordInto: calls of this turn are batched (batchCalls) and not submitted yet; await sync() first');
     if (this.#rec) throw new FAError('E_ARG', "recordInto: a recording into another command encoder is open; submit that encoder and call its recording's submitted() first");
     const e = encoder as Partial<GPUCommandEncoder> | null;
     if (typeof e !== 'object' || e === null || typeof e.beginComputePass !== 'function' || typeof e.finish !== 'function') throw new FAError('E_ARG', 'recordInto takes a GPUCommandEncoder');
@@ -268,15 +269,54 @@ export class WebGPUBackend implements AttentionBackend {
     return rec;
   }
 
+  /** Batches submitted so far (options.batchCalls; tests and benchmarks). */
+  batchesSubmitted = 0;
+
+  /** The recording a call made now encodes into: a caller's, the open batch, a new batch (batchCalls), or none. */
+  private current(): Recording | undefined {
+    if (this.#rec) return this.#rec;
+    if (!this.opts.batchCalls || this.disposedAll || this.lostInfo !== undefined) return undefined;
+    const enc = this.acq.device.createCommandEncoder();
+    this.ledger.held ??= [];
+    this.consts.ledger.held ??= [];
+    const rec: Recording = new Recording(enc, () => {
+      if (this.#rec === rec) this.#rec = undefined;
+      this.ledger.releaseHeld();
+      this.consts.ledger.releaseHeld();
+    }, true);
+    this.#rec = rec;
+    // the turn's calls join it; it is submitted in the calls' order once they have encoded
+    const later = (globalThis as { setImmediate?: (f: () => void) => void }).setImmediate ?? ((f: () => void) => setTimeout(f, 0));
+    later(() => void this.calls.exclusive(() => this.flushBatch()).catch(() => undefined));
+    return rec;
+  }
+
+  /** A call's recording when it encodes: a batch submitted meanwhile is replaced by the open one. */
+  private liveRec(rec: Recording | undefined): Recording | undefined {
+    if (rec && !rec.open && rec.internal) return this.current();
+    encodable(rec);
+    return rec;
+  }
+
+  /** Submits the open batch (inside the calls' lock: no call is encoding into it). */
+  private flushBatch(): void {
+    const rec = this.#rec;
+    if (!rec || !rec.internal || !rec.open) return;
+    this.calls.submitWatched('a batch of calls', this.acq.device, rec.encoder.finish());
+    this.batchesSubmitted++;
+    rec.submitted();
+  }
+
   /** Refuses work that would run before an open recording's calls. */
   private notRecording(what: string): void {
-    if (this.#rec) throw new FAError('E_ARG', `${what} while a recording into a caller's command encoder is open: its work would run before the recorded calls; submit the encoder and call submitted() first`);
+    if (this.#rec && !this.#rec.internal) throw new FAError('E_ARG', `${what} while a recording into a caller's command encoder is open: its work would run before the recorded calls; submit the encoder and call submitted() first`);
   }
 
   /** The open recording a call encodes into (checked again when the call encodes), or undefined. */
   private recordingFor(what: string, onDevice: boolean, rec: Recording | undefined): Recording | undefined {
-    if (rec && !onDevice) this.notRecording(`${what} on host tensors`);
-    return rec;
+    if (rec && !onDevice && !rec.internal) this.notRecording(`${what} on host tensors`);
+    // (a host-tensor call submits on its own: the batch goes first, inside the calls' lock)
+    return onDevice ? rec : undefined;
   }
 
   /**
@@ -338,7 +378,7 @@ export class WebGPUBackend implements AttentionBackend {
 
   async forwardWithKVCache(q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions): Promise<ForwardResult> {
     const p = describeKVCacheProblem(q, kCache, vCache, opts, this.name);
-    const recAtCall = this.#rec; // (the recording open when the call is made)
+    const recAtCall = this.current(); // (the recording open when the call is made)
     await this.ready();
     const plan = this.kvPlan(p);
     const s = kvSupport(p, this.acq.device.limits, plan);
@@ -347,9 +387,10 @@ export class WebGPUBackend implements AttentionBackend {
     const scope = new Scope(this.ledger);
     const outs: GPUBuffer[] = [];
     const onDevice = isDeviceTensor(q);
-    const rec = this.recordingFor('forwardWithKVCache', onDevice && isDeviceTensor(kCache) && isDeviceTensor(vCache), recAtCall);
+    let rec = this.recordingFor('forwardWithKVCache', onDevice && isDeviceTensor(kCache) && isDeviceTensor(vCache), recAtCall);
     const body = () => {
-      encodable(rec);
+      rec = this.liveRec(rec);
+      if (!rec) this.flushBatch(); // (a call that submits on its own: after the batch)
       return encodeKVCache(this.kvEnv, scope, p, plan, q, kCache, vCache, opts, outs, rec?.encoder);
     };
     // stream-ordered when nothing returns to the host: device q (so device outputs) and caches
@@ -393,6 +434,8 @@ export class WebGPUBackend implements AttentionBackend {
     this.notRecording('writeIndex');
     const d = checkIndexWrite(t, data, offset, this.name);
     await this.ready();
+    // (calls issued before read the old entries: they are submitted before the write is queued)
+    if (this.opts.batchCalls) await this.calls.exclusive(() => this.flushBatch());
     const buf = this.indexBuffer(t as WGIndexTensor, 'writeIndex target');
     // queue order: calls submitted before read the old entries, calls after the new ones
     if (d.length > 0) {
@@ -459,7 +502,10 @@ export class WebGPUBackend implements AttentionBackend {
     await this.calls.settle();
     const scope = new Scope(this.ledger);
     const b = this.input(scope, t, 'read');
-    return this.guard(scope, () => this.readBuffer(scope, bufferOf(b), t.dtype, t.shape, offsetOf(b)), false);
+    return this.guard(scope, () => {
+      this.flushBatch(); // (the readback goes after the batch that computes t)
+      return this.readBuffer(scope, bufferOf(b), t.dtype, t.shape, offsetOf(b));
+    }, false);
   }
 
   disposeTensor(t: Tensor | DeviceIndexTensor): void {
@@ -472,6 +518,7 @@ export class WebGPUBackend implements AttentionBackend {
 
   async dispose(): Promise<void> {
     if (this.disposedAll) return;
+    if (this.#rec?.internal) await this.calls.exclusive(() => this.flushBatch()).catch(() => undefined);
     for (const t of this.live) this.disposeTensor(t);
     this.disposedAll = true;
     this.pipelines.clear();
@@ -493,6 +540,7 @@ export class WebGPUBackend implements AttentionBackend {
   /** Waits until the GPU has finished all submitted work (benchmarks). */
   async sync(): Promise<void> {
     this.notRecording('sync');
+    if (this.opts.batchCalls) await this.calls.exclusive(() => this.flushBatch());
     await this.acq.device.queue.onSubmittedWorkDone();
     // a stream-ordered call's device error surfaces here (DESIGN.md)
     await this.calls.settle();
@@ -561,11 +609,11 @@ export class WebGPUBackend implements AttentionBackend {
 
   /** One stream-ordered model op: `body` encodes into the call's encoder (the recording's, or one submitted after). */
   private async runOp(what: string, body: (enc: GPUCommandEncoder, scope: Scope) => Promise<void>): Promise<void> {
-    const rec = this.#rec;
+    let rec = this.current();
     await this.ready();
     const scope = new Scope(this.ledger);
     return this.calls.runDeferred(what, scope, async () => {
-      encodable(rec);
+      rec = this.liveRec(rec);
       const dev = this.acq.device;
       const enc = rec ? rec.encoder : dev.createCommandEncoder();
       await body(enc, scope);
@@ -580,16 +628,16 @@ export class WebGPUBackend implements AttentionBackend {
    */
   async gemm(g: DeviceGemmCall): Promise<void> {
     const t = checkDeviceGemm(g);
-    const recAtCall = this.#rec;
+    const recAtCall = this.current();
     await this.ready();
     for (const [name, x] of [['a', t.a], ['b', t.b], ['c', t.c], ['bias', t.bias]] as const) {
       if (x && x.disposed) throw new FAError('E_ARG', `gemm: ${name} was already disposed (or its device was lost)`);
       if (x && x.handle.epoch !== this.epoch) throw new FAError('E_DEVICE', `gemm: ${name} was created on a WebGPU device that has since been lost`);
     }
     const scope = new Scope(this.ledger);
-    const rec = recAtCall;
+    let rec = recAtCall;
     const body = async () => {
-      encodable(rec);
+      rec = this.liveRec(rec);
       if (g.M === 0 || g.N === 0 || g.batch === 0) return;
       const dev = this.acq.device;
       const pipe = await this.pipeline('gemm:f32', gemmWGSL);
@@ -624,17 +672,18 @@ export class WebGPUBackend implements AttentionBackend {
 
   async forward(q: Tensor, k: Tensor, v: Tensor, opts: AttentionOptions = {}): Promise<ForwardResult> {
     const p = describeProblem(q, k, v, opts);
-    const recAtCall = this.#rec; // (the recording open when the call is made)
+    const recAtCall = this.current(); // (the recording open when the call is made)
     await this.ready();
     this.checkSupported(p);
     const dev = this.acq.device;
     const scope = new Scope(this.ledger);
     const onDevice = isDeviceTensor(q);
-    const rec = this.recordingFor('forward', onDevice, recAtCall);
+    let rec = this.recordingFor('forward', onDevice, recAtCall);
     let outBuf: GPUBuffer | undefined;
     let lseBuf: GPUBuffer | undefined;
     const body = async () => {
-        encodable(rec);
+        rec = this.liveRec(rec);
+        if (!rec) this.flushBatch();
         const choice = this.specFor('fwd', p) as Choice;
         const spec = choice.spec;
         this.lastSpecs = [spec];
@@ -669,16 +718,17 @@ export class WebGPUBackend implements AttentionBackend {
 
   async backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dOut: Tensor, lse: Tensor, opts: AttentionOptions = {}): Promise<BackwardResult> {
     const p = describeBackward(q, k, v, out, dOut, lse, opts);
-    const recAtCall = this.#rec; // (the recording open when the call is made)
+    const recAtCall = this.current(); // (the recording open when the call is made)
     await this.ready();
     this.checkSupported(p);
     const dev = this.acq.device;
     const scope = new Scope(this.ledger);
     const onDevice = isDeviceTensor(q);
-    const rec = this.recordingFor('backward', onDevice, recAtCall);
+    let rec = this.recordingFor('backward', onDevice, recAtCall);
     const outs: GPUBuffer[] = [];
     const body = async () => {
-        encodable(rec);
+        rec = this.liveRec(rec);
+        if (!rec) this.flushBatch();
         const sKV = (this.specFor('dkdv', p) as Choice).spec;
         const sQ = (this.specFor('dq', p) as Choice).spec;
         this.lastSpecs = [sKV, sQ];

@@ -94,6 +94,40 @@ export class CallGuard {
     }
   }
 
+  /** Runs `fn` when every call issued before has run (the calls' lock), before any issued after. */
+  async exclusive<T>(fn: () => T | Promise<T>): Promise<T> {
+    const prev = this.lock;
+    let release!: () => void;
+    this.lock = new Promise<void>((r) => (release = r));
+    await prev;
+    try {
+      return await fn();
+    } finally {
+      release();
+    }
+  }
+
+  /**
+   * Submits `cmd` inside error scopes popped without waiting; a device error is kept for
+   * settle(), as a stream-ordered call's is (`what` names the submission).
+   */
+  submitWatched(what: string, dev: GPUDevice, cmd: GPUCommandBuffer): void {
+    dev.pushErrorScope('validation');
+    dev.pushErrorScope('out-of-memory');
+    dev.queue.submit([cmd]);
+    const oom = dev.popErrorScope().catch(() => null);
+    const val = dev.popErrorScope().catch(() => null);
+    const adapter = this.target.adapterName();
+    this.inFlight.push(
+      Promise.all([oom, val]).then(([o, v]) => {
+        if (this.deferred || (!o && !v)) return;
+        this.deferred = o
+          ? new FAError('E_OOM', `webgpu: ${what} ran out of GPU memory on ${adapter} (reported at sync): ${o.message}`)
+          : new FAError('E_DEVICE', `webgpu: ${what} failed on the device (reported at sync): ${v!.message}`);
+      }),
+    );
+  }
+
   /**
    * Runs `body` inside validation and out-of-memory error scopes. On failure, frees what the
    * call allocated and throws an FAError (E_OOM, E_DEVICE). On success runs `commit` (what the

@@ -115,6 +115,8 @@ export class Recording {
   constructor(
     readonly encoder: GPUCommandEncoder,
     private readonly onSubmitted: () => void,
+    /** The engine's own batch (options.batchCalls), not a caller's encoder. */
+    readonly internal = false,
   ) {}
   /** True until submitted(). */
   get open(): boolean {

@@ -27,6 +27,13 @@ export interface WebGPUBackendOptions extends AcquireOptions {
    */
   readonly nativeF16?: boolean;
   /**
+   * Stream-ordered calls made in one turn of the event loop share one command buffer, submitted
+   * when the turn ends (or before anything that reads back, writes an index or submits on its own)
+   * instead of one submission a call: model code issuing hundreds of small calls a step pays one
+   * submit. Default false. Errors of a batch surface at the next sync or read, naming the batch.
+   */
+  readonly batchCalls?: boolean;
+  /**
    * KV-cache calls: the fewest keys per split of a sequence's key range (default: one key tile,
    * 128). The split count otherwise aims to fill the GPU; changes summation order only.
    */
