@@ -98,6 +98,19 @@ it('a LLaMA-style GPT (rotary positions, RMSNorm, SwiGLU): the cached generation
   expect(r.lastLoss).toBeLessThan(r.firstLoss - 0.8);
 });
 
+it('examples/gpt.mjs --backend webgpu --device on: the whole model trains on the WebGPU device, then generates', async (ctx) => {
+  const { run: runGpt, pickEngines } = await import('../examples/gpt.mjs');
+  const ok = await pickEngines('webgpu', '').then(() => true, () => false);
+  if (!ok) {
+    ctx.skip('no WebGPU adapter here');
+    return;
+  }
+  const r = await runGpt({ backend: 'webgpu', device: 'on', steps: 30, T: 64, batch: 8, layers: 2, dModel: 64, generate: 24 }, (line: string) => console.log(line));
+  expect(r.attention).toBe('webgpu');
+  expect(r.same).toBe(true);
+  expect(r.lastLoss).toBeLessThan(r.firstLoss - 0.5);
+}, 240_000);
+
 it('TransformerBlock with rotary positions: forwardCached (prefill, then one token at a time) equals forward() over the sequence', async () => {
   const { rotaryTables } = await import('../dist/index.js');
   const rng = new Rng(9);
