@@ -154,6 +154,17 @@ describe('autograd tensors on the webgpu engine', () => {
     }
   });
 
+  it('generate() on a device model (its KV cache on the same engine) gives the host model\'s greedy tokens', async () => {
+    for (const style of ['gpt2', 'llama'] as const) {
+      const cfg = style === 'llama'
+        ? { vocab: 23, maxT: 24, dModel: 32, layers: 2, heads: 4, kvHeads: 2, positions: 'rotary' as const, norm: 'rms' as const, mlp: 'swiglu' as const, seed: 5 }
+        : { vocab: 23, maxT: 24, dModel: 32, layers: 2, heads: 4, seed: 5 };
+      const host = new GPT(cfg), dev = await new GPT(cfg).to(e);
+      const prompt = Int32Array.of(3, 1, 4, 1, 5);
+      expect(Array.from(await dev.generate(prompt, 10)), style).toEqual(Array.from(await host.generate(prompt, 10)));
+    }
+  });
+
   it('an op without a device path refuses a device tensor with the reason; item() asks for value()', async () => {
     const t = await new Tensor(new Float32Array(12).fill(1), [3, 4]).to(e, { requiresGrad: true });
     const tt = await new Tensor(new Float32Array(16), [4, 4]).to(e, { requiresGrad: true });

@@ -107,7 +107,9 @@ export class GPT extends Module {
   /** A KV cache for this model: `batch` sequences of up to `capacity` tokens (default maxT). */
   createCache(batch = 1, capacity = this.config.maxT): Promise<KVCache> {
     const c = this.config;
-    return KVCache.create({ layers: c.layers, batch, capacity, kvHeads: c.kvHeads, headDim: c.dModel / c.heads, backend: c.backend });
+    // a model on a device keeps its cache there
+    const dev = this.tok.weight.device?.engine as unknown as BackendChoice | undefined;
+    return KVCache.create({ layers: c.layers, batch, capacity, kvHeads: c.kvHeads, headDim: c.dModel / c.heads, backend: dev ?? c.backend });
   }
 
   /**
@@ -125,7 +127,8 @@ export class GPT extends Module {
         let logits = await this.forwardCached(prompt, 1, cache);
         for (let i = 0; i < n; i++) {
           const V = this.config.vocab;
-          const row = logits.data.subarray(logits.data.length - V);
+          const all = logits.onDevice ? (await logits.toHost()).data : logits.data; // (the one read a token)
+          const row = all.subarray(all.length - V);
           out[i] = pick(row, temperature, rng);
           if (i + 1 < n) logits = await this.forwardCached(out.subarray(i, i + 1), 1, cache);
         }

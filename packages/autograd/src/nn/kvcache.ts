@@ -24,6 +24,7 @@ import {
   type Tensor as CoreTensor,
 } from '@fa/core';
 import { Tensor } from '../tensor.js';
+import { DeviceArray, engineOf } from '../device.js';
 import { pickBackend, type BackendChoice } from '../ops/attention.js';
 
 export interface KVCacheConfig {
@@ -93,12 +94,24 @@ export class KVCache {
       return { kind: 'host', dtype: dt, shape: t.shape, data: dt === 'f32' ? f : encode(dt, f) };
     };
     const be = this.backend;
+    if (q.onDevice || k.onDevice || v.onDevice) return this.attendOnDevice(layer, q, k, v, opts);
     const r = await be.forwardWithKVCache(host(q), this.k[layer], this.v[layer], { ...opts, cacheSeqlens: this.lens, kNew: host(k), vNew: host(v) });
     const out = await be.read(r.out);
     be.disposeTensor(r.out);
     be.disposeTensor(r.lse);
     const data = out.data instanceof Float32Array ? out.data : decode(dt as 'f16' | 'bf16', out.data);
     return new Tensor(data, out.shape);
+  }
+
+  /** attend() for tensors on the cache's engine's device: views of their buffers in, the output stays there. */
+  private async attendOnDevice(layer: number, q: Tensor, k: Tensor, v: Tensor, opts: Omit<AttentionOptions, 'cuSeqlensQ' | 'cuSeqlensK'>): Promise<Tensor> {
+    const e = engineOf('KVCache.attend', q.storage, k.storage, v.storage)!;
+    if ((e as unknown) !== this.backend) throw new FAError('E_ARG', `KVCache.attend: q, k, v live on ${e.name}, the cache on ${this.backend.name}; create the cache on the tensors' engine`);
+    if (this.config.dtype !== 'f32') throw new FAError('E_UNSUPPORTED', `KVCache.attend: a ${this.config.dtype} cache takes host tensors; device tensors are f32`);
+    const view = (t: Tensor) => e.viewTensor((t.storage as DeviceArray).t, t.shape);
+    const r = await this.backend.forwardWithKVCache(view(q), this.k[layer], this.v[layer], { ...opts, cacheSeqlens: this.lens, kNew: view(k), vNew: view(v) });
+    this.backend.disposeTensor(r.lse);
+    return new Tensor(new DeviceArray(e, r.out, q.size), q.shape);
   }
 
   /** Counts `n` more tokens as cached (after every layer appended them). */
