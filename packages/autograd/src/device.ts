@@ -52,6 +52,7 @@ export interface DeviceOps {
   softmax: Op;
   softmaxBackward: Op;
   permute: Op;
+  sumAll: Op;
 }
 
 /** Is `e` an engine the autograd can keep tensors on? */

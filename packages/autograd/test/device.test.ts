@@ -106,6 +106,9 @@ describe('autograd tensors on the webgpu engine', () => {
     expect(Math.abs((await ld.value()) - lh.item())).toBeLessThan(1e-6);
     expect(relNormErr((await xd.grad!.toHost()).data, x.grad!.data)).toBeLessThan(1e-6);
     expect(Math.abs((await sum(xd).value()) - sum(x).item())).toBeLessThan(1e-5);
+    // a long vector: partial sums over ~1024 workgroups, then one
+    const big = new Tensor(Float32Array.from({ length: 300_001 }, (_, i) => Math.sin(i) + 0.25), [300_001]);
+    expect(Math.abs((await sum(await big.to(e)).value()) - sum(big).item()) / Math.abs(sum(big).item())).toBeLessThan(1e-5);
     const oh = new SGD([x], 0.1, 0.9), od = new SGD([xd], 0.1, 0.9);
     oh.step(); od.step();
     oh.step(); od.step();

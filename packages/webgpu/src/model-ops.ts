@@ -358,6 +358,22 @@ export class WebGPUDeviceOps {
     });
   }
 
+  /** out[0] = Σ x[i] for i < n (two passes of per-workgroup tree sums: a fixed order). */
+  async sumAll(c: { n: number; x: Tensor; out: Tensor }): Promise<void> {
+    const who = 'sumAll';
+    obj(who, c);
+    dims(who, c, 'n');
+    const x = atLeast(who, 'x', c.x, c.n), out = atLeast(who, 'out', c.out, 1);
+    apart(who, [['out', out]], [['x', x]]);
+    const chunk = Math.max(256, Math.ceil(c.n / 1024 / 256) * 256); // at most ~1024 partials
+    const groups = Math.max(1, Math.ceil(c.n / chunk));
+    await this.env.run(who, async (enc, s) => {
+      const parts = this.env.createBuffer(s, 4 * groups, BufferUsage.STORAGE, 'partial sums');
+      await this.dispatch(enc, 'sumChunks', K.sumChunksWGSL, [this.params(s, [c.n, 0, chunk, 0]), this.at(s, x, x), parts], groups);
+      await this.dispatch(enc, 'sumChunks', K.sumChunksWGSL, [this.params(s, [groups, 0, Math.max(groups, 1), 0]), parts, this.at(s, out, out)], 1);
+    });
+  }
+
   /** y = a·b element-wise, b the same size or repeated over a's leading rows (its size divides a's). */
   async mul(c: { n: number; a: Tensor; b: Tensor; m: number; y: Tensor }): Promise<void> {
     const who = 'mul';

@@ -5,11 +5,11 @@ import { checkTensors } from './util.js';
 import { DeviceArray, deviceZeros, onEngine, runOnDevice, type DeviceEngine } from '../device.js';
 import type { Data } from '../tensor.js';
 
-/** Σx (× f) on the device: a row sum of one column, then the scale. */
+/** Σx (× f) on the device: a parallel sum in a fixed order, then the scale. */
 function totalDevice(name: 'sum' | 'mean', x: Tensor, f: number): Tensor {
   const e = x.device!.engine, n = x.size;
   const s = deviceZeros(e, 1, true);
-  runOnDevice(e, 'sumRows', { rows: n, cols: 1, x: x.device, out: s });
+  runOnDevice(e, 'sumAll', { n, x: x.device, out: s });
   let out = s;
   if (f !== 1) {
     out = deviceZeros(e, 1, true);

@@ -573,3 +573,30 @@ ${EW_INDEX}
   y[i] = x[src];
 }`;
 }
+
+/**
+ * out[g] = Σ of x's values g·chunk … (g+1)·chunk − 1 (the last group: to n), one 256-thread
+ * workgroup a group, a tree sum in workgroup memory (a fixed order). Run twice it sums a vector:
+ * partials, then the partials. u: n, cols = chunk.
+ */
+export function sumChunksWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+var<workgroup> part: array<f32, 256>;
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let g = wid.y * nw.x + wid.x;
+  let start = g * p.cols;
+  let end = min(start + p.cols, p.n);
+  var s = 0.0;
+  for (var i = start + lid; i < end; i += 256u) { s += x[i]; }
+  part[lid] = s;
+  workgroupBarrier();
+  for (var w = 128u; w > 0u; w >>= 1u) {
+    if (lid < w) { part[lid] += part[lid + w]; }
+    workgroupBarrier();
+  }
+  if (lid == 0u) { out[g] = part[0]; }
+}`;
+}
