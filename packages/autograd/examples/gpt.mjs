@@ -7,9 +7,10 @@
  *   node packages/autograd/examples/gpt.mjs --backend wasm --seconds 10
  *   node packages/autograd/examples/gpt.mjs --backend webgpu --engine native
  *   node packages/autograd/examples/gpt.mjs --style gpt2         # learned positions, LayerNorm, GELU
- *   node packages/autograd/examples/gpt.mjs --backend webgpu --device on   # the whole model on the GPU
+ * *   node packages/autograd/examples/gpt.mjs --backend webgpu --device on   # the whole model on the GPU
  *
- * --backend names the attention engine (cpu, wasm, native, webgpu, cuda; default native where it
+ * --device on (with --backend webgpu) keeps the model, its training and its generation (KV cache)
+ * on the GPU. --backend names the attention engine (cpu, wasm, native, webgpu, cuda; default native where it
  * runs, else wasm); --engine the model-op engine (setModelEngine: the products, gelu, layerNorm,
  * cross-entropy, AdamW), default the attention engine when it has model ops, otherwise the best
  * host engine (native, wasm, cpu), said so in the output. The model: GPT (@fa/autograd),
@@ -141,10 +142,7 @@ export async function run(overrides = {}, log = (/** @type {string} */ _line) =>
       log(`step ${String(step).padStart(4)}  loss ${v.toFixed(3)}  ${(tokens / s).toFixed(0)} tokens/s  ${s.toFixed(1)} s`);
     }
   }
-  if (onDevice) {
-    for (let i = 0; i < losses.length; i++) losses[i] = await losses[i].value();
-    await model.toHost(); // held-out loss and generation on the host tensors (the KV cache's path)
-  }
+  if (onDevice) for (let i = 0; i < losses.length; i++) losses[i] = await losses[i].value();
   const seconds = (performance.now() - t0) / 1000;
   // the held-out loss, no graph
   const held = await noGrad(async () => {
@@ -152,7 +150,7 @@ export async function run(overrides = {}, log = (/** @type {string} */ _line) =>
     const r = new Rng(99);
     for (let i = 0; i < 4; i++) {
       const { ids, targets } = batchOf(heldOut, B, T, r);
-      sum += (await crossEntropy(await model.forward(ids, B), targets)).item();
+      sum += await crossEntropy(await model.forward(ids, B), targets).value();
       n++;
     }
     return sum / n;
@@ -174,7 +172,8 @@ export async function run(overrides = {}, log = (/** @type {string} */ _line) =>
   await noGrad(async () => {
     for (let i = 0; i < n; i++) {
       const logits = await model.forward(Int32Array.from(seq), 1);
-      const row = logits.data.subarray(logits.data.length - vocab.size);
+      const all = logits.onDevice ? (await logits.toHost()).data : logits.data;
+      const row = all.subarray(all.length - vocab.size);
       let best = 0;
       for (let j = 1; j < row.length; j++) if (row[j] > row[best]) best = j;
       seq.push(best);
