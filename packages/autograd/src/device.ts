@@ -53,6 +53,7 @@ export interface DeviceOps {
   softmaxBackward: Op;
   permute: Op;
   sumAll: Op;
+  scaleByNorm: Op;
 }
 
 /** Is `e` an engine the autograd can keep tensors on? */

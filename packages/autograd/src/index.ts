@@ -13,7 +13,7 @@ export { checkpoint } from './checkpoint.js';
 export { gradcheck, type GradcheckOptions, type GradcheckResult, type GradcheckInputResult } from './gradcheck.js';
 export { Rng } from './rng.js';
 export { tensor, zeros, ones, full, randn, rand, parameter, type FactoryOptions, type RandomOptions } from './init.js';
-export { AdamW, SGD, Optimizer, clipGradNorm, type AdamWOptions } from './optim.js';
+export { AdamW, SGD, Optimizer, clipGradNorm, clipGradNormAsync, type AdamWOptions } from './optim.js';
 
 export { add, sub } from './ops/add.js';
 export { mul, scale } from './ops/mul.js';

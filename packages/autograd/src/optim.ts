@@ -127,7 +127,34 @@ export class SGD extends Optimizer {
   }
 }
 
-/** Scales all gradients so their global L2 norm is at most maxNorm; returns the norm before clipping. */
+/**
+ * clipGradNorm for gradients wherever they are: on a device the norm is computed and applied
+ * there, issued without awaiting (the step goes on at once); the promise resolves with the norm
+ * before clipping when read (awaiting it waits for the GPU). Host gradients: clipGradNorm's result.
+ */
+export async function clipGradNormAsync(params: readonly Tensor[], maxNorm: number): Promise<number> {
+  const dev = params.find((p) => p.grad?.device)?.grad?.device;
+  if (!dev) return clipGradNorm(params, maxNorm);
+  const e = dev.engine;
+  if (!Number.isFinite(maxNorm) || maxNorm < 0) throw new FAError('E_ARG', `clipGradNormAsync: maxNorm must be a finite number >= 0, got ${String(maxNorm)}`);
+  const total = deviceZeros(e, 1);
+  const grads: DeviceArray[] = [];
+  for (const p of params) {
+    if (!p.grad) continue;
+    const g = p.grad.device;
+    if (!g || g.engine !== e) throw new FAError('E_ARG', 'clipGradNormAsync: every gradient must live on one engine');
+    grads.push(g);
+    const sq = deviceZeros(e, g.length, true), part = deviceZeros(e, 1, true);
+    runOnDevice(e, 'mul', { n: g.length, a: g, b: g, m: g.length, y: sq });
+    runOnDevice(e, 'sumAll', { n: g.length, x: sq, out: part });
+    runOnDevice(e, 'axpy', { n: 1, alpha: 1, x: part, beta: 1, y: total });
+  }
+  for (const g of grads) runOnDevice(e, 'scaleByNorm', { n: g.length, g, sumSquares: total, maxNorm });
+  const t = new Tensor(total, []);
+  return Math.sqrt(await t.value());
+}
+
+/** Scales all gradients so their global L2 norm is at most maxNorm; returns the norm before clipping (host gradients; clipGradNormAsync for any). */
 export function clipGradNorm(params: readonly Tensor[], maxNorm: number): number {
   let sq = 0;
   for (const p of params) if (p.grad) for (const g of p.grad.data) sq += g * g;

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { FAError } from '@fa/core';
-import { AdamW, GPT, Linear, Rng, SGD, Tensor, checkpoint, clipGradNorm, crossEntropy, matmul, permute, softmax, gelu, linear, isDeviceEngine, mean, scale, sum, mul, type DeviceEngine } from '@fa/autograd';
+import { AdamW, GPT, add, Linear, Rng, SGD, Tensor, checkpoint, clipGradNorm, clipGradNormAsync, crossEntropy, matmul, permute, softmax, gelu, linear, isDeviceEngine, mean, scale, sum, mul, type DeviceEngine } from '@fa/autograd';
 import { relNormErr } from './helpers.js';
 
 let engine: DeviceEngine | undefined;
@@ -166,6 +166,20 @@ describe('autograd tensors on the webgpu engine', () => {
       const prompt = Int32Array.of(3, 1, 4, 1, 5);
       expect(Array.from(await dev.generate(prompt, 10)), style).toEqual(Array.from(await host.generate(prompt, 10)));
     }
+  });
+
+  it('clipGradNormAsync clips on the device (the norm applied there, read only when awaited), as clipGradNorm on the host', async () => {
+    const mk = () => [new Tensor(Float32Array.from({ length: 50 }, (_, i) => Math.sin(i)), [50], { requiresGrad: true }), new Tensor(Float32Array.from({ length: 7 }, (_, i) => 3 * Math.cos(i)), [7], { requiresGrad: true })];
+    const hp = mk();
+    const dp = await Promise.all(mk().map((t) => t.to(e, { requiresGrad: true })));
+    const loss = (ps: Tensor[]) => add(mean(scale(gelu(ps[0]), 40)), mean(scale(gelu(ps[1]), 25)));
+    await loss(hp).backward();
+    await loss(dp).backward();
+    const nh = clipGradNorm(hp, 0.5);
+    const nd = await clipGradNormAsync(dp, 0.5);
+    expect(Math.abs(nd - nh) / nh).toBeLessThan(1e-5);
+    for (let i = 0; i < 2; i++) expect(relNormErr((await dp[i].grad!.toHost()).data, hp[i].grad!.data)).toBeLessThan(1e-5);
+    expect(await clipGradNormAsync(hp, 0.5)).toBeCloseTo(0.5, 5); // host gradients: the same function
   });
 
   it('an op without a device path refuses a device tensor with the reason; item() asks for value()', async () => {

@@ -374,6 +374,19 @@ export class WebGPUDeviceOps {
     });
   }
 
+  /** g *= min(1, maxNorm / (√sumSquares[0] + 1e-6)) in place, the squared norm read on the device (no host round trip). */
+  async scaleByNorm(c: { n: number; g: Tensor; sumSquares: Tensor; maxNorm: number }): Promise<void> {
+    const who = 'scaleByNorm';
+    obj(who, c);
+    dims(who, c, 'n');
+    if (!isNum(c.maxNorm) || c.maxNorm < 0) throw new FAError('E_ARG', `${who}: maxNorm must be a finite number >= 0, got ${String(c.maxNorm)}`);
+    const g = atLeast(who, 'g', c.g, c.n), ss = atLeast(who, 'sumSquares', c.sumSquares, 1);
+    apart(who, [['g', g]], [['sumSquares', ss]]);
+    await this.env.run(who, async (enc, s) => {
+      await this.dispatch(enc, 'scaleByNorm', K.scaleByNormWGSL, [this.params(s, [c.n, 0, 0, 0], [c.maxNorm]), this.at(s, g, g), this.at(s, ss, ss)], Math.ceil(c.n / 64));
+    });
+  }
+
   /** y = a·b element-wise, b the same size or repeated over a's leading rows (its size divides a's). */
   async mul(c: { n: number; a: Tensor; b: Tensor; m: number; y: Tensor }): Promise<void> {
     const who = 'mul';

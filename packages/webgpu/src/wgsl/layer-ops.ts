@@ -600,3 +600,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
   if (lid == 0u) { out[g] = part[0]; }
 }`;
 }
+
+/** g *= min(1, maxNorm / (√ss[0] + 1e-6)) in place (gradient clipping by a global norm whose square is on the device). f0 maxNorm. */
+export function scaleByNormWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read_write> g: array<f32>;
+@group(0) @binding(2) var<storage, read> ss: array<f32>;
+${EW_MAIN}
+${EW_INDEX}
+  g[i] *= min(1.0, p.f0 / (sqrt(ss[0]) + 1e-6));
+}`;
+}
