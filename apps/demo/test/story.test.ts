@@ -224,3 +224,22 @@ describe('part 7: generation with a KV cache', () => {
     expect(await runGeneration(shy, { context: 300, steps: 2, d: 8, dtype: 'f32', seed: 4 })).toEqual({ skipped: 'no KV cache here' });
   });
 });
+
+describe('part 9 with every tensor on the device', () => {
+  it('the GPT trains and generates on the WebGPU engine (forced: on this CPU adapter auto keeps the host engines)', async (ctx) => {
+    await import('@fa/webgpu').catch(() => undefined);
+    const gpu = await resolveBackend('webgpu').catch(() => undefined);
+    if (!gpu) {
+      ctx.skip('no WebGPU adapter here');
+      return;
+    }
+    const { runTraining, TRAIN_DEFAULTS } = await import('../src/story/train.js');
+    const cpu = await resolveBackend('cpu');
+    const auto = { ...TRAIN_DEFAULTS, seconds: 0, T: 48, batch: 4, layers: 2, dModel: 64 };
+    const r = await runTraining(gpu, [cpu], { ...auto, onDevice: true });
+    expect(r.modelOps.engine).toBe('webgpu');
+    expect(r.cachedEqualsRecomputed).toBe(true);
+    expect(r.steps).toBeGreaterThanOrEqual(2);
+    expect(Number.isFinite(r.lastLoss)).toBe(true);
+  }, 240_000);
+});

@@ -3,11 +3,12 @@
  * positions, RMSNorm, SwiGLU, GQA, tied head) trains for a few
  * seconds on characters of the repository's corpus (makeCorpus), with attention on the story's
  * engine and every other op on the model engine (the engine itself when it has model ops, else
- * the best host engine, said so), then generates with a KV cache, checked against recomputing
- * the whole sequence. Runs in Node and in browsers: no node:* imports.
+ * the best host engine, said so) — or, on a WebGPU engine with a GPU adapter, every tensor on the
+ * device — then generates with a KV cache, checked against recomputing the whole sequence. Runs
+ * in Node and in browsers: no node:* imports.
  */
 import type { AttentionBackend } from '@fa/core';
-import { AdamW, GPT, Rng, charVocab, crossEntropy, makeCorpus, noGrad, setModelEngine } from '@fa/autograd';
+import { AdamW, GPT, Rng, charVocab, crossEntropy, isDeviceEngine, makeCorpus, noGrad, setModelEngine, type DeviceEngine } from '@fa/autograd';
 
 export interface TrainingConfig {
   readonly seconds: number;
@@ -18,6 +19,12 @@ export interface TrainingConfig {
   readonly heads: number;
   readonly kvHeads: number;
   readonly seed: number;
+  /**
+   * Train with every tensor on the attention engine's device (its model ops there): 'auto'
+   * (default) where the engine has device ops on a GPU (a WebGPU engine on a hardware adapter;
+   * on a CPU adapter the host engines are faster), or forced on or off.
+   */
+  readonly onDevice?: 'auto' | boolean;
 }
 
 export const TRAIN_DEFAULTS: TrainingConfig = { seconds: 8, T: 128, batch: 8, layers: 3, dModel: 96, heads: 4, kvHeads: 2, seed: 1 };
@@ -52,10 +59,13 @@ export interface TrainingResult {
  * (native, wasm, cpu), for an attention engine that has none; `onStep` sees the loss as it falls.
  */
 export async function runTraining(attn: AttentionBackend, hostEngines: readonly AttentionBackend[], cfg: TrainingConfig = TRAIN_DEFAULTS, onStep?: (step: number, loss: number, seconds: number) => void): Promise<TrainingResult> {
+  const deviceOk = isDeviceEngine(attn);
+  const onDevice = cfg.onDevice === true ? deviceOk : cfg.onDevice === false ? false : deviceOk && (attn as { generic?: boolean }).generic === false;
+  if (cfg.onDevice === true && !deviceOk) throw new Error(`onDevice: the ${attn.name} engine has no device model ops`);
   let engine = attn.modelOps ? attn : hostEngines.find((e) => e.modelOps);
   if (!engine) throw new Error('no engine with model ops (cpu always has them)');
-  const note = engine === attn ? undefined : `${attn.name} has no model ops yet`;
-  const ops = setModelEngine(engine);
+  const note = onDevice || engine === attn ? undefined : `${attn.name} has no model ops yet`;
+  const ops = onDevice ? { engine: attn.name, kernel: 'every tensor, op and optimizer state on the device' } : setModelEngine(engine);
   try {
     const text = makeCorpus(220_000, 7);
     const vocab = charVocab(text);
@@ -67,6 +77,7 @@ export async function runTraining(attn: AttentionBackend, hostEngines: readonly 
     // LLaMA-style: rotary positions, RMSNorm, SwiGLU (it learns this corpus faster than GPT-2's layout)
     const model = new GPT({ vocab: vocab.size, maxT: T, dModel: cfg.dModel, layers: cfg.layers, heads: cfg.heads, kvHeads: cfg.kvHeads, backend: attn, seed: cfg.seed, positions: 'rotary', norm: 'rms', mlp: 'swiglu', mlpRatio: 8 / 3 });
     const parameters = model.parameters().reduce((n, p) => n + p.size, 0);
+    if (onDevice) await model.to(attn as unknown as DeviceEngine);
     const opt = new AdamW(model.parameters(), { lr: 6e-3, weightDecay: 0.01 });
     const rng = new Rng(cfg.seed);
     const windows = (data: Int32Array, r: Rng) => {
@@ -89,7 +100,7 @@ export async function runTraining(attn: AttentionBackend, hostEngines: readonly 
       const loss = crossEntropy(await model.forward(ids, B), targets);
       await loss.backward();
       opt.step();
-      losses.push(loss.item());
+      losses.push(onDevice ? await loss.value() : loss.item()); // (on the device: a read a step, for the live curve)
       onStep?.(steps, losses[losses.length - 1], (performance.now() - t0) / 1000);
     }
     const seconds = (performance.now() - t0) / 1000;
@@ -98,7 +109,7 @@ export async function runTraining(attn: AttentionBackend, hostEngines: readonly 
       let s = 0;
       for (let i = 0; i < 4; i++) {
         const { ids, targets } = windows(held, r);
-        s += crossEntropy(await model.forward(ids, B), targets).item();
+        s += await crossEntropy(await model.forward(ids, B), targets).value();
       }
       return s / 4;
     });
@@ -110,7 +121,8 @@ export async function runTraining(attn: AttentionBackend, hostEngines: readonly 
     const seq = Array.from(p);
     await noGrad(async () => {
       for (let i = 0; i < n; i++) {
-        const row = (await model.forward(Int32Array.from(seq), 1)).data.subarray(-vocab.size);
+        const logits = await model.forward(Int32Array.from(seq), 1);
+        const row = (logits.onDevice ? (await logits.toHost()).data : logits.data).subarray(-vocab.size);
         let best = 0;
         for (let j = 1; j < row.length; j++) if (row[j] > row[best]) best = j;
         seq.push(best);
