@@ -54,6 +54,13 @@ export interface DeviceOps {
   permute: Op;
   sumAll: Op;
   scaleByNorm: Op;
+  broadcast: Op;
+  reduceTo: Op;
+}
+
+/** A shape padded with leading 1s to `rank` axes (NumPy broadcasting's alignment). */
+export function padShape(s: readonly number[], rank: number): number[] {
+  return [...new Array<number>(rank - s.length).fill(1), ...s];
 }
 
 /** Is `e` an engine the autograd can keep tensors on? */

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { FAError } from '@fa/core';
-import { AdamW, GPT, add, Linear, Rng, SGD, Tensor, checkpoint, clipGradNorm, clipGradNormAsync, crossEntropy, matmul, permute, softmax, gelu, linear, isDeviceEngine, mean, scale, sum, mul, type DeviceEngine } from '@fa/autograd';
+import { AdamW, GPT, add, sub, Linear, Rng, SGD, Tensor, checkpoint, clipGradNorm, clipGradNormAsync, crossEntropy, matmul, permute, softmax, gelu, linear, isDeviceEngine, mean, scale, sum, mul, type DeviceEngine } from '@fa/autograd';
 import { relNormErr } from './helpers.js';
 
 let engine: DeviceEngine | undefined;
@@ -140,6 +140,22 @@ describe('autograd tensors on the webgpu engine', () => {
     await ld.backward();
     expect(Math.abs((await ld.value()) - lh.item()) / Math.abs(lh.item())).toBeLessThan(1e-5);
     for (const [hd, dd] of [[a, ad], [b, bd], [c, cd]] as const) expect(relNormErr((await dd.grad!.toHost()).data, hd.grad!.data)).toBeLessThan(1e-5);
+  });
+
+  it('add, sub and mul with NumPy broadcasting on both sides, forward and backward, as on the host', async () => {
+    const vals = (n: number, s: number) => Float32Array.from({ length: n }, (_, i) => Math.sin(i * 1.3 + s));
+    for (const [sa, sb] of [[[2, 1, 4], [3, 1]], [[2, 3, 4], [2, 1, 4]], [[1, 5], [4, 1]], [[3, 1, 2, 1], [1, 4, 1, 5]]] as [number[], number[]][]) {
+      const a = new Tensor(vals(sa.reduce((x, y) => x * y, 1), 1), sa, { requiresGrad: true });
+      const b = new Tensor(vals(sb.reduce((x, y) => x * y, 1), 2), sb, { requiresGrad: true });
+      const [ad, bd] = await Promise.all([a.to(e, { requiresGrad: true }), b.to(e, { requiresGrad: true })]);
+      const f = (x: Tensor, y: Tensor) => mean(gelu(mul(sub(add(x, y), y), add(y, x))));
+      const lh = f(a, b), ld = f(ad, bd);
+      await lh.backward();
+      await ld.backward();
+      expect(Math.abs((await ld.value()) - lh.item()) / Math.abs(lh.item()), `${sa} ⊕ ${sb}`).toBeLessThan(1e-5);
+      expect(relNormErr((await ad.grad!.toHost()).data, a.grad!.data), `da ${sa} ⊕ ${sb}`).toBeLessThan(1e-5);
+      expect(relNormErr((await bd.grad!.toHost()).data, b.grad!.data), `db ${sa} ⊕ ${sb}`).toBeLessThan(1e-5);
+    }
   });
 
   it('matmul: 2-D, batched × batched, batched × matrix and matrix × batched, as on the host', async () => {

@@ -387,6 +387,73 @@ export class WebGPUDeviceOps {
     });
   }
 
+  /**
+   * y = a ⊕ b (add, sub, mul) with NumPy broadcasting, rank at most 8: shapes given padded to the
+   * output's rank (1 on broadcast axes).
+   */
+  async broadcast(c: { op: 'add' | 'sub' | 'mul'; shape: readonly number[]; aShape: readonly number[]; bShape: readonly number[]; a: Tensor; b: Tensor; y: Tensor }): Promise<void> {
+    const who = 'broadcast';
+    obj(who, c);
+    const rank = c.shape.length;
+    if (rank > 8 || c.aShape.length !== rank || c.bShape.length !== rank) throw new FAError('E_SHAPE', `${who}: shapes of one rank (at most 8) expected`);
+    for (let d = 0; d < rank; d++) {
+      for (const [n, s] of [['a', c.aShape], ['b', c.bShape]] as const) {
+        if (s[d] !== c.shape[d] && s[d] !== 1) throw new FAError('E_SHAPE', `${who}: ${n}'s axis ${d} (${s[d]}) does not broadcast to ${c.shape[d]}`);
+      }
+    }
+    const size = (s: readonly number[]) => s.reduce((x, y) => x * y, 1);
+    const n = size(c.shape);
+    const a = f32(who, 'a', c.a, size(c.aShape))!, b = f32(who, 'b', c.b, size(c.bShape))!, y = f32(who, 'y', c.y, n)!;
+    apart(who, [['y', y]], [['a', a], ['b', b]]);
+    const strides = (s: readonly number[]) => {
+      const st = new Array<number>(rank);
+      let m = 1;
+      for (let d = rank - 1; d >= 0; d--) {
+        st[d] = s[d] === 1 ? 0 : m;
+        m *= s[d];
+      }
+      return st;
+    };
+    const meta = new Uint32Array(25);
+    meta[0] = rank;
+    const sa = strides(c.aShape), sb = strides(c.bShape);
+    for (let d = 0; d < rank; d++) {
+      meta[1 + d] = c.shape[d];
+      meta[9 + d] = sa[d];
+      meta[17 + d] = sb[d];
+    }
+    await this.env.run(who, async (enc, s) => {
+      const mb = this.env.constant(s, new Uint8Array(meta.buffer), BufferUsage.STORAGE, 'broadcast shapes');
+      await this.dispatch(enc, 'broadcast', K.broadcastWGSL, [this.params(s, [n, 0, 0, c.op === 'add' ? 0 : c.op === 'sub' ? 1 : 2]), this.at(s, a, a), this.at(s, b, b), mb, this.at(s, y, y)], Math.ceil(n / 64));
+    });
+  }
+
+  /** out = alpha · g summed over the axes a broadcast operand of shape `to` (padded, 1 on broadcast axes) was repeated along. */
+  async reduceTo(c: { shape: readonly number[]; to: readonly number[]; g: Tensor; out: Tensor; alpha?: number }): Promise<void> {
+    const who = 'reduceTo';
+    obj(who, c);
+    const rank = c.shape.length;
+    if (rank > 8 || c.to.length !== rank) throw new FAError('E_SHAPE', `${who}: shapes of one rank (at most 8) expected`);
+    for (let d = 0; d < rank; d++) if (c.to[d] !== c.shape[d] && c.to[d] !== 1) throw new FAError('E_SHAPE', `${who}: axis ${d} (${c.to[d]}) is not ${c.shape[d]} or 1`);
+    const size = (s: readonly number[]) => s.reduce((x, y) => x * y, 1);
+    const g = f32(who, 'g', c.g, size(c.shape))!, out = f32(who, 'out', c.out, size(c.to))!;
+    apart(who, [['out', out]], [['g', g]]);
+    const meta = new Uint32Array(25);
+    meta[0] = rank;
+    let m = 1;
+    for (let d = rank - 1; d >= 0; d--) {
+      meta[1 + d] = c.shape[d];
+      meta[9 + d] = m;
+      meta[17 + d] = c.to[d];
+      m *= c.shape[d];
+    }
+    const n = size(c.to);
+    await this.env.run(who, async (enc, s) => {
+      const mb = this.env.constant(s, new Uint8Array(meta.buffer), BufferUsage.STORAGE, 'reduce shapes');
+      await this.dispatch(enc, 'reduceTo', K.reduceToWGSL, [this.params(s, [n, 0, 0, 0], [c.alpha ?? 1]), this.at(s, g, g), mb, this.at(s, out, out)], Math.ceil(n / 64));
+    });
+  }
+
   /** y = a·b element-wise, b the same size or repeated over a's leading rows (its size divides a's). */
   async mul(c: { n: number; a: Tensor; b: Tensor; m: number; y: Tensor }): Promise<void> {
     const who = 'mul';

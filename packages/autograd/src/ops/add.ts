@@ -4,13 +4,27 @@ import { Tensor, alloc, sizeOf, shapeStr, type Data, type Precision } from '../t
 import { record1, type BackwardFn } from '../node.js';
 import { broadcastShapes, mapBuffers, read, reduceTo, sourceMap, type SourceMap } from './broadcast.js';
 import { checkTensors, promote, dataAs } from './util.js';
-import { DeviceArray, deviceZeros, engineOf, onEngine, runOnDevice, type DeviceEngine } from '../device.js';
+import { DeviceArray, deviceZeros, engineOf, onEngine, padShape, runOnDevice, type DeviceEngine } from '../device.js';
 
 /** a ± b on the device: the same shape, or b repeated over a's leading rows (a position table). */
 function addDevice(op: 'add' | 'sub', a: Tensor, b: Tensor, shape: number[], ma: SourceMap, mb: SourceMap, sign: number): Tensor {
   const e = engineOf(op, a.storage, b.storage)!;
   if (ma.kind !== 'same' || (mb.kind !== 'same' && mb.kind !== 'mod')) {
-    throw new FAError('E_UNSUPPORTED', `${op} on ${e.name}: broadcasting ${shapeStr(a.shape)} with ${shapeStr(b.shape)} has no device path yet (same shapes, or b's shape a suffix of a's)`);
+    if (shape.length > 8) throw new FAError('E_UNSUPPORTED', `${op} on ${e.name}: broadcasting over ${shape.length} axes (at most 8 on the device)`);
+    // general NumPy broadcasting: one kernel forward, each operand's gradient summed over its broadcast axes
+    const ap = padShape(a.shape, shape.length), bp = padShape(b.shape, shape.length);
+    const y = deviceZeros(e, sizeOf(shape), true);
+    runOnDevice(e, 'broadcast', { op, shape, aShape: ap, bShape: bp, a: a.storage, b: b.storage, y });
+    const back: BackwardFn = ([gh], needs) => {
+      const g = onEngine(e, gh);
+      const red = (to: number[], alpha: number) => {
+        const out = deviceZeros(e, to.reduce((x, z) => x * z, 1), true);
+        runOnDevice(e, 'reduceTo', { shape, to, g, out, alpha });
+        return out as unknown as Data;
+      };
+      return [needs[0] ? red(ap, 1) : null, needs[1] ? red(bp, sign) : null];
+    };
+    return record1(op, [a, b], y as unknown as Data, shape, [], back);
   }
   const n = sizeOf(shape), m = b.size;
   const out = deviceZeros(e, n, true);

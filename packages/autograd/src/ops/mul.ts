@@ -3,7 +3,7 @@ import { Tensor, alloc, sizeOf, type Data, type Precision } from '../tensor.js';
 import { record1, type BackwardFn, type Saved } from '../node.js';
 import { broadcastShapes, mapBuffers, read, reduceTo, sourceMap, type SourceMap } from './broadcast.js';
 import { checkTensors, promote, dataAs } from './util.js';
-import { DeviceArray, deviceZeros, engineOf, onEngine, runOnDevice, type DeviceEngine } from '../device.js';
+import { DeviceArray, deviceZeros, engineOf, onEngine, padShape, runOnDevice, type DeviceEngine } from '../device.js';
 import { FAError } from '@fa/core';
 import { shapeStr } from '../tensor.js';
 
@@ -11,7 +11,25 @@ import { shapeStr } from '../tensor.js';
 function mulDevice(a: Tensor, b: Tensor, shape: number[], ma: SourceMap, mb: SourceMap): Tensor {
   const e = engineOf('mul', a.storage, b.storage)!;
   if (ma.kind !== 'same' || (mb.kind !== 'same' && mb.kind !== 'mod')) {
-    throw new FAError('E_UNSUPPORTED', `mul on ${e.name}: broadcasting ${shapeStr(a.shape)} with ${shapeStr(b.shape)} has no device path yet (same shapes, or b's shape a suffix of a's)`);
+    if (shape.length > 8) throw new FAError('E_UNSUPPORTED', `mul on ${e.name}: broadcasting ${shapeStr(a.shape)} with ${shapeStr(b.shape)} over more than 8 axes`);
+    const ap = padShape(a.shape, shape.length), bp = padShape(b.shape, shape.length);
+    const xa = a.storage as DeviceArray, xb = b.storage as DeviceArray;
+    const y = deviceZeros(e, sizeOf(shape), true);
+    runOnDevice(e, 'broadcast', { op: 'mul', shape, aShape: ap, bShape: bp, a: xa, b: xb, y });
+    const back: BackwardFn = ([gh], needs) => {
+      const g = onEngine(e, gh);
+      // d(a·b)/da = g·b (broadcast), summed over a's broadcast axes; the same for b
+      const grad = (other: DeviceArray, otherShape: number[], to: number[]) => {
+        const t = deviceZeros(e, sizeOf(shape), true);
+        runOnDevice(e, 'broadcast', { op: 'mul', shape, aShape: shape, bShape: otherShape, a: g, b: other, y: t });
+        const out = deviceZeros(e, to.reduce((x, z) => x * z, 1), true);
+        runOnDevice(e, 'reduceTo', { shape, to, g: t, out });
+        return out as unknown as Data;
+      };
+      return [needs[0] ? grad(xb, bp, ap) : null, needs[1] ? grad(xa, ap, bp) : null];
+    };
+    const saved: Saved[] = [{ what: 'a', data: xa as unknown as ArrayBufferView, leaf: a.isLeaf }, { what: 'b', data: xb as unknown as ArrayBufferView, leaf: b.isLeaf }];
+    return record1('mul', [a, b], y as unknown as Data, shape, saved, back);
   }
   const n = sizeOf(shape), m = b.size;
   const out = deviceZeros(e, n, true);

@@ -611,3 +611,70 @@ ${EW_INDEX}
   g[i] *= min(1.0, p.f0 / (sqrt(ss[0]) + 1e-6));
 }`;
 }
+
+/**
+ * out = a ⊕ b with NumPy broadcasting (rank at most 8): thread i decomposes its output index over
+ * the output shape and reads each operand at its strides (0 along an axis it is broadcast on).
+ * dims = [rank | out shape (8) | a strides (8) | b strides (8)]; flags: 0 add, 1 sub, 2 mul.
+ */
+export function broadcastWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read> dimsOf: array<u32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+${EW_MAIN}
+${EW_INDEX}
+  let rank = dimsOf[0];
+  var rest = i;
+  var ia = 0u;
+  var ib = 0u;
+  for (var d = rank; d > 0u; d--) {
+    let c = rest % dimsOf[d];
+    rest /= dimsOf[d];
+    ia += c * dimsOf[8u + d];
+    ib += c * dimsOf[16u + d];
+  }
+  let x = a[ia];
+  let z = b[ib];
+  if (p.flags == 0u) { y[i] = x + z; } else if (p.flags == 1u) { y[i] = x - z; } else { y[i] = x * z; }
+}`;
+}
+
+/**
+ * The gradient of a broadcast operand: out[t] = alpha · Σ g over the axes the operand was
+ * broadcast along, in a fixed order, one thread per element of the operand. dims = [rank |
+ * full shape (8) | full strides (8) | operand shape (8), 1 on its broadcast axes]. f0 alpha.
+ */
+export function reduceToWGSL(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> g: array<f32>;
+@group(0) @binding(2) var<storage, read> dimsOf: array<u32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+${EW_MAIN}
+${EW_INDEX}
+  let rank = dimsOf[0];
+  var rest = i;
+  var base = 0u;
+  var count = 1u;
+  for (var d = rank; d > 0u; d--) {
+    let small = dimsOf[16u + d];
+    base += (rest % small) * dimsOf[8u + d];
+    rest /= small;
+    if (small == 1u) { count *= dimsOf[d]; }
+  }
+  var s = 0.0;
+  for (var k = 0u; k < count; k++) {
+    var r = k;
+    var off = base;
+    for (var d = rank; d > 0u; d--) {
+      if (dimsOf[16u + d] == 1u && dimsOf[d] > 1u) {
+        off += (r % dimsOf[d]) * dimsOf[8u + d];
+        r /= dimsOf[d];
+      }
+    }
+    s += g[off];
+  }
+  out[i] = p.f0 * s;
+}`;
+}
