@@ -76,17 +76,7 @@ export class CallGuard {
         if (isFAError(e)) throw e;
         throw new FAError('E_DEVICE', `webgpu: ${errorText(e)}`, { cause: e });
       }
-      const oom = dev.popErrorScope().catch(() => null);
-      const val = dev.popErrorScope().catch(() => null);
-      const adapter = this.target.adapterName();
-      this.inFlight.push(
-        Promise.all([oom, val]).then(([o, v]) => {
-          if (this.deferred || (!o && !v)) return;
-          this.deferred = o
-            ? new FAError('E_OOM', `webgpu: ${what} ran out of GPU memory on ${adapter} (reported at sync): ${o.message}`)
-            : new FAError('E_DEVICE', `webgpu: ${what} failed on the device (reported at sync): ${v!.message}`);
-        }),
-      );
+      this.popDeferred(what, dev);
       scope.release(keep());
       return result;
     } finally {
@@ -115,6 +105,11 @@ export class CallGuard {
     dev.pushErrorScope('validation');
     dev.pushErrorScope('out-of-memory');
     dev.queue.submit([cmd]);
+    this.popDeferred(what, dev);
+  }
+
+  /** Pops the two scopes without waiting; their answer, if an error, is kept for settle() naming `what`. */
+  private popDeferred(what: string, dev: GPUDevice): void {
     const oom = dev.popErrorScope().catch(() => null);
     const val = dev.popErrorScope().catch(() => null);
     const adapter = this.target.adapterName();
