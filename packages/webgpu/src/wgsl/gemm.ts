@@ -1,10 +1,11 @@
 /**
  * The matrix product on the shader cores (issue 25, model ops): C (M×N) = op(A)·op(B) [+ bias]
  * [+ C], row-major f32, op(A) stored K×M when transposed, op(B) stored N×K when transposed (core's
- * GemmCall). One workgroup of 16×16 threads computes a 64×64 tile of C, each thread 4×4 values
- * at rows ty + 16i and columns tx + 16j (so that its stores, and its reads of the staged tiles,
- * are consecutive across the threads of a row); A and B are staged 16 keys at a time through
- * workgroup memory, loaded along whichever dimension is contiguous in the stored layout.
+ * GemmCall). One workgroup of 16×16 threads computes a 64×64 tile of C, each thread a 4×4 block
+ * (rows 4·ty …, columns 4·tx …) held as four vec4 accumulators: a step of k is one vec4 of B and
+ * four broadcasts of A, four vector FMAs. A and B are staged 16 keys at a time through workgroup
+ * memory (B as vec4s of columns), loaded along whichever dimension is contiguous in the stored
+ * layout.
  * Products are summed in k order, one FMA at a time (f32 rounding, like the host engines').
  * Batched products run one batch per z of the grid, each at its offsets plus z batch strides.
  */
@@ -21,8 +22,8 @@ export function gemmWGSL(): string {
 @group(0) @binding(3) var<storage, read_write> C: array<f32>;
 @group(0) @binding(4) var<storage, read> bias: array<f32>;
 
-var<workgroup> As: array<f32, 1024>; // [16 keys][64 rows]
-var<workgroup> Bs: array<f32, 1024>; // [16 keys][64 columns]
+var<workgroup> As: array<f32, 1024>;       // [16 keys][64 rows]
+var<workgroup> Bs: array<vec4<f32>, 256>;  // [16 keys][64 columns as 16 vec4]
 
 @compute @workgroup_size(16, 16)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -35,7 +36,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
   let tid = lid.y * 16u + lid.x;
   let transA = (p.flags & 1u) != 0u;
   let transB = (p.flags & 2u) != 0u;
-  var acc: array<array<f32, 4>, 4>;
+  // this thread's 4×4 of C: rows 4·ty …, columns 4·tx … (a vec4 of columns a row)
+  var acc: array<vec4<f32>, 4>;
   for (var k0 = 0u; k0 < p.k; k0 += 16u) {
     for (var r = 0u; r < 4u; r++) {
       let idx = tid + r * 256u;
@@ -60,25 +62,24 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
       if (gn < p.n && gkb < p.k) {
         if (transB) { vb = B[bo + gn * p.k + gkb]; } else { vb = B[bo + gkb * p.n + gn]; }
       }
-      Bs[kb * 64u + n] = vb;
+      Bs[kb * 16u + n / 4u][n % 4u] = vb;
     }
     workgroupBarrier();
     for (var kk = 0u; kk < 16u; kk++) {
-      var a: array<f32, 4>;
-      var b: array<f32, 4>;
-      for (var i = 0u; i < 4u; i++) { a[i] = As[kk * 64u + lid.y + 16u * i]; }
-      for (var j = 0u; j < 4u; j++) { b[j] = Bs[kk * 64u + lid.x + 16u * j]; }
-      for (var i = 0u; i < 4u; i++) {
-        for (var j = 0u; j < 4u; j++) { acc[i][j] = fma(a[i], b[j], acc[i][j]); }
-      }
+      let b = Bs[kk * 16u + lid.x];
+      let a = kk * 64u + lid.y * 4u;
+      acc[0] = fma(vec4<f32>(As[a]), b, acc[0]);
+      acc[1] = fma(vec4<f32>(As[a + 1u]), b, acc[1]);
+      acc[2] = fma(vec4<f32>(As[a + 2u]), b, acc[2]);
+      acc[3] = fma(vec4<f32>(As[a + 3u]), b, acc[3]);
     }
     workgroupBarrier();
   }
   for (var i = 0u; i < 4u; i++) {
-    let gm = row0 + lid.y + 16u * i;
+    let gm = row0 + lid.y * 4u + i;
     if (gm >= p.m) { continue; }
     for (var j = 0u; j < 4u; j++) {
-      let gn = col0 + lid.x + 16u * j;
+      let gn = col0 + lid.x * 4u + j;
       if (gn >= p.n) { continue; }
       var v = acc[i][j];
       if ((p.flags & 8u) != 0u) { v += bias[gn]; }
