@@ -96,7 +96,7 @@ export class DeviceArray {
 
 /** The device array of host values (uploaded now, without an await). */
 export function deviceFrom(engine: DeviceEngine, x: Float32Array | Float64Array): DeviceArray {
-  const d = x instanceof Float32Array ? Float32Array.from(x) : Float32Array.from(x);
+  const d = x instanceof Float32Array ? x : Float32Array.from(x); // (uploadNow copies the values)
   return new DeviceArray(engine, engine.uploadNow({ kind: 'host', dtype: 'f32', shape: [d.length], data: d }), d.length);
 }
 

@@ -117,7 +117,7 @@ export class Tensor {
     if (!isDeviceEngine(engine)) throw new FAError('E_ARG', 'to(engine): the engine has no device model ops (an @fa/webgpu backend has them)');
     const host = this.device ? await this.toHost() : this;
     const d = host.data instanceof Float32Array ? host.data : Float32Array.from(host.data);
-    const t = await engine.upload(hostTensor(Float32Array.from(d), [d.length]));
+    const t = await engine.upload(hostTensor(d, [d.length])); // (upload copies the values)
     return new Tensor(new DeviceArray(engine, t, d.length), this.shape, { requiresGrad: options.requiresGrad, name: options.name ?? this.name });
   }
 
@@ -127,7 +127,7 @@ export class Tensor {
     settle(this.device.engine);
     const r = await this.device.engine.read(this.device.t);
     settle(this.device.engine);
-    return new Tensor(Float32Array.from(r.data as Float32Array), this.shape, { name: this.name });
+    return new Tensor(r.data as Float32Array, this.shape, { name: this.name }); // (read gives a fresh array)
   }
 
   /** The value of a one-element tensor, wherever it is. */

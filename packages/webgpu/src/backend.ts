@@ -402,13 +402,19 @@ export class WebGPUBackend implements AttentionBackend {
     const c = checkIndexUpload(data, shape);
     await this.ready();
     const scope = new Scope(this.ledger);
-    return this.guard(scope, async () => {
-      const buf = this.createBuffer(scope, Math.max(16, c.data.byteLength), BufferUsage.STORAGE | BufferUsage.COPY_DST | BufferUsage.COPY_SRC, 'index');
-      if (c.data.byteLength > 0) this.acq.device.queue.writeBuffer(buf, 0, c.data.buffer as ArrayBuffer, c.data.byteOffset, c.data.byteLength);
-      const t = new WGIndexTensor(c.shape, { buffer: buf, bytes: c.data.byteLength, epoch: this.epoch }, c.data);
-      this.live.add(t);
-      return t;
-    }, true);
+    return this.guard(scope, async () => this.newIndex(scope, c), true);
+  }
+
+  /** An index tensor holding `c`'s values (the copy queued now) and its mirror. */
+  private newIndex(scope: Scope, c: ReturnType<typeof checkIndexUpload>): WGIndexTensor {
+    const buf = this.createBuffer(scope, Math.max(16, c.data.byteLength), BufferUsage.STORAGE | BufferUsage.COPY_DST | BufferUsage.COPY_SRC, 'index');
+    if (c.data.byteLength > 0) {
+      const w = writableBytes(c.data);
+      this.acq.device.queue.writeBuffer(buf, 0, w.buffer, w.offset, w.size);
+    }
+    const t = new WGIndexTensor(c.shape, { buffer: buf, bytes: c.data.byteLength, epoch: this.epoch }, c.data);
+    this.live.add(t);
+    return t;
   }
 
   /**
@@ -418,16 +424,7 @@ export class WebGPUBackend implements AttentionBackend {
    */
   uploadIndexNow(data: IndexData, shape?: readonly number[]): DeviceIndexTensor {
     if (this.disposedAll) throw new FAError('E_DEVICE', 'the webgpu backend was disposed');
-    const c = checkIndexUpload(data, shape);
-    const scope = new Scope(this.ledger);
-    const buf = this.createBuffer(scope, Math.max(16, c.data.byteLength), BufferUsage.STORAGE | BufferUsage.COPY_DST | BufferUsage.COPY_SRC, 'index');
-    if (c.data.byteLength > 0) {
-      const w = writableBytes(c.data);
-      this.acq.device.queue.writeBuffer(buf, 0, w.buffer, w.offset, w.size);
-    }
-    const t = new WGIndexTensor(c.shape, { buffer: buf, bytes: c.data.byteLength, epoch: this.epoch }, c.data);
-    this.live.add(t);
-    return t;
+    return this.newIndex(new Scope(this.ledger), checkIndexUpload(data, shape));
   }
 
   async writeIndex(t: DeviceIndexTensor, data: IndexData, offset = 0): Promise<void> {
