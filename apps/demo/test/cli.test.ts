@@ -97,7 +97,7 @@ describe('fa backends', () => {
 describe('fa run on NumPy fixtures', () => {
   it('covers every option flag', () => {
     const flags = new Set(cases.flatMap((c) => c.args.filter((a) => a.startsWith('--'))));
-    for (const f of ['--causal', '--window', '--softcap', '--scale', '--alibi', '--cu-seqlens-q', '--cu-seqlens-k', '--dtype', '--dout']) expect(flags).toContain(f);
+    for (const f of ['--causal', '--window', '--softcap', '--scale', '--alibi', '--sinks', '--cu-seqlens-q', '--cu-seqlens-k', '--dtype', '--dout']) expect(flags).toContain(f);
     for (const f of ['--k-cache', '--v-cache', '--block-table', '--cache-seqlens', '--k-new', '--v-new']) expect(flags).toContain(f);
     expect(cases.some((c) => c.dtype === 'bf16')).toBe(true);
   });
@@ -215,6 +215,10 @@ describe('fa: bad invocations print one line "fa: E_CODE: message" and exit non-
     ['alibi of the wrong length (3 slopes, H = 4)', run('--alibi', 'bad/slopes3.npy'), 'E_SHAPE'],
     ['alibi as int32', run('--alibi', 'cu_q.npy'), 'E_DTYPE'],
     ['alibi of rank 4', run('--alibi', 'q.npy'), 'E_SHAPE'],
+    ['sinks of the wrong length (3 logits, H = 4)', run('--sinks', 'bad/sinks3.npy'), 'E_SHAPE'],
+    ['a NaN sink', run('--sinks', 'bad/sinks_nan.npy'), 'E_ARG'],
+    ['sinks as int32', run('--sinks', 'cu_q.npy'), 'E_DTYPE'],
+    ['sinks of rank 2', run('--sinks', 'slopes_bh.npy'), 'E_SHAPE'],
     ['output directory under a file', ['run', '--q', 'q.npy', '--k', 'k.npy', '--v', 'v.npy', '--out', join(FIX, 'cases.json', 'sub')], 'E_IO'],
     // KV cache
     ['KV cache without --cache-seqlens', kv(), 'E_ARG'],

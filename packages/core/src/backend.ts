@@ -22,6 +22,8 @@ export interface BackwardResult {
   readonly dq: Tensor;
   readonly dk: Tensor;
   readonly dv: Tensor;
+  /** With sinks: dsink_h = −Σ_rows e^(s_h − LSE)·rowsum(dO∘O), f32 [H] (a device tensor when q is one). */
+  readonly dsinks?: Tensor;
 }
 
 export interface AttentionBackend {

@@ -17,6 +17,8 @@ export * from './auto-backend.js';
 export * from './reference.js';
 export * from './naive.js';
 export * from './online-softmax.js';
+export * from './sinks.js';
+export * from './option-support.js';
 export * from './iomodel.js';
 export * from './npy.js';
 export * from './parallel/index.js';

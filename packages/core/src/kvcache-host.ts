@@ -96,6 +96,7 @@ export function kvCacheAsVarlen(p: KVCacheProblem, q: HostTensor, kCache: HostTe
     ...(p.windowLeft >= 0 || p.windowRight >= 0 ? { window: [p.windowLeft, p.windowRight] as const } : {}),
     ...(p.softcap > 0 ? { softcap: p.softcap } : {}),
     ...(p.alibi ? { alibiSlopes: p.alibi } : {}),
+    ...(p.sinks ? { sinks: p.sinks } : {}),
   };
   return { q: { kind: 'host', dtype: p.dtype, shape: [p.batch * p.tq, p.h, p.d], data: q.data }, k: g.k, v: g.v, options };
 }

@@ -74,6 +74,12 @@ export interface KVCacheOptions {
   scale?: number;
   /** Per-head ALiBi slopes, length H (or B*H): s += -slope * |i + tk - Tq - j|. */
   alibiSlopes?: Float32Array | readonly number[];
+  /**
+   * Attention sinks (gpt-oss): one f32 logit per query head, length H, added to each row's softmax
+   * denominator only (unscaled, no value). LSE includes it; a row that sees no key gets out 0 and
+   * LSE = sinks[h] (decode is where gpt-oss needs them).
+   */
+  sinks?: Float32Array | readonly number[];
   deterministic?: boolean;
 }
 

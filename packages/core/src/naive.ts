@@ -14,6 +14,9 @@
  *             ALiBi: S = S + f32(−slope·|i+Tk−Tq−j|), in float32 (an f32 bias promotes S)
  *             mask: −∞ outside the window; P = rd(softmax(S)) with the softmax in float32
  *             (rows that see no key: P = 0); O = rd(P·V)   (matmul)
+ *             sinks: the f32 logit s_h joins each row as one more column (no value), as model
+ *             code concatenates it before the softmax and drops its column after
+ *   backward  sinks: dsink_h = f32 Σ_rows P_sink·(0 − Σⱼ P·dP) (the softmax backward of that column)
  *   backward  dP = rd(dO·Vᵀ); dV = rd(Pᵀ·dO)     (matmuls, per query head)
  *             dS = rd(P·(dP − Σⱼ P·dP))         (softmax backward in float32)
  *             softcap: dT = rd(dS·c); dA = rd(dT·(1 − t²)); dS = rd(dA / c)
@@ -85,6 +88,8 @@ export interface NaiveBackward extends NaiveForward {
   readonly dq: Float32Array;
   readonly dk: Float32Array;
   readonly dv: Float32Array;
+  /** With sinks: dsinks [H] (float32 sums). */
+  readonly dsinks?: Float32Array;
 }
 
 interface Ctx {
@@ -100,6 +105,8 @@ interface Ctx {
   out: Float32Array;
   lse: Float32Array;
   orow: Float64Array;
+  /** With sinks: the sink column's rounded P of each row of the current (b, h), [tq]. */
+  Psink: Float64Array;
 }
 
 /** Forward of one (batch, head): fills ctx.P (and ctx.T), writes out and lse. */
@@ -110,16 +117,18 @@ function forwardHead(c: Ctx, b: number, h: number): void {
   const g = Math.floor(h / (p.h / p.hkv));
   const cap = fr(p.softcap);
   const slope = p.alibi ? p.alibi[b * p.h + h] : 0;
+  const sink = p.sinks ? p.sinks[h] : -Infinity;
   for (let i = 0; i < tq; i++) {
     const [lo, hi] = keyRange(p, i, tq, tk);
     const li = lseIndex(p, b, h, i);
     const row = i * tk;
     const oo = ((q0 + i) * p.h + h) * D;
     if (lo > hi) {
-      lse[li] = -Infinity; // P row = 0, out row = 0
+      lse[li] = p.sinks ? sink : -Infinity; // P row = 0, out row = 0 (the sink column takes it all)
+      c.Psink[i] = p.sinks ? 1 : 0;
       continue;
     }
-    let m = -Infinity;
+    let m = sink;
     for (let j = lo; j <= hi; j++) {
       const ko = ((k0 + j) * p.hkv + g) * D;
       let acc = 0;
@@ -139,6 +148,11 @@ function forwardHead(c: Ctx, b: number, h: number): void {
       const e = fr(Math.exp(fr(P[row + j] - m)));
       P[row + j] = e;
       sum = fr(sum + e);
+    }
+    if (p.sinks) {
+      const e = fr(Math.exp(fr(sink - m)));
+      sum = fr(sum + e);
+      c.Psink[i] = rd(fr(e / sum));
     }
     lse[li] = fr(m + fr(Math.log(sum)));
     orow.fill(0, 0, D);
@@ -176,6 +190,7 @@ function setup(fn: string, q: HostTensor, k: HostTensor, v: HostTensor, opts: At
     out: new Float32Array(nq),
     lse: new Float32Array(p.h * p.totalQ),
     orow: new Float64Array(p.d),
+    Psink: new Float64Array(p.tq),
   };
 }
 
@@ -215,6 +230,7 @@ export function naiveBackward(q: HostTensor, k: HostTensor, v: HostTensor, dOut:
   const acc = new Float64Array(D);
   const cap = fr(p.softcap);
   const sc = fr(p.scale);
+  const dsinks = p.sinks ? new Float32Array(p.h) : undefined;
   for (let b = 0; b < p.batch; b++) {
     const { q0, tq, k0, tk } = segment(p, b);
     for (let h = 0; h < p.h; h++) {
@@ -237,6 +253,7 @@ export function naiveBackward(q: HostTensor, k: HostTensor, v: HostTensor, dOut:
           dProw[j] = dp;
           r = fr(r + P[row + j] * dp);
         }
+        if (dsinks) dsinks[h] = fr(dsinks[h] + rd(fr(c.Psink[i] * -r)));
         acc.fill(0, 0, D);
         for (let j = lo; j <= hi; j++) {
           const pj = P[row + j];
@@ -273,5 +290,5 @@ export function naiveBackward(q: HostTensor, k: HostTensor, v: HostTensor, dOut:
     dk[x] = rd(gk[x]);
     dv[x] = rd(gv[x]);
   }
-  return { out: c.out, lse: c.lse, problem: p, dq, dk, dv };
+  return { out: c.out, lse: c.lse, problem: p, dq, dk, dv, ...(dsinks ? { dsinks } : {}) };
 }

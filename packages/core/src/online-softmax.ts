@@ -260,6 +260,20 @@ export function resetTileState(m: Float64Array, l: Float64Array, acc: Float64Arr
 }
 
 /**
+ * Attention sinks (gpt-oss; DESIGN.md): a logit s in every row's denominator that carries no
+ * value. Read it first, as a key whose value row is 0: the state becomes m = s, l = e^(s − s) = 1,
+ * acc = 0, and every later block rescales it like any other term. After the last block
+ * out = acc / l and lse = m + log l include the sink; a row that sees no key finalizes to out 0
+ * and lse = s (l = 1, m = s), never −∞. Call after resetTileState.
+ */
+export function seedSinkTile(m: Float64Array, l: Float64Array, rows: number, sink: number): void {
+  for (let r = 0; r < rows; r++) {
+    m[r] = sink;
+    l[r] = 1;
+  }
+}
+
+/**
  * The softmax half of a block update for a tile of rows (updateRow without the values).
  * For each row r: raises m[r] to the max of the row's `cols` scores in s, multiplies l[r] and
  * acc[r] by e^(m − m'), overwrites the scores with their weights e^(s − m') and adds them to l.

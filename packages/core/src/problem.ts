@@ -21,6 +21,12 @@ export interface AttentionOptions {
   /** Varlen: packed [totalQ, H, D] inputs split by these B+1 offsets. Give both or neither. */
   cuSeqlensQ?: Int32Array | readonly number[];
   cuSeqlensK?: Int32Array | readonly number[];
+  /**
+   * Attention sinks (gpt-oss): one f32 logit per query head, length H, added to each row's softmax
+   * denominator only (unscaled, no value). LSE includes it; a row that sees no key gets out 0 and
+   * LSE = sinks[h]. Backward also returns dsinks [H].
+   */
+  sinks?: Float32Array | readonly number[];
   /** Ask for bit-identical gradients run to run (engines that reduce in parallel honour it). */
   deterministic?: boolean;
 }

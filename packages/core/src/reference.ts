@@ -6,7 +6,8 @@
  * sampled rows of huge problems in O(Tk·D) time and O(Tk) memory per row.
  *
  * Semantics come from mask.ts (keyRange, logit, slopeOf) so they are defined in one place.
- * A row that sees no key has output 0 and LSE -Infinity; NaN in inputs propagates.
+ * A row that sees no key has output 0 and LSE -Infinity (the head's sink logit with sinks); NaN
+ * in inputs propagates. Sinks join each row's softmax as one more logit without a value.
  *
  * With `magnitudes: true` the reference also returns, per output element, the magnitude of the
  * terms that element is computed from (a running-error-analysis "condition" tensor: the sum of
@@ -63,14 +64,16 @@ export interface ReferenceBackward extends ReferenceForward {
   /** k's shape (summed over the query heads of each GQA group). */
   readonly dk: Float64Array;
   readonly dv: Float64Array;
-  /** Present with `magnitudes: true`: term magnitudes of dq, dk, dv (see the module comment). */
-  readonly magGrad?: { readonly dq: Float64Array; readonly dk: Float64Array; readonly dv: Float64Array };
+  /** With sinks: dsink_h = −Σ_rows e^(s_h − LSE)·rowsum(dO∘O), [H]. */
+  readonly dsinks?: Float64Array;
+  /** Present with `magnitudes: true`: term magnitudes of dq, dk, dv (and dsinks) (see the module comment). */
+  readonly magGrad?: { readonly dq: Float64Array; readonly dk: Float64Array; readonly dv: Float64Array; readonly dsinks?: Float64Array };
   /**
    * Present with `givenOut`: the exact change of dq and dk when rowsum(dO∘out) is formed from
    * `givenOut` instead of the exact out (dS = P∘(dP − rowsum(dO∘out)) is linear in it). A backward
    * engine receives out rounded to the dtype, so this is what an otherwise exact engine differs by.
    */
-  readonly outCorrection?: { readonly dq: Float64Array; readonly dk: Float64Array };
+  readonly outCorrection?: { readonly dq: Float64Array; readonly dk: Float64Array; readonly dsinks?: Float64Array };
 }
 
 function checkDOut(p: AttentionProblem, dOut: unknown, fn: string): HostTensor {
@@ -166,6 +169,7 @@ function forwardCore(x: Inputs, mag: boolean): FwdState {
     for (let h = 0; h < p.h; h++) {
       const g = Math.floor(h / (p.h / p.hkv));
       const slope = slopeOf(p, b, h);
+      const sink = p.sinks ? p.sinks[h] : -Infinity;
       // S = scale·QKᵀ (+ softcap, ALiBi) on the visible pairs.
       scoresOf(x, b, h, S, Tn, X);
       for (let i = 0; i < tq; i++) {
@@ -173,12 +177,16 @@ function forwardCore(x: Inputs, mag: boolean): FwdState {
         const li = lseIndex(p, b, h, i);
         const oo = ((q0 + i) * p.h + h) * D;
         if (lo > hi) {
-          lse[li] = -Infinity; // out stays 0
+          lse[li] = sink; // out stays 0; -Infinity without sinks
+          if (mag && p.sinks) {
+            st.lrow![(q0 + i) * p.h + h] = 0;
+            st.magLse![li] = Math.abs(sink) + 1;
+          }
           continue;
         }
         const row = i * tk;
-        // Row softmax: P = exp(S - max) / sum, in place.
-        let m = -Infinity;
+        // Row softmax: P = exp(S - max) / sum, in place (the sink in the max and the sum only).
+        let m = sink;
         for (let j = lo; j <= hi; j++) m = Math.max(m, S[row + j]);
         let sum = 0;
         for (let j = lo; j <= hi; j++) {
@@ -186,6 +194,8 @@ function forwardCore(x: Inputs, mag: boolean): FwdState {
           S[row + j] = e;
           sum += e;
         }
+        const eSink = sink === -Infinity ? 0 : Math.exp(sink - m);
+        sum += eSink;
         lse[li] = m + Math.log(sum);
         const inv = 1 / sum;
         // O = P·V.
@@ -200,8 +210,14 @@ function forwardCore(x: Inputs, mag: boolean): FwdState {
           let L = 0;
           const sa = (j: number) => sAbs(p, Math.log(S[row + j]) + lse[li], X![row + j], Tn ? Tn[row + j] : 0, slope, i, j, tq, tk);
           for (let j = lo; j <= hi; j++) if (S[row + j] > 0) L += S[row + j] * sa(j);
+          const pSink = eSink * inv;
+          L += pSink * Math.abs(sink === -Infinity ? 0 : sink);
           st.lrow![(q0 + i) * p.h + h] = L;
           st.magLse![li] = L + Math.abs(lse[li]) + 1;
+          if (pSink > 0) {
+            const w = Math.abs(sink) + L; // the sink's "value" is 0: it pulls out towards 0
+            for (let d = 0; d < D; d++) magOut[oo + d] += pSink * w * Math.abs(out[oo + d]);
+          }
           for (let j = lo; j <= hi; j++) {
             const pj = S[row + j];
             if (!(pj > 0)) continue;
@@ -284,6 +300,9 @@ export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, d
   const mv = mag ? new Float64Array(nk) : null;
   const absScale = Math.abs(p.scale);
   const cap = p.softcap;
+  const dsinks = p.sinks ? new Float64Array(p.h) : undefined;
+  const mds = p.sinks && mag ? new Float64Array(p.h) : undefined;
+  const cds = p.sinks && given ? new Float64Array(p.h) : undefined;
   for (let b = 0; b < p.batch; b++) {
     const { q0, tq, k0, tk } = segment(p, b);
     for (let h = 0; h < p.h; h++) {
@@ -311,6 +330,13 @@ export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, d
           let g = 0;
           for (let d = 0; d < D; d++) g += DO[oo + d] * (given[oo + d] - out[oo + d]);
           dDRow![i] = g;
+        }
+        if (dsinks) {
+          // the sink's share of the row, P_sink = e^(s_h − LSE), times dP_sink − D = 0 − D
+          const pS = Math.exp(p.sinks![h] - l);
+          dsinks[h] -= pS * dd;
+          if (mds) mds[h] += pS * (da + Math.abs(dd) * (1 + Math.abs(p.sinks![h]) + st.lrow![(q0 + i) * p.h + h]));
+          if (cds) cds[h] -= pS * dDRow![i];
         }
       }
       for (let i = 0; i < tq; i++) {
@@ -368,8 +394,9 @@ export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, d
   }
   return {
     out, lse, problem: p, dq, dk, dv,
-    ...(mag ? { mag: { out: st.magOut!, lse: st.magLse! }, magGrad: { dq: mq!, dk: mk!, dv: mv! } } : {}),
-    ...(given ? { outCorrection: { dq: cq!, dk: ck! } } : {}),
+    ...(dsinks ? { dsinks } : {}),
+    ...(mag ? { mag: { out: st.magOut!, lse: st.magLse! }, magGrad: { dq: mq!, dk: mk!, dv: mv!, ...(mds ? { dsinks: mds } : {}) } } : {}),
+    ...(given ? { outCorrection: { dq: cq!, dk: ck!, ...(cds ? { dsinks: cds } : {}) } } : {}),
   };
 }
 
@@ -423,15 +450,16 @@ export function referenceRows(q: HostTensor, k: HostTensor, v: HostTensor, opts:
     const slope = slopeOf(p, b, h);
     const [lo, hi] = keyRange(p, i, tq, tk);
     const out = new Float64Array(D);
+    const sink = p.sinks ? p.sinks[h] : -Infinity;
     if (lo > hi) {
-      res.push({ b, h, i, out, lse: -Infinity });
+      res.push({ b, h, i, out, lse: sink });
       continue;
     }
     const qo = ((q0 + i) * p.h + h) * D;
     for (let d = 0; d < D; d++) qrow[d] = rq(qo + d);
     const n = hi - lo + 1;
     if (sbuf.length < n) sbuf = new Float64Array(n);
-    let m = -Infinity;
+    let m = sink;
     for (let j = lo; j <= hi; j++) {
       const ko = ((k0 + j) * p.hkv + g) * D;
       let dot = 0;
@@ -446,6 +474,7 @@ export function referenceRows(q: HostTensor, k: HostTensor, v: HostTensor, opts:
       sbuf[t] = e;
       sum += e;
     }
+    if (sink !== -Infinity) sum += Math.exp(sink - m);
     const inv = 1 / sum;
     for (let j = lo; j <= hi; j++) {
       const pj = sbuf[j - lo] * inv;

@@ -225,12 +225,14 @@ class QueuedStream implements StreamCalls {
     const ins = [q, k, v, out, dOut, lse].map((t, i) => this.#input(t, names[i]));
     const what = this.#name('backward');
     const dq = this.#out(p.dtype, p.qShape, what), dk = this.#out(p.dtype, p.kShape, what), dv = this.#out(p.dtype, p.kShape, what);
-    this.#queue(what, [dq, dk, dv], async () => {
+    const dsinks = p.sinks ? this.#out('f32', [p.h], what) : undefined;
+    this.#queue(what, dsinks ? [dq, dk, dv, dsinks] : [dq, dk, dv], async () => {
       const [a, b, c, d, e, f] = ins.map((g) => g());
       const r = await this.backend.backward(a, b, c, d, e, f, opts);
-      return [r.dq, r.dk, r.dv];
+      if (dsinks && !r.dsinks) throw new FAError('E_DEVICE', `${this.backend.name}: backward returned no dsinks for a call with sinks`);
+      return dsinks ? [r.dq, r.dk, r.dv, r.dsinks!] : [r.dq, r.dk, r.dv];
     });
-    return { dq, dk, dv };
+    return dsinks ? { dq, dk, dv, dsinks } : { dq, dk, dv };
   }
 
   forwardWithKVCache(q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions): ForwardResult {

@@ -45,6 +45,8 @@ export interface ScoreOptions {
   softcap?: number;
   scale?: number;
   alibiSlopes?: Float32Array | readonly number[];
+  /** Attention sinks: one logit per query head, in the softmax denominator only (DESIGN.md). */
+  sinks?: Float32Array | readonly number[];
   deterministic?: boolean;
 }
 
@@ -59,6 +61,13 @@ export interface ResolvedScores {
   readonly softcap: number;
   /** Slopes per (batch, head) as a [batch*h] array, or undefined. */
   readonly alibi: Float32Array | undefined;
+  /**
+   * Sinks, one f32 logit per query head ([h]), or undefined. The logit joins the softmax
+   * denominator of every row of its head, unscaled and carrying no value: with the running max
+   * m' = max(m, s_h) the denominator is Σ e^(S − m') + e^(s_h − m') (online-softmax.ts,
+   * seedSinkTile), LSE includes it, and a row that sees no key has out 0 and LSE s_h.
+   */
+  readonly sinks: Float32Array | undefined;
   readonly deterministic: boolean;
 }
 
@@ -125,5 +134,20 @@ export function resolveScores(opts: ScoreOptions, batch: number, h: number, d: n
     }
   }
   check(opts.deterministic === undefined || typeof opts.deterministic === 'boolean', 'E_ARG', 'deterministic must be true or false');
-  return { scale, causal, windowLeft: left, windowRight: right, softcap, alibi, deterministic: opts.deterministic === true };
+  const sinks = opts.sinks === undefined ? undefined : resolveSinks(opts.sinks, h);
+  return { scale, causal, windowLeft: left, windowRight: right, softcap, alibi, sinks, deterministic: opts.deterministic === true };
+}
+
+/** Sinks as a Float32Array of H finite logits (a copy: the caller may change theirs later). */
+function resolveSinks(x: unknown, h: number): Float32Array {
+  check(x instanceof Float32Array || Array.isArray(x), 'E_DTYPE', () => `sinks must be a Float32Array (or an array of numbers) of one logit per query head, got ${describeValue(x)}`);
+  const arr = x as ArrayLike<number>;
+  check(arr.length === h, 'E_SHAPE', () => `sinks must have one entry per query head (H = ${h}), got ${arr.length}`);
+  const out = new Float32Array(h);
+  for (let i = 0; i < h; i++) {
+    const v = arr[i];
+    check(typeof v === 'number' && Number.isFinite(v), 'E_ARG', () => `sinks must be finite numbers; entry ${i} is ${String(v)}`);
+    out[i] = v;
+  }
+  return out;
 }

@@ -101,6 +101,7 @@ describe('referenceForward/Backward vs an independent textbook implementation', 
         dq: relErr(r.dq, t.dq!),
         dk: relErr(r.dk, t.dk!),
         dv: relErr(r.dv, t.dv!),
+        ...(r.dsinks || t.dsinks ? { dsinks: relErr(r.dsinks!, t.dsinks!) } : {}),
       };
       for (const [name, e] of Object.entries(errs)) expect(e, `${c.name}: ${name}`).toBeLessThan(1e-12);
     }
@@ -137,6 +138,8 @@ describe('referenceBackward vs central finite differences of referenceForward', 
     { name: 'MQA H3/1 + softcap + ALiBi', qs: [1, 3, 3, 3], ks: [1, 4, 1, 3], o: { softcap: 2, alibiSlopes: [0.5, 0.25, 0.125] } },
     { name: 'negative scale', qs: [1, 4, 1, 3], ks: [1, 4, 1, 3], o: { scale: -0.8 } },
     { name: 'varlen with empty segments', qs: [7, 2, 3], ks: [9, 1, 3], o: { cuSeqlensQ: [0, 2, 2, 5, 7], cuSeqlensK: [0, 4, 4, 4, 9], causal: true } },
+    { name: 'sinks, GQA H4/2, causal Tq>Tk (empty rows)', qs: [1, 6, 4, 3], ks: [1, 4, 2, 3], o: { causal: true, sinks: [0.5, -1.25, 2, 0] } },
+    { name: 'sinks + softcap + ALiBi, varlen', qs: [7, 2, 3], ks: [9, 1, 3], o: { cuSeqlensQ: [0, 2, 2, 5, 7], cuSeqlensK: [0, 4, 4, 4, 9], softcap: 2, alibiSlopes: [0.5, 0.25], sinks: [1.5, -0.5] } },
   ];
   for (const s of setups) {
     it(s.name, () => {
@@ -159,6 +162,16 @@ describe('referenceBackward vs central finite differences of referenceForward', 
         }
         expect(relErr(fd, grad), `${s.name} ${name}`).toBeLessThan(2e-7);
       }
+      if (s.o.sinks) {
+        // dsinks: the sinks are multiples of 2^-4, so s ± 2^-14 is exact in float32
+        const s0 = Array.from(s.o.sinks as ArrayLike<number>);
+        const fd = s0.map((_, h) => {
+          const at = (x: number) => loss(q, k, v, dO, { ...s.o, sinks: s0.map((y, g) => (g === h ? x : y)) });
+          return (at(s0[h] + H) - at(s0[h] - H)) / (2 * H);
+        });
+        expect(an.dsinks).toBeDefined();
+        expect(relErr(Float64Array.from(fd), an.dsinks!), `${s.name} dsinks`).toBeLessThan(2e-7);
+      } else expect(an.dsinks).toBeUndefined();
     });
   }
 });

@@ -18,7 +18,7 @@ const quick = conformanceCases({ quick: true });
 const REQUIRED_TAGS = [
   'causal', 'window', 'window+causal', 'gqa', 'mqa', 'varlen', 'varlen-empty-both', 'varlen-empty-k', 'varlen-empty-q',
   'softcap', 'alibi-H', 'alibi-BH', 'scale', 'scale-negative', 'scale-large', 'T1', 'tq<tk', 'tq>tk', 'masked-rows',
-  'all-rows-masked', 'large-magnitude', 'multi-batch', 'multi-head', 'deterministic',
+  'all-rows-masked', 'large-magnitude', 'multi-batch', 'multi-head', 'deterministic', 'sinks',
   ...['[0,0]', '[3,-1]', '[-1,5]', '[2,2]'].flatMap((w) => [`window${w}`, `window${w}+causal`]),
   ...EDGE_LENGTHS.filter((t) => t > 1).map((t) => `T${t}`),
   ...CASE_HEAD_DIMS.map((d) => `D${d}`),
@@ -197,6 +197,9 @@ const EXPECT: Record<string, { backward: boolean; must: Expect }> = {
     must: (c, p) => (c.options.causal && segsUneven(p) && anyVisible(p) ? true : !c.options.causal && !c.options.window ? false : !segsUneven(p) ? false : undefined),
   },
   'flips the ALiBi sign': { backward: false, must: (c, p) => (c.options.alibiSlopes ? rowsOf(p).some((r) => r.hi > r.lo) : false) },
+  'ignores sinks': { backward: false, must: (c) => (c.options.sinks === undefined ? false : undefined) },
+  // (with large-magnitude scores a sink's share, and so dsinks, can be below any tolerance)
+  'returns dsinks with the wrong sign': { backward: true, must: (c) => (c.options.sinks === undefined ? false : c.magnitude < 10 ? true : undefined) },
   'ignores softcap': { backward: false, must: (c, p) => (c.options.softcap === undefined ? false : c.dtype === 'f32' && anyVisible(p) ? true : undefined) },
   'returns NaN for rows that see no key': { backward: false, must: (c) => c.tags.includes('masked-rows') },
   'returns LSE in base 2': { backward: false, must: (_c, p) => anyVisible(p) },

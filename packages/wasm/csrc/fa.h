@@ -38,12 +38,15 @@ typedef struct fa_problem {
   const float *dvec;            /* rowsum(dO * O), laid out like lse */
   float *dk, *dv;               /* may alias k, v: a key tile's rows are written after their last read */
   float *dq;                    /* the float32 dQ accumulator, q's layout (zeroed by the engine) */
+  /* attention sinks: one logit per query head, in the denominator only (core's online-softmax.ts
+   * seedSinkTile: a row starts at m = sink, l = 1), or 0 */
+  const float *sinks;
 } fa_problem;
 
 /* src/params.ts writes this struct field by field: keep the two in step. (The native build has
- * 64-bit pointers: its addon, native/addon.c, reads these same 120 bytes and rebuilds the struct.) */
+ * 64-bit pointers: its addon, native/addon.c, reads these same 124 bytes and rebuilds the struct.) */
 #ifdef __wasm__
-_Static_assert(sizeof(fa_problem) == 120, "fa_problem layout changed: update src/params.ts");
+_Static_assert(sizeof(fa_problem) == 124, "fa_problem layout changed: update src/params.ts");
 _Static_assert(__builtin_offsetof(fa_problem, scale) == 52, "fa_problem layout changed: update src/params.ts");
 _Static_assert(__builtin_offsetof(fa_problem, cu_q) == 60, "fa_problem layout changed: update src/params.ts");
 _Static_assert(__builtin_offsetof(fa_problem, dq) == 116, "fa_problem layout changed: update src/params.ts");

@@ -89,9 +89,11 @@ FA_EXPORT(fa_forward_unit) void fa_forward_unit(const fa_problem *p, float *scra
     const int32_t h = kvh * g + hh;
     const float slope = p->alibi ? p->alibi[b * p->h + h] : 0.0f;
     float *qrow = p->q + (int64_t)(q0 + i0) * qs + h * d;
+    /* a sink is read first, as a key with a zero value row: m = sink, l = 1 */
+    const float m0 = p->sinks ? p->sinks[h] : -FA_INF, l0 = p->sinks ? 1.0f : 0.0f;
     for (int32_t r = 0; r < nr; r++) {
-      w.m[r] = -FA_INF;
-      w.l[r] = 0.0f;
+      w.m[r] = m0;
+      w.l[r] = l0;
     }
     fa_zero(w.acc, nr * dp);
     for (int32_t kt = kt0; kt <= kt1; kt++) {

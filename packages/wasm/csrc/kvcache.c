@@ -428,6 +428,12 @@ FA_EXPORT(fa_kv_unit) void fa_kv_unit(const fa_kv *kv, float *scratch, int32_t b
       hd.m[r] = -FA_INF;
       hd.l[r] = 0.0f;
     }
+    /* sinks join the first chunk's state only (the combine then counts each once): m = sink, l = 1 */
+    if (p->sinks && c == 0)
+      for (int32_t r = 0; r < R; r++) {
+        hd.m[r] = p->sinks[kvh * g + r / nq];
+        hd.l[r] = 1.0f;
+      }
     if (FA_KV_PERMUTED && kv->dtype == FA_F16) kv_perm_rows(hd.q, R, d, dp, fa_perm8);
     fa_zero(hd.acc, R * dp);
   }

@@ -37,6 +37,7 @@ import {
   problemFlops,
   reducePrivate,
   segment,
+  sinkGradients,
   tensor,
   writeHostIndex,
   type AttentionBackend,
@@ -297,10 +298,15 @@ export class WasmBackend implements AttentionBackend {
       alibi = a.alloc(4 * p.alibi.length, 'the ALiBi slopes');
       a.f32(alibi, p.alibi.length).set(p.alibi);
     }
+    let sinks = 0;
+    if (p.sinks) {
+      sinks = a.alloc(4 * p.h, 'the sinks');
+      a.f32(sinks, p.h).set(p.sinks);
+    }
     const fields: ProblemFields = {
       batch: p.batch, h: p.h, hkv: p.hkv, d: p.d, tq: p.tq, tk: p.tk, totalQ: p.totalQ, totalK: p.totalK, varlen: p.varlen,
       windowLeft: p.windowLeft, windowRight: p.windowRight, br: t.br, bc: t.bc, scale: p.scale, softcap: p.softcap,
-      cuQ, cuK, alibi, q: 0, k: 0, v: 0, kt: 0, vp: 0, ktFirst: 0, lse: 0, dout: 0, dvec: 0, dk: 0, dv: 0, dq: 0,
+      cuQ, cuK, alibi, q: 0, k: 0, v: 0, kt: 0, vp: 0, ktFirst: 0, lse: 0, dout: 0, dvec: 0, dk: 0, dv: 0, dq: 0, sinks,
     };
     return { ptr, fields };
   }
@@ -327,6 +333,13 @@ export class WasmBackend implements AttentionBackend {
       return dev;
     }
     return tensor(copyOut(this.arena, this.kernels, ptr, n, dtype), shape, dtype);
+  }
+
+  /** A float32 result computed on the host, as a host tensor or in the output tensor made for it. */
+  private outputOf(data: Float32Array, shape: readonly number[], dev: WasmTensor | undefined): Tensor {
+    if (!dev) return tensor(data, shape, 'f32');
+    new Float32Array(this.memory.buffer, dev.handle.ptr, data.length).set(data);
+    return dev;
   }
 
   /** The per-thread tiles of a job of `units` units (execute() allocates them unless given). */
@@ -400,7 +413,10 @@ export class WasmBackend implements AttentionBackend {
     this.alive();
     const p = describeBackward(q, k, v, out, dOut, lse, opts);
     this.checkInputs([[q, 'q'], [k, 'k'], [v, 'v'], [out, 'out'], [dOut, 'dOut'], [lse, 'lse']]);
-    const outs = this.outputsFor(q, [{ dtype: p.dtype, shape: p.qShape }, { dtype: p.dtype, shape: p.kShape }, { dtype: p.dtype, shape: p.kShape }]);
+    const outs = this.outputsFor(q, [
+      { dtype: p.dtype, shape: p.qShape }, { dtype: p.dtype, shape: p.kShape }, { dtype: p.dtype, shape: p.kShape },
+      ...(p.sinks ? [{ dtype: 'f32' as const, shape: [p.h] }] : []),
+    ]);
     return this.call(outs, async (dev) => {
       const a = this.arena;
       const t = this.tileSizes(p.d, 'backward');
@@ -417,6 +433,8 @@ export class WasmBackend implements AttentionBackend {
       fields.dq = this.input(out, p.dtype, 'out');
       writeProblem(this.memory.buffer, ptr, fields);
       this.kernels.fa_dvec(ptr, fields.dq);
+      // dsinks from Dvec and the lse (core's sinks.ts): nothing else of the backward changes
+      const dsinks = p.sinks ? sinkGradients(p, a.f32(fields.lse, nl), a.f32(fields.dvec, nl)) : undefined;
       const dq = a.f32(fields.dq, nq);
       dq.fill(0);
       const flops = 2.5 * problemFlops(p);
@@ -442,6 +460,7 @@ export class WasmBackend implements AttentionBackend {
         dq: this.output(fields.dq, p.qShape, p.dtype, dev?.[0]),
         dk: this.output(fields.dk, p.kShape, p.dtype, dev?.[1]),
         dv: this.output(fields.dv, p.kShape, p.dtype, dev?.[2]),
+        ...(dsinks ? { dsinks: this.outputOf(dsinks, [p.h], dev?.[3]) } : {}),
       };
     });
   }

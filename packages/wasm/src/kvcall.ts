@@ -69,7 +69,7 @@ export function usedBlocks(p: KVCacheProblem): UsedBlocks {
 export function kvCallBytes(p: KVCacheProblem, plan: KVCachePlan, threads: number, scratchPerThread: number): number {
   const nq = p.batch * p.tq * p.h * p.d;
   const partials = plan.slots * plan.rows * (2 + dp(p.d));
-  const indices = p.batch * (1 + p.maxBlocksPerSeq) + (p.alibi ? p.alibi.length : 0);
+  const indices = p.batch * (1 + p.maxBlocksPerSeq) + (p.alibi ? p.alibi.length : 0) + (p.sinks ? p.h : 0);
   return F * (nq + p.batch * p.h * p.tq + partials + indices) + KV_PROBLEM_BYTES + (threads + 1) * scratchPerThread;
 }
 
@@ -163,6 +163,7 @@ export async function runKVCall(e: KVEngine, p: KVCacheProblem, q: Tensor, kCach
   const table = a.alloc(4 * p.blockTable.length, 'the block table');
   let alibi = 0;
   if (p.alibi) alibi = a.alloc(4 * p.alibi.length, 'the ALiBi slopes');
+  const sinks = p.sinks ? a.alloc(4 * p.h, 'the sinks') : 0;
   const lse = a.alloc(4 * p.batch * p.h * p.tq, 'the lse');
   const nPartial = plan.slots * plan.rows;
   const pm = a.alloc(4 * nPartial, 'the split-KV partial states');
@@ -183,10 +184,11 @@ export async function runKVCall(e: KVEngine, p: KVCacheProblem, q: Tensor, kCach
   a.i32(lens, p.batch).set(p.cacheSeqlens);
   a.i32(table, src.table.length).set(src.table);
   if (p.alibi) a.f32(alibi, p.alibi.length).set(p.alibi);
+  if (p.sinks) a.f32(sinks, p.h).set(p.sinks);
   const base: ProblemFields = {
     batch: p.batch, h: p.h, hkv: p.hkv, d: p.d, tq: p.tq, tk: p.tk, totalQ: p.batch * p.tq, totalK: p.totalK, varlen: false,
     windowLeft: p.windowLeft, windowRight: p.windowRight, br: 0, bc: 0, scale: p.scale, softcap: p.softcap,
-    cuQ: 0, cuK: 0, alibi, q: out, k: 0, v: 0, kt: 0, vp: 0, ktFirst: 0, lse, dout: 0, dvec: 0, dk: 0, dv: 0, dq: 0,
+    cuQ: 0, cuK: 0, alibi, q: out, k: 0, v: 0, kt: 0, vp: 0, ktFirst: 0, lse, dout: 0, dvec: 0, dk: 0, dv: 0, dq: 0, sinks,
   };
   const pooled = e.willUseWorkers(plan.units.length / KV_UNIT, 4 * p.h * p.tq * p.totalK * p.d);
   const grouped = groupUnits(p, plan, pooled ? e.threads : 1);

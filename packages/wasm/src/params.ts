@@ -4,7 +4,7 @@
  * few offsets with _Static_assert; test/kernels.test.ts checks fa_problem's byte count against
  * the binary's fa_problem_bytes()).
  */
-export const PROBLEM_BYTES = 120;
+export const PROBLEM_BYTES = 124;
 
 /** The fields of fa_problem; pointers are byte addresses in the engine's memory (0 = none). */
 export interface ProblemFields {
@@ -38,10 +38,12 @@ export interface ProblemFields {
   dk: number;
   dv: number;
   dq: number;
+  /** Attention sinks [h] (f32), or 0. */
+  sinks: number;
 }
 
 const INT_FIELDS = ['batch', 'h', 'hkv', 'd', 'tq', 'tk', 'totalQ', 'totalK', 'varlen', 'windowLeft', 'windowRight', 'br', 'bc'] as const;
-const PTR_FIELDS = ['cuQ', 'cuK', 'alibi', 'q', 'k', 'v', 'kt', 'vp', 'ktFirst', 'lse', 'dout', 'dvec', 'dk', 'dv', 'dq'] as const;
+const PTR_FIELDS = ['cuQ', 'cuK', 'alibi', 'q', 'k', 'v', 'kt', 'vp', 'ktFirst', 'lse', 'dout', 'dvec', 'dk', 'dv', 'dq', 'sinks'] as const;
 
 export function writeProblem(buffer: ArrayBufferLike, ptr: number, f: ProblemFields): void {
   const view = new DataView(buffer, ptr, PROBLEM_BYTES);
@@ -60,7 +62,7 @@ export function writeProblem(buffer: ArrayBufferLike, ptr: number, f: ProblemFie
 }
 
 /** csrc/kvcache.c's fa_kv: an fa_problem, then the cache fields (kvcache.c checks the layout). */
-export const KV_PROBLEM_BYTES = 180;
+export const KV_PROBLEM_BYTES = 184;
 
 export interface KVFields {
   /** Cache element type: 0 f32, 1 f16, 2 bf16. */

@@ -53,7 +53,7 @@ import { forwardWGSL } from './wgsl/forward.js';
 import { GEMM_FLAGS, GEMM_TILE, gemmWGSL } from './wgsl/gemm.js';
 import { type DeviceGemmCall, checkDeviceGemm } from './gemm.js';
 import { WebGPUDeviceOps } from './model-ops.js';
-import { BWD, DELTA, deltaWGSL, dkdvWGSL, dqWGSL, packWGSL } from './wgsl/backward.js';
+import { BWD, DELTA, deltaWGSL, dkdvWGSL, dqWGSL, packWGSL, SINKS, sinkGradWGSL } from './wgsl/backward.js';
 
 export type { WebGPUBackendOptions } from './options.js';
 export type { WebGPUTensorHandle } from './tensor.js';
@@ -730,10 +730,11 @@ export class WebGPUBackend implements AttentionBackend {
         const sQ = (this.specFor('dq', p) as Choice).spec;
         this.lastSpecs = [sKV, sQ];
         const io = encoding(sKV);
-        const [pDelta, pKV, pQ] = await Promise.all([
+        const [pDelta, pKV, pQ, pSinks] = await Promise.all([
           this.generic ? this.pipeline(`delta:dyn:${io}`, () => deltaWGSL(io, 0, true)) : this.pipeline(`delta:${io}:${p.d}`, () => deltaWGSL(io, p.d)),
           this.pipeline(specKey('dkdv', sKV), () => dkdvWGSL(sKV)),
           this.pipeline(specKey('dq', sQ), () => dqWGSL(sQ)),
+          p.sinks ? this.pipeline('sink-grad', () => sinkGradWGSL()) : Promise.resolve(undefined),
         ]);
         const qb = this.input(scope, q, 'q');
         const kb = this.input(scope, k, 'k');
@@ -761,6 +762,8 @@ export class WebGPUBackend implements AttentionBackend {
         const dk = this.createBuffer(scope, nK * bpe, usage, 'dk');
         const dv = this.createBuffer(scope, nK * bpe, usage, 'dv');
         outs.push(dq, dk, dv);
+        const dsinks = pSinks ? this.createBuffer(scope, 4 * p.h, usage, 'dsinks') : undefined;
+        if (dsinks) outs.push(dsinks);
         const f32 = this.outF32(p);
         const dq32 = f32 ? this.createBuffer(scope, nQ * 4, BufferUsage.STORAGE, 'dq f32') : dq;
         const dk32 = f32 ? this.createBuffer(scope, nK * 4, BufferUsage.STORAGE, 'dk f32') : dk;
@@ -777,6 +780,14 @@ export class WebGPUBackend implements AttentionBackend {
           pass.setBindGroup(0, this.bind(pDelta, g));
           const [x, y] = grid1d(Math.ceil(nRows / 64), maxWG);
           pass.dispatchWorkgroups(x, y);
+        }
+        if (pSinks && dsinks) {
+          // dsinks from Di and the LSE (core's sinks.ts); written for every head, rows or not
+          pass.setPipeline(pSinks);
+          const g = new Array<Bound | undefined>(4);
+          g[SINKS.params] = params; g[SINKS.meta] = meta; g[SINKS.ld] = ld; g[SINKS.dsinks] = dsinks;
+          pass.setBindGroup(0, this.bind(pSinks, g));
+          pass.dispatchWorkgroups(p.h);
         }
         if (p.batch > 0 && p.tk > 0) {
           pass.setPipeline(pKV);
@@ -800,13 +811,15 @@ export class WebGPUBackend implements AttentionBackend {
         }
         if (!rec) dev.queue.submit([enc.finish()]);
         if (onDevice) {
-          return { dq: this.wrap(dq, p.dtype, p.qShape), dk: this.wrap(dk, p.dtype, p.kShape), dv: this.wrap(dv, p.dtype, p.kShape) };
+          const g = { dq: this.wrap(dq, p.dtype, p.qShape), dk: this.wrap(dk, p.dtype, p.kShape), dv: this.wrap(dv, p.dtype, p.kShape) };
+          return dsinks ? { ...g, dsinks: this.wrap(dsinks, 'f32', [p.h]) } : g;
         }
-        return {
+        const g = {
           dq: await this.readBuffer(scope, dq, p.dtype, p.qShape),
           dk: await this.readBuffer(scope, dk, p.dtype, p.kShape),
           dv: await this.readBuffer(scope, dv, p.dtype, p.kShape),
         };
+        return dsinks ? { ...g, dsinks: await this.readBuffer(scope, dsinks, 'f32', [p.h]) } : g;
       };
     if (onDevice) return this.calls.runDeferred('backward', scope, body, () => new Set(outs));
     return this.guard(scope, body, false, () => new Set());

@@ -90,13 +90,19 @@ export async function readBuffer(dev: GPUDevice, scope: Scope, buf: GPUBuffer, d
   return { kind: 'host', dtype, shape: [...shape], data };
 }
 
-/** The `mt` binding: cu_seqlens_q, cu_seqlens_k, then the ALiBi slopes as f32 bits. */
+/** Where the sinks start in `mt` (after the ALiBi slopes), or 0 without sinks. */
+function sinksOffset(p: AttentionProblem): number {
+  return p.sinks ? 2 * (p.batch + 1) + (p.alibi ? p.alibi.length : 0) : 0;
+}
+
+/** The `mt` binding: cu_seqlens_q, cu_seqlens_k, then the ALiBi slopes and the sinks as f32 bits. */
 export function metaBuffer(dev: GPUDevice, scope: Scope, p: AttentionProblem, consts: DeviceConstants): GPUBuffer {
-  const n = 2 * (p.batch + 1) + (p.alibi ? p.alibi.length : 0);
+  const n = 2 * (p.batch + 1) + (p.alibi ? p.alibi.length : 0) + (p.sinks ? p.h : 0);
   const u = new Uint32Array(n);
   u.set(p.cuSeqlensQ, 0);
   u.set(p.cuSeqlensK, p.batch + 1);
   if (p.alibi) new Float32Array(u.buffer, 4 * 2 * (p.batch + 1)).set(p.alibi);
+  if (p.sinks) new Float32Array(u.buffer, 4 * sinksOffset(p)).set(p.sinks);
   return consts.constant(dev, scope, new Uint8Array(u.buffer), BufferUsage.STORAGE, 'meta');
 }
 
@@ -106,7 +112,7 @@ export function paramsBuffer(dev: GPUDevice, scope: Scope, p: AttentionProblem, 
   const data = packParams({
     h: p.h, hkv: p.hkv, batch: p.batch, totalQ: p.totalQ, totalK: p.totalK, ...lse,
     scale: p.scale, softcap: p.softcap, wl: p.windowLeft, wr: p.windowRight, diOff,
-    d: p.d, dtype: p.dtype, outF32, alibi: p.alibi !== undefined,
+    d: p.d, dtype: p.dtype, outF32, alibi: p.alibi !== undefined, sinksOff: sinksOffset(p),
     dp1: Math.ceil(p.d / tile.dk) * tile.dk, dp2: Math.ceil(p.d / (2 * tile.tc)) * 2 * tile.tc,
   });
   return consts.constant(dev, scope, new Uint8Array(data), BufferUsage.UNIFORM, 'params');

@@ -119,10 +119,12 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
   // follow from b and t), absent ALiBi slopes.
   const table = p.paged ? indexInput(env, scope, opts.blockTable, p.blockTable, 'blockTable') : lens;
   const slopes = p.alibi ? smallBuffer(env, scope, p.alibi, 'ALiBi slopes') : qb;
+  const sinks = p.sinks ? smallBuffer(env, scope, p.sinks, 'sinks') : qb;
   const base: Omit<KVParamValues, 'n'> = {
     batch: p.batch, tq: p.tq, h: p.h, hkv: p.hkv, d: p.d, tnew: p.tnew, bs: p.blockSize, maxBlocks: p.maxBlocksPerSeq,
     scale: p.scale, softcap: p.softcap, wl: p.windowLeft, wr: p.windowRight, alibi: p.alibi !== undefined,
     rows: plan.rows, chunk: plan.chunk, splits: plan.splits, rowTiles: plan.rowTiles, lanes: plan.lanes ?? 0, paged: p.paged,
+    sinks: p.sinks !== undefined,
   };
   // K rows start at multiples of D elements: 16-byte loads need D·bytes a multiple of 16
   const vec = (p.d * bytesPerElement(p.dtype)) % 16 === 0;
@@ -182,9 +184,9 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
     pass.dispatchWorkgroups(plan.splits, Math.min(plan.groups, 65535), Math.ceil(plan.groups / 65535));
     pass.end();
     // 3. combine
-    const gc = new Array<GPUBuffer | GPUBufferBinding | undefined>(4);
+    const gc = new Array<GPUBuffer | GPUBufferBinding | undefined>(5);
     gc[KV_COMBINE.params] = params(2);
-    gc[KV_COMBINE.part] = part; gc[KV_COMBINE.out] = outBuf; gc[KV_COMBINE.lse] = lseBuf;
+    gc[KV_COMBINE.part] = part; gc[KV_COMBINE.out] = outBuf; gc[KV_COMBINE.lse] = lseBuf; gc[KV_COMBINE.sinks] = sinks;
     const cpass = cmd.beginComputePass({ label: 'kv combine' });
     cpass.setPipeline(pCombine);
     cpass.setBindGroup(0, env.bind(pCombine, gc));

@@ -35,6 +35,7 @@ const SPEC: FlagSpec = {
   softcap: { type: 'string', value: 'C', help: 'tanh soft-capping of the scores: c * tanh(s / c), c > 0' },
   scale: { type: 'string', value: 'S', help: 'score scale (default 1/sqrt(D))' },
   alibi: { type: 'string', value: 'SLOPES.npy', help: 'ALiBi slopes, float32 [H] or [B, H]' },
+  sinks: { type: 'string', value: 'S.npy', help: 'attention sinks, float32 [H]: one logit per query head in the softmax denominator (with --dout also writes dsinks.npy)' },
   'cu-seqlens-q': { type: 'string', value: 'CQ.npy', help: 'varlen: int32 [B+1] query offsets (with --cu-seqlens-k)' },
   'cu-seqlens-k': { type: 'string', value: 'CK.npy', help: 'varlen: int32 [B+1] key offsets (with --cu-seqlens-q)' },
   'k-cache': { type: 'string', value: 'KC.npy', help: 'KV cache: keys, float32 [B, capacity, Hkv, D] (paged: [numBlocks, blockSize, Hkv, D])' },
@@ -49,14 +50,14 @@ const SPEC: FlagSpec = {
 };
 
 export const runHelp = `usage: fa run --backend cpu|wasm|native|webgpu|cuda|auto --q Q.npy --k K.npy --v V.npy [--dout DO.npy]
-              [--causal] [--window L,R] [--softcap C] [--scale S] [--alibi SLOPES.npy]
+              [--causal] [--window L,R] [--softcap C] [--scale S] [--alibi SLOPES.npy] [--sinks S.npy]
               [--cu-seqlens-q CQ.npy --cu-seqlens-k CK.npy] [--dtype f32|f16|bf16] --out DIR
        fa run ... --q Q.npy --k-cache KC.npy --v-cache VC.npy [--block-table BT.npy]
               --cache-seqlens L.npy [--k-new KN.npy --v-new VN.npy] [options] --out DIR
 
 Reads float32 .npy inputs (float16 files are accepted too; int32 for cu_seqlens), rounds them to
 --dtype, computes attention with the engine, and writes float32 out.npy and lse.npy (and with
---dout also dq.npy, dk.npy, dv.npy) into DIR. With a KV cache (FlashAttention's
+--dout also dq.npy, dk.npy, dv.npy, and dsinks.npy with --sinks) into DIR. With a KV cache (FlashAttention's
 flash_attn_with_kvcache): --k-new/--v-new are written into the cache at each sequence's length,
 then q [B, Tq, H, D] attends to the cache (causal: bottom-right over each sequence's keys); it
 writes out.npy, lse.npy and the updated k_cache.npy, v_cache.npy. Bad input: one line
@@ -88,6 +89,13 @@ async function readSlopes(path: string): Promise<Float32Array> {
   return npyToTensor(a, 'f32').data as Float32Array;
 }
 
+async function readSinks(path: string): Promise<Float32Array> {
+  const a = await readNpyFile(path, '--sinks');
+  if (a.dtype === 'int32') throw new FAError('E_DTYPE', `--sinks ${path}: expected float32 logits, got int32; save them with arr.astype(np.float32)`);
+  if (a.shape.length !== 1) throw new FAError('E_SHAPE', `--sinks ${path}: expected one logit per query head, shape [H], got ${fmtShape(a.shape)}`);
+  return npyToTensor(a, 'f32').data as Float32Array;
+}
+
 function describeOptions(o: AttentionOptions): string {
   const parts: string[] = [];
   if (o.cuSeqlensQ) parts.push(`varlen B=${o.cuSeqlensQ.length - 1}`);
@@ -96,6 +104,7 @@ function describeOptions(o: AttentionOptions): string {
   if (o.softcap !== undefined) parts.push(`softcap ${o.softcap}`);
   if (o.scale !== undefined) parts.push(`scale ${o.scale}`);
   if (o.alibiSlopes) parts.push('alibi');
+  if (o.sinks) parts.push('sinks');
   return parts.length ? ' ' + parts.join(' ') : '';
 }
 
@@ -124,9 +133,11 @@ function scoreOptions(p: Parsed): { causal?: boolean; window?: [number, number];
 async function runKVCacheCommand(p: Parsed, io: Io): Promise<number> {
   const outDir = requireFlag(p, 'out', 'run', 'DIR');
   const dtype = parseDType(p.strings.get('dtype') ?? 'f32', '--dtype');
-  const opts: Omit<KVCacheOptions, 'cacheSeqlens'> & { alibiSlopes?: Float32Array } = scoreOptions(p);
+  const opts: Omit<KVCacheOptions, 'cacheSeqlens'> & { alibiSlopes?: Float32Array; sinks?: Float32Array } = scoreOptions(p);
   const alibi = p.strings.get('alibi');
   if (alibi !== undefined) opts.alibiSlopes = await readSlopes(alibi);
+  const sinks = p.strings.get('sinks');
+  if (sinks !== undefined) opts.sinks = await readSinks(sinks);
   return runKVCache(
     { p, backendName: p.strings.get('backend') ?? 'auto', dtype, outDir, readFloat: (path, what) => readFloatTensor(path, what, dtype), toNpy: asFloat32, options: opts, describeOptions: describeOptions(opts) },
     io,
@@ -160,6 +171,8 @@ export async function runCommand(args: readonly string[], io: Io): Promise<numbe
   const dOut = doutPath !== undefined ? await readFloatTensor(doutPath, '--dout', dtype) : undefined;
   const alibi = p.strings.get('alibi');
   if (alibi !== undefined) opts.alibiSlopes = await readSlopes(alibi);
+  const sinks = p.strings.get('sinks');
+  if (sinks !== undefined) opts.sinks = await readSinks(sinks);
   if (cq !== undefined && ck !== undefined) {
     opts.cuSeqlensQ = await readCuSeqlens(cq, '--cu-seqlens-q');
     opts.cuSeqlensK = await readCuSeqlens(ck, '--cu-seqlens-k');
@@ -190,6 +203,10 @@ export async function runCommand(args: readonly string[], io: Io): Promise<numbe
     const [dq, dk, dv] = [await toHost(backend, g.dq), await toHost(backend, g.dk), await toHost(backend, g.dv)];
     timing += `, backward ${fmtMs(performance.now() - t1)}`;
     files.push(['dq.npy', asFloat32(dq)], ['dk.npy', asFloat32(dk)], ['dv.npy', asFloat32(dv)]);
+    if (g.dsinks) {
+      files.push(['dsinks.npy', asFloat32(await toHost(backend, g.dsinks))]);
+      backend.disposeTensor(g.dsinks);
+    }
     for (const t of [dOd, g.dq, g.dk, g.dv]) backend.disposeTensor(t);
   }
   for (const t of [qd, kd, vd, fwd.out, fwd.lse]) backend.disposeTensor(t);

@@ -27,6 +27,7 @@ import { appendKVCacheHost } from '../kvcache-host.js';
 import { combineKVCache, kvHeadsPerUnit, planKVCache } from './kvcache.js';
 import { planBackward, reducePrivate } from './backward.js';
 import { planForward } from './forward.js';
+import { sinkGradients } from '../sinks.js';
 import { BWD_UNIT, FWD_UNIT, KV_UNIT, Workspace, type BackwardJob, type DvecJob, type ForwardJob, type Job, type KVCacheJob } from './job.js';
 import type { WorkerPool } from './pool.js';
 import { runJob } from './run.js';
@@ -253,7 +254,8 @@ export class CpuBackend implements AttentionBackend {
     await this.execute(job, nUnits, pooled);
     reducePrivate(p, dqAcc, plan, dqPrivate);
     if (p.dtype !== 'f32') encode(p.dtype, dqAcc, dq as Uint16Array);
-    return { dq: tensor(dq, p.qShape, p.dtype), dk: tensor(dk, p.kShape, p.dtype), dv: tensor(dv, p.kShape, p.dtype) };
+    const grads = { dq: tensor(dq, p.qShape, p.dtype), dk: tensor(dk, p.kShape, p.dtype), dv: tensor(dv, p.kShape, p.dtype) };
+    return p.sinks ? { ...grads, dsinks: tensor(sinkGradients(p, lse64, dvec), [p.h], 'f32') } : grads;
   }
 
   supportsKVCache(_p: KVCacheProblem): Support {

@@ -7,7 +7,7 @@
  *   for each query head h of the group:
  *     forwardRows:
  *       load Q tile (decoded to float64, packed for the micro-kernel)
- *       state ← empty (m = −∞, l = 0, acc = 0)
+ *       state ← empty (m = −∞, l = 0, acc = 0); with sinks m = s_h, l = 1   seedSinkTile
  *       for each visible key tile:                  (causal / window tiles outside are skipped)
  *         S   = Q·Kᵀ                                gemmABtPacked
  *         S   = logit(S), −∞ where masked           scoreTile (mask.ts)
@@ -20,7 +20,7 @@
  * the saved lse, through the same two functions (queryTile, forwardRows).
  */
 import { keyRange, slopeOf, tileKeyRange } from '../mask.js';
-import { finalizeTile, probabilitiesFromLseTile, resetTileState, softmaxTileUpdate } from '../online-softmax.js';
+import { finalizeTile, probabilitiesFromLseTile, resetTileState, seedSinkTile, softmaxTileUpdate } from '../online-softmax.js';
 import { lseIndex, segment, type AttentionProblem, type Segment } from '../problem.js';
 import { FWD_UNIT, type ForwardJob, type Workspace } from './job.js';
 import { gemmAB, gemmABtPacked, maskedAB, packPanels } from './kernels.js';
@@ -87,14 +87,17 @@ export function forwardRows(job: ForwardInputs, ws: Workspace, t: QueryTile, b: 
   const slope = slopeOf(p, b, h);
   loadRows(job.q, dtype, seg.q0 + i0, nr, qStride, h * d, d, d4, nr4, qRow);
   packPanels(qRow, nr4, d4, qP);
+  const sink = p.sinks ? p.sinks[h] : undefined;
   if (pinnedLse) {
     for (let r = 0; r < nr; r++) {
       m[r] = pinnedLse[lseIndex(p, b, h, i0 + r)];
-      l[r] = 0;
+      // the sink's P under the pinned max, as the keys' P below (0 without sinks)
+      l[r] = sink === undefined ? 0 : Math.exp(sink - m[r]);
     }
     acc.fill(0, 0, nr4 * d4);
   } else {
     resetTileState(m, l, acc, nr4, d4);
+    if (sink !== undefined) seedSinkTile(m, l, nr, sink);
   }
   for (let kt = t.kt0; kt <= t.kt1; kt++) {
     const j0 = kt * bc;

@@ -27,7 +27,7 @@
  * same bit for bit inline, on any number of workers, and run to run.
  */
 import { keyRange, slopeOf, tileKeyRange } from '../mask.js';
-import { finalizeTile, mergeTileStates, resetTileState, softmaxTileUpdate } from '../online-softmax.js';
+import { finalizeTile, mergeTileStates, resetTileState, seedSinkTile, softmaxTileUpdate } from '../online-softmax.js';
 import { kvCacheRow, kvKeys, kvLseIndex, type KVCacheProblem } from '../kvcache.js';
 import { KV_UNIT, type KVCacheJob, type Workspace } from './job.js';
 import { pvRow1, pvRow1T, pvRows4, pvRows4S, pvRows4T, pvRows4TS, scoresRow1, scoresRow1T, scoresRows4, scoresRows4T } from './kvcache-kernels.js';
@@ -304,6 +304,8 @@ export function kvCacheUnit(job: KVCacheJob, ws: Workspace, b: number, kvh0: num
     s = wide.s;
   }
   resetTileState(m, l, acc, HR, d4);
+  // sinks join the first chunk's state only, so that the merge counts each once
+  if (p.sinks && c === 0) for (let hh = 0; hh < heads * g; hh++) seedSinkTile(m.subarray(hh * nq), l.subarray(hh * nq), nq, p.sinks[kvh0 * g + hh]);
   const [lo, hi] = tileKeyRange(p, i0, i0 + nq, p.tq, tk);
   const c0 = lo + c * job.chunk;
   const c1 = Math.min(hi + 1, c0 + job.chunk);

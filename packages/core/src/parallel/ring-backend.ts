@@ -8,6 +8,7 @@
  * or N concurrent tasks on one engine with createLocalRing (createLocalRingBackend: also for a
  * GPU engine on one device), or given communicators (a single-rank NCCL ring).
  */
+import { optionSupport } from '../option-support.js';
 import type { AttentionBackend, BackwardResult, ForwardResult, Support } from '../backend.js';
 import type { DType } from '../dtype.js';
 import { FAError, isFAError } from '../errors.js';
@@ -74,6 +75,9 @@ export function createRingBackend(o: RingBackendOptions): AttentionBackend {
   const kind = o.layout ?? 'zigzag';
   const supports = (p: AttentionProblem): Support => {
     if (!o.dtypes.includes(p.dtype)) return { ok: false, reason: `the ranks' engine does not compute ${p.dtype}` };
+    // (a sink must join each row once, not once per visiting shard: the merge does not do that yet)
+    const opt = optionSupport(p, 'ring', {});
+    if (!opt.ok) return opt;
     try {
       const layout = layoutFor(p, o.ranks, kind);
       for (let r = 0; r < o.ranks; r++) {

@@ -38,6 +38,8 @@ export interface CaseSpec {
   readonly scale?: number;
   /** 'H': one slope per head (2^(-8(h+1)/H)); 'BH': seeded slopes per (batch, head), some negative. */
   readonly alibi?: 'H' | 'BH';
+  /** Attention sinks: seeded logits per query head, from well below to well above the rows' own logsumexp. */
+  readonly sinks?: boolean;
   /** Multiplier of q and k (large values give large-magnitude scores). Default 1. */
   readonly magnitude?: number;
   readonly deterministic?: boolean;
@@ -92,6 +94,12 @@ function fmtNum(x: number): string {
   return Number.isInteger(x) ? String(x) : String(Number(x.toPrecision(3)));
 }
 
+/** Sink logits per head: a spread from negligible (−4) to dominant (+9) against rows of up to ~130 keys. */
+export function sinkLogits(h: number, seed: number): number[] {
+  const rng = createRng(seed ^ 0x5171c);
+  return Array.from({ length: h }, (_, i) => Math.fround(i % 4 === 1 ? rng.uniform(5, 9) : rng.uniform(-4, 3)));
+}
+
 function alibiSlopes(kind: 'H' | 'BH', batch: number, h: number, seed: number): number[] {
   if (kind === 'H') return Array.from({ length: h }, (_, i) => Math.fround(2 ** ((-8 * (i + 1)) / h)));
   const rng = createRng(seed ^ 0xa11b1);
@@ -119,6 +127,7 @@ export function makeCase(spec: CaseSpec, id = 0): ConformanceCase {
   if (spec.softcap !== undefined) options.softcap = spec.softcap;
   if (spec.scale !== undefined) options.scale = spec.scale;
   if (spec.alibi) options.alibiSlopes = alibiSlopes(spec.alibi, batch, h, seed);
+  if (spec.sinks) options.sinks = sinkLogits(h, seed);
   if (spec.deterministic) options.deterministic = true;
   if (varlen) {
     options.cuSeqlensQ = cumsum(seqQ!);
@@ -163,6 +172,7 @@ export function makeCase(spec: CaseSpec, id = 0): ConformanceCase {
     if (spec.scale < 0) tags.add('scale-negative');
     if (Math.abs(spec.scale) > 1) tags.add('scale-large');
   }
+  if (spec.sinks) tags.add('sinks');
   if (magnitude >= 10) tags.add('large-magnitude');
   if (spec.deterministic) tags.add('deterministic');
   let work = 0;
@@ -192,6 +202,7 @@ export function makeCase(spec: CaseSpec, id = 0): ConformanceCase {
   if (spec.softcap !== undefined) parts.push(`softcap${fmtNum(spec.softcap)}`);
   if (spec.alibi) parts.push(`alibi(${spec.alibi})`);
   if (spec.scale !== undefined) parts.push(`scale${fmtNum(spec.scale)}`);
+  if (spec.sinks) parts.push('sinks');
   if (magnitude !== 1) parts.push(`x${fmtNum(magnitude)}`);
   if (spec.deterministic) parts.push('det');
   return {
@@ -249,9 +260,9 @@ export interface ConformanceCaseOptions {
   /** Seed of the random part (default 1). */
   readonly seed?: number;
   /**
-   * Number of cases (default 320; with quick, one per edge template and dtype, 159 for three
+   * Number of cases (default 320; with quick, one per edge template and dtype, 171 for three
    * dtypes). The edge templates come first, each in one dtype, then each in the next dtype...:
-   * a count of at least 53 (the number of templates) covers every template.
+   * a count of at least 57 (the number of templates) covers every template.
    */
   readonly count?: number;
   /** Dtypes to generate (default f32, f16, bf16). */
@@ -334,6 +345,11 @@ export function edgeTemplates(): T[] {
     { tq: 33, d: 16, magnitude: 40, alibi: 'H', h: 2 },
     // deterministic flag
     { tq: 33, d: 64, h: 4, hkv: 1, causal: true, deterministic: true },
+    // attention sinks, alone and with every option; rows that see no key (LSE = the sink)
+    { tq: 33, d: 64, h: 4, hkv: 2, causal: true, sinks: true },
+    { seqlensQ: [5, 0, 17, 9], seqlensK: [7, 3, 0, 33], d: 32, h: 4, hkv: 2, window: [2, 1], sinks: true },
+    { tq: 1, tk: 65, d: 128, h: 8, hkv: 2, softcap: 20, sinks: true },
+    { tq: 33, tk: 20, d: 16, h: 2, alibi: 'BH', magnitude: 4, sinks: true },
   ];
 }
 
@@ -373,6 +389,7 @@ function randomSpec(rng: Rng, dtype: DType, dims: readonly number[], budget: num
   if (large) spec.magnitude = rng.pick([20, 35, 50]);
   else if (rng.bool(0.15)) spec.scale = rng.pick([0.05, 0.3, -0.7, 1.5, 2]);
   if (rng.bool(0.1)) spec.deterministic = true;
+  if (rng.bool(0.15)) spec.sinks = true;
   // Fit the work budget by shortening the sequences, then fewer heads/batches.
   const work = () => {
     if (spec.seqlensQ) return spec.seqlensQ.reduce((a, l, b) => a + l * spec.seqlensK![b], 0) * spec.h! * d;

@@ -50,6 +50,7 @@ export function locate(p: AttentionProblem, tensor: TensorName, idx: number): st
     while (b + 1 < cu.length - 1 && cu[b + 1] <= row) b++;
     return b;
   };
+  if (tensor === 'dsinks') return `dsinks[h=${idx}]`;
   if (tensor === 'lse') {
     let b: number, h: number, i: number;
     if (p.varlen) {
@@ -218,6 +219,14 @@ export async function checkCase(backend: AttentionBackend, c: ConformanceCase, o
         const zz = structuralZeros(p, nm, x);
         if (zz) problems.push(zz);
       }
+      if (p.sinks) {
+        if (bwd.dsinks === undefined) return done('backward returned no dsinks for a call with sinks');
+        owned.push(bwd.dsinks);
+        const dsH = await backend.read(bwd.dsinks);
+        const badS = checkResultTensor(dsH, [p.h], 'f32', 'dsinks');
+        if (badS) return done(badS);
+        metrics.push(compareTensor({ tensor: 'dsinks', dtype: p.dtype, got: tensorValues(dsH), ref: rb.dsinks!, mag: mg.dsinks!, naive: nb?.dsinks, correction: rb.outCorrection!.dsinks }));
+      } else if (bwd.dsinks !== undefined) problems.push('backward returned dsinks for a call without sinks');
     }
     return done();
   } catch (e) {

@@ -13,6 +13,7 @@ import { DTYPES } from '../dtype.js';
 import { describeKVCacheProblem, kvCacheRow, type KVCacheOptions, type KVCacheProblem } from '../kvcache.js';
 import { numel, type HostTensor } from '../tensor.js';
 import { createRng, hostTensor, randomValues } from './random.js';
+import { sinkLogits } from './cases.js';
 
 export interface KVCacheCaseSpec {
   readonly dtype: DType;
@@ -37,6 +38,8 @@ export interface KVCacheCaseSpec {
   readonly softcap?: number;
   readonly scale?: number;
   readonly alibi?: 'H' | 'BH';
+  /** Attention sinks (seeded logits per query head, as the dense kit's). */
+  readonly sinks?: boolean;
   /** Multiplier of q and the keys. */
   readonly magnitude?: number;
   /** Paged: give every sequence all maxBlocksPerSeq blocks (room to grow over several calls). */
@@ -105,6 +108,7 @@ export function makeKVCacheCase(spec: KVCacheCaseSpec, id = 0): KVCacheCase {
   if (s.window) tags.add('window');
   if (s.softcap !== undefined) tags.add('softcap');
   if (s.alibi) tags.add(`alibi-${s.alibi}`);
+  if (s.sinks) tags.add('sinks');
   if (s.scale !== undefined) tags.add('scale');
   if ((s.magnitude ?? 1) >= 10) tags.add('large-magnitude');
   if (s.deviceIndex) tags.add('device-index');
@@ -127,6 +131,7 @@ export function makeKVCacheCase(spec: KVCacheCaseSpec, id = 0): KVCacheCase {
   if (s.window) parts.push(`window[${s.window[0]},${s.window[1]}]`);
   if (s.softcap !== undefined) parts.push(`softcap${s.softcap}`);
   if (s.alibi) parts.push(`alibi(${s.alibi})`);
+  if (s.sinks) parts.push('sinks');
   if (s.scale !== undefined) parts.push(`scale${s.scale}`);
   if ((s.magnitude ?? 1) !== 1) parts.push(`x${s.magnitude}`);
   if (s.deviceIndex) parts.push('index-tensors');
@@ -181,6 +186,7 @@ export function kvCacheCaseInputs(c: KVCacheCase): KVCacheInputs {
   if (s.softcap !== undefined) options.softcap = s.softcap;
   if (s.scale !== undefined) options.scale = s.scale;
   if (s.alibi) options.alibiSlopes = alibiSlopes(s.alibi, B, h, s.seed!);
+  if (s.sinks) options.sinks = sinkLogits(h, s.seed!);
   // Describe the call on placeholder caches to get the address rule, then fill the live rows.
   const p0 = describeKVCacheProblem(q, hostTensor(kv, cacheShape, s.dtype), hostTensor(vv, cacheShape, s.dtype), { ...options, cacheSeqlens: lens, ...(table ? { blockTable: table } : {}) });
   for (let b = 0; b < B; b++) {
@@ -236,6 +242,10 @@ export function kvCacheTemplates(): T[] {
     { seqlens: [10, 45, 3], tnew: 3, tq: 3, alibi: 'BH', causal: true, d: 16, h: 2 },
     { seqlens: [37], tnew: 1, scale: -0.5, d: 32, h: 2 },
     { seqlens: [64, 20], tnew: 1, blockSize: 16, magnitude: 30, d: 64, h: 2 },
+    // attention sinks: decode (split over the keys where engines split long rows), rows that see no key
+    { seqlens: [5, 0, 17], tnew: 1, d: 32, h: 4, hkv: 2, sinks: true },
+    { seqlens: [1500, 40], tnew: 1, blockSize: 256, d: 64, h: 8, hkv: 2, sinks: true },
+    { seqlens: [0, 9], tq: 2, causal: true, window: [4, 0], softcap: 10, d: 16, h: 2, sinks: true },
   ];
   // lengths and tables as the engine's index tensors
   const onDevice = [base[0], base[1], base[12], base[13], base[19]].map((t) => ({ ...t, deviceIndex: true }));

@@ -96,7 +96,8 @@ export function referenceBackend(o: ReferenceBackendOptions = {}): AttentionBack
       alive();
       const p = describeBackward(q, k, v, out, dOut, lse, opts);
       const r = referenceBackward(host(q, 'q'), host(k, 'k'), host(v, 'v'), host(dOut, 'dOut'), opts, { maxBytes: o.maxBytes });
-      return { dq: hostTensor(r.dq, p.qShape, p.dtype), dk: hostTensor(r.dk, p.kShape, p.dtype), dv: hostTensor(r.dv, p.kShape, p.dtype) };
+      const g = { dq: hostTensor(r.dq, p.qShape, p.dtype), dk: hostTensor(r.dk, p.kShape, p.dtype), dv: hostTensor(r.dv, p.kShape, p.dtype) };
+      return r.dsinks ? { ...g, dsinks: hostTensor(r.dsinks, [p.h], 'f32') } : g;
     },
     supportsKVCache: kv.supportsKVCache,
     async forwardWithKVCache(q, kCache, vCache, opts) {

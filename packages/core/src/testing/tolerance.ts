@@ -42,6 +42,10 @@
  *   this is 1e-5 absolute plus a few float32 ulps of the LSE. (The simulation uses at most
  *   1.4·u32·mag_lse.)
  *
+ * dsinks (f32 [H], with sinks) follows the rule of the case's dtype, as dq: its naive term is
+ * naive attention's dsinks (the sink as a concatenated score column, naive.ts), and corr is the
+ * change that rowsum(dO∘out) from the given out makes.
+ *
  * Everywhere: NaN or ±∞ in a result where the reference is finite fails, as does a result of
  * the wrong dtype or shape.
  */
@@ -60,7 +64,7 @@ export const LSE_LOW_PRECISION_FACTOR = 4;
 export const ZERO_ABS = 1e-30;
 const U32 = UNIT_ROUNDOFF.f32;
 
-export type TensorName = 'out' | 'lse' | 'dq' | 'dk' | 'dv';
+export type TensorName = 'out' | 'lse' | 'dq' | 'dk' | 'dv' | 'dsinks';
 
 export interface TensorMetric {
   readonly tensor: TensorName;

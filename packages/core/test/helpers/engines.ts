@@ -10,7 +10,7 @@ import { hostTensor, referenceKVCacheMethods, tensorValues } from '../../dist/te
 import { designVisible, textbook, type TextbookHooks } from './textbook.js';
 
 type Fwd = (q: HostTensor, k: HostTensor, v: HostTensor, o: AttentionOptions, p: AttentionProblem) => { out: ArrayLike<number>; lse: ArrayLike<number> };
-type Bwd = (q: HostTensor, k: HostTensor, v: HostTensor, dO: HostTensor, o: AttentionOptions, p: AttentionProblem) => { dq: ArrayLike<number>; dk: ArrayLike<number>; dv: ArrayLike<number> };
+type Bwd = (q: HostTensor, k: HostTensor, v: HostTensor, dO: HostTensor, o: AttentionOptions, p: AttentionProblem) => { dq: ArrayLike<number>; dk: ArrayLike<number>; dv: ArrayLike<number>; dsinks?: ArrayLike<number> };
 
 export interface EngineParts {
   forward?: Fwd;
@@ -41,7 +41,8 @@ export function hostBackend(name: string, parts: EngineParts = {}): AttentionBac
     async backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dOut: Tensor, lse: Tensor, opts: AttentionOptions = {}) {
       const p = describeBackward(q, k, v, out, dOut, lse, opts);
       const r = bwd(q as HostTensor, k as HostTensor, v as HostTensor, dOut as HostTensor, opts, p);
-      return { dq: hostTensor(r.dq, p.qShape, p.dtype), dk: hostTensor(r.dk, p.kShape, p.dtype), dv: hostTensor(r.dv, p.kShape, p.dtype) };
+      const g = { dq: hostTensor(r.dq, p.qShape, p.dtype), dk: hostTensor(r.dk, p.kShape, p.dtype), dv: hostTensor(r.dv, p.kShape, p.dtype) };
+      return r.dsinks ? { ...g, dsinks: hostTensor(r.dsinks, [p.h], 'f32') } : g;
     },
     // KV-cache calls: the reference's (these engines test the dense kit)
     ...kv,
@@ -77,7 +78,9 @@ const tb = (hooks: TextbookHooks): Fwd => (q, k, v, o) => textbook(q, k, v, o, u
 /** Engines with one deliberate mistake each, and which cases the mistake must show in. */
 export const WRONG_ENGINES: Record<string, EngineParts> = {
   'perturbs one element of out': { forward: (q, k, v, o) => { const r = referenceForward(q, k, v, o); return { out: perturb(r.out), lse: r.lse }; } },
-  'perturbs one element of dk': { backward: (q, k, v, dO, o) => { const r = referenceBackward(q, k, v, dO, o); return { dq: r.dq, dk: perturb(r.dk), dv: r.dv }; } },
+  'perturbs one element of dk': { backward: (q, k, v, dO, o) => { const r = referenceBackward(q, k, v, dO, o); return { dq: r.dq, dk: perturb(r.dk), dv: r.dv, dsinks: r.dsinks }; } },
+  'ignores sinks': { forward: tb({ noSinks: true }) },
+  'returns dsinks with the wrong sign': { backward: (q, k, v, dO, o) => { const r = referenceBackward(q, k, v, dO, o); return { ...r, dsinks: r.dsinks?.map((x) => -x) }; } },
   'drops the scale': { forward: (q, k, v, o) => referenceForward(q, k, v, { ...o, scale: 1 }) },
   'ignores the window': { forward: (q, k, v, o) => referenceForward(q, k, v, { ...o, window: undefined }) },
   'maps query head h to kv head h % Hkv': { forward: tb({ headMap: (h, _H, Hkv) => h % Hkv }) },
@@ -94,7 +97,7 @@ export const WRONG_ENGINES: Record<string, EngineParts> = {
       const src = Float32Array.from(tensorValues(dO));
       for (let x = 0; x < src.length; x++) if (Math.floor(x / p.d) % p.h % grp !== 0) src[x] = 0;
       const r1 = referenceBackward(q, k, v, hostTensor(src, dO.shape, dO.dtype), o);
-      return { dq: r.dq, dk: r1.dk, dv: r1.dv };
+      return { dq: r.dq, dk: r1.dk, dv: r1.dv, dsinks: r.dsinks };
     },
   },
   'f32 out off by a relative 1e-4': { forward: (q, k, v, o) => { const r = referenceForward(q, k, v, o); return { out: r.out.map((x) => x * (1 + 1e-4)), lse: r.lse }; } },

@@ -62,16 +62,18 @@ export function flashSimBackend(o: FlashSimOptions = {}): AttentionBackend {
         for (let h = 0; h < p.h; h++) {
           const g = Math.floor(h / (p.h / p.hkv));
           const slope = slopeOf(p, b, h);
+          const sink = p.sinks ? p.sinks[h] : undefined;
           for (let i = 0; i < tq; i++) {
             const [lo, hi] = keyRange(p, i, tq, tk);
             const qo = ((q0 + i) * p.h + h) * D;
             const li = lseIndex(p, b, h, i);
             if (lo > hi) {
-              lse[li] = -Infinity;
+              lse[li] = sink ?? -Infinity;
               continue;
             }
-            let m = -Infinity;
-            let l = 0;
+            // a sink seeds the state as a key with a zero value row
+            let m = sink ?? -Infinity;
+            let l = sink === undefined ? 0 : 1;
             acc.fill(0);
             for (let j0 = Math.floor(lo / Bc) * Bc; j0 <= hi; j0 += Bc) {
               const j1 = Math.min(hi, j0 + Bc - 1);
@@ -114,6 +116,7 @@ export function flashSimBackend(o: FlashSimOptions = {}): AttentionBackend {
       const dk = new Float64Array(K.length);
       const dv = new Float64Array(K.length);
       const sc = fr(p.scale);
+      const dsinks = p.sinks ? new Float32Array(p.h) : undefined;
       for (let b = 0; b < p.batch; b++) {
         const { q0, tq, k0, tk } = segment(p, b);
         for (let h = 0; h < p.h; h++) {
@@ -126,6 +129,7 @@ export function flashSimBackend(o: FlashSimOptions = {}): AttentionBackend {
             const l = L[lseIndex(p, b, h, i)];
             let Di = 0;
             for (let d = 0; d < D; d++) Di = fr(Di + DO[qo + d] * O[qo + d]);
+            if (dsinks) dsinks[h] = fr(dsinks[h] - fr(fr(Math.exp(fr(p.sinks![h] - l))) * Di));
             for (let j = lo; j <= hi; j++) {
               const ko = ((k0 + j) * p.hkv + g) * D;
               let dot = 0;
@@ -149,7 +153,8 @@ export function flashSimBackend(o: FlashSimOptions = {}): AttentionBackend {
       }
       for (let x = 0; x < dq.length; x++) dq[x] = fr(dq[x] * sc);
       for (let x = 0; x < dk.length; x++) dk[x] = fr(dk[x] * sc);
-      return { dq: hostTensor(dq, p.qShape, p.dtype), dk: hostTensor(dk, p.kShape, p.dtype), dv: hostTensor(dv, p.kShape, p.dtype) };
+      const grads = { dq: hostTensor(dq, p.qShape, p.dtype), dk: hostTensor(dk, p.kShape, p.dtype), dv: hostTensor(dv, p.kShape, p.dtype) };
+      return dsinks ? { ...grads, dsinks: hostTensor(dsinks, [p.h], 'f32') } : grads;
     },
     // KV-cache calls: the reference's (these engines test the dense kit)
     ...kv,

@@ -1,7 +1,8 @@
 /**
  * Textbook attention in float64, written straight from DESIGN.md without mask.ts or
  * reference.ts: explicit visibility predicate, full score matrix, softmax Jacobian in the
- * backward (dS = P∘(dP − rowsum(P∘dP)), not the rowsum(dO∘O) form). An independent check of
+ * backward (dS = P∘(dP − rowsum(P∘dP)), not the rowsum(dO∘O) form). A sink is one more score
+ * column with a zero value row, whose column is dropped after the softmax (as model code does it). An independent check of
  * the reference, and, through its hooks, the base of deliberately wrong engines.
  */
 import type { AttentionOptions, HostTensor } from '../../dist/index.js';
@@ -20,6 +21,8 @@ export interface TextbookHooks {
   alibiSign?: number;
   /** Output of rows that see no key: 'zero' (right) or 'nan' (0/0). */
   emptyRow?: 'zero' | 'nan';
+  /** Ignore sinks. */
+  noSinks?: boolean;
 }
 
 export interface TextbookResult {
@@ -28,6 +31,7 @@ export interface TextbookResult {
   dq?: Float64Array;
   dk?: Float64Array;
   dv?: Float64Array;
+  dsinks?: Float64Array;
 }
 
 export function designVisible(i: number, j: number, tq: number, tk: number, left: number, right: number): boolean {
@@ -65,6 +69,8 @@ export function textbook(q: HostTensor, k: HostTensor, v: HostTensor, opts: Atte
   const vis = hooks.visible ?? designVisible;
   const map = hooks.headMap ?? ((h: number, HH: number, HK: number) => Math.floor(h / (HH / HK)));
   const sl = opts.alibiSlopes ? Array.from(opts.alibiSlopes as ArrayLike<number>) : undefined;
+  const sinks = opts.sinks && !hooks.noSinks ? Array.from(opts.sinks as ArrayLike<number>) : undefined;
+  const dsinks = dO && sinks ? new Float64Array(H) : undefined;
   const out = new Float64Array(Q.length);
   const lse = new Float64Array(H * totalQ);
   const dq = dO ? new Float64Array(Q.length) : undefined;
@@ -97,6 +103,17 @@ export function textbook(q: HostTensor, k: HostTensor, v: HostTensor, opts: Atte
           t.push(th);
           js.push(j);
         }
+        if (js.length === 0 && hooks.emptyRow === 'nan') {
+          lse[li] = sinks ? sinks[h] : -Infinity;
+          for (let d = 0; d < D; d++) out[qi(cuQ[b] + i, h) + d] = NaN;
+          continue;
+        }
+        // the sink: a last column with logit sinks[h] and a zero value row
+        if (sinks) {
+          s.push(sinks[h]);
+          t.push(0);
+          js.push(-1);
+        }
         if (js.length === 0) {
           lse[li] = -Infinity;
           if (hooks.emptyRow === 'nan') for (let d = 0; d < D; d++) out[qi(cuQ[b] + i, h) + d] = NaN;
@@ -109,10 +126,11 @@ export function textbook(q: HostTensor, k: HostTensor, v: HostTensor, opts: Atte
         lse[li] = m + Math.log(z);
         const o = qi(cuQ[b] + i, h);
         js.forEach((j, n) => {
-          for (let d = 0; d < D; d++) out[o + d] += P[n] * V[ki(cuK[b] + j, g) + d];
+          if (j >= 0) for (let d = 0; d < D; d++) out[o + d] += P[n] * V[ki(cuK[b] + j, g) + d];
         });
         if (dO && dq && dk && dv) {
           const dP = js.map((j) => {
+            if (j < 0) return 0; // the sink's value row is 0
             let a = 0;
             for (let d = 0; d < D; d++) a += dO[o + d] * V[ki(cuK[b] + j, g) + d];
             return a;
@@ -120,6 +138,10 @@ export function textbook(q: HostTensor, k: HostTensor, v: HostTensor, opts: Atte
           const r = P.reduce((a, p, n) => a + p * dP[n], 0);
           js.forEach((j, n) => {
             const dS = P[n] * (dP[n] - r);
+            if (j < 0) {
+              dsinks![h] += dS; // the sink's logit is not scaled
+              return;
+            }
             const dx = dS * scale * (cap > 0 ? 1 - t[n] * t[n] : 1);
             const ko = ki(cuK[b] + j, g);
             for (let d = 0; d < D; d++) {
@@ -132,5 +154,5 @@ export function textbook(q: HostTensor, k: HostTensor, v: HostTensor, opts: Atte
       }
     }
   }
-  return { out, lse, dq, dk, dv };
+  return { out, lse, dq, dk, dv, ...(dsinks ? { dsinks } : {}) };
 }

@@ -23,6 +23,43 @@ import { pmul, productVars, rowdot, spStore } from './products.js';
 // `ld` holds the forward's LSE (copied in) followed by Di, so a kernel needs 8 storage bindings.
 export const BWD = { params: 0, meta: 1, q: 2, k: 3, v: 4, dout: 5, ld: 6, dk: 7, dv: 8, dq: 7 } as const;
 export const DELTA = { params: 0, out: 1, dout: 2, ld: 3 } as const;
+export const SINKS = { params: 0, meta: 1, ld: 2, dsinks: 3 } as const;
+
+/**
+ * dsinks (core's sinks.ts): dsink_h = −Σ_rows e^(s_h − LSE)·Di, one workgroup per head, its 64
+ * threads over the rows of each sequence in turn, then a tree sum in a fixed order (deterministic).
+ */
+export function sinkGradWGSL(): string {
+  return [
+    PARAMS_WGSL,
+    '@group(0) @binding(0) var<uniform> P: Params;',
+    `@group(0) @binding(${SINKS.meta}) var<storage, read> mt: array<u32>;`,
+    `@group(0) @binding(${SINKS.ld}) var<storage, read_write> ld: array<f32>;`,
+    `@group(0) @binding(${SINKS.dsinks}) var<storage, read_write> dsinks: array<f32>;`,
+    'var<workgroup> red: array<f32, 64>;',
+    `@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let h = wid.x;
+  let s = bitcast<f32>(mt[P.sinks_off + h]);
+  var acc = 0.0;
+  for (var b = 0u; b < P.batch; b = b + 1u) {
+    let q0 = mt[b]; let tq = mt[b + 1u] - q0;
+    for (var i = lid; i < tq; i = i + 64u) {
+      let di = ld[P.di_off + h * P.total_q + q0 + i];
+      // (a row that saw no key has out 0, so Di = 0: skip it, whatever its LSE)
+      if (di != 0.0) { acc = acc + exp(s - ld[P.lse_sh * h + P.lse_sb * b + P.lse_scu * q0 + i]) * di; }
+    }
+  }
+  red[lid] = acc;
+  workgroupBarrier();
+  for (var w = 32u; w > 0u; w = w >> 1u) {
+    if (lid < w) { red[lid] = red[lid] + red[lid + w]; }
+    workgroupBarrier();
+  }
+  if (lid == 0u) { dsinks[h] = -red[0]; }
+}`,
+  ].join('\n');
+}
 
 /**
  * Di = rowsum(dO ∘ O) in f32, laid out [H, totalQ] after the LSE in `ld`. 64 threads per

@@ -50,6 +50,12 @@ export function forwardWGSL(s: KernelSpec): string {
   declOut(src, s, 'o');
   declAcc(src, 's', RM, CN);
   for (let i = 0; i < RM; i++) src.line(`var m${i} = neg_inf; var l${i} = 0.0;`);
+  src.line('// Sinks (online-softmax.ts seedSinkTile): each row starts as if a key with logit s_h and a zero');
+  src.line('// value row had been read: m = s_h, l = 1 (on one thread of the row: l is summed over them).');
+  src.open('if (P.sinks_off != 0u) {');
+  src.line('let sk = bitcast<f32>(mt[P.sinks_off + h]); let lsk = select(0.0, 1.0, tc == 0u);');
+  for (let i = 0; i < RM; i++) src.line(`m${i} = sk; l${i} = lsk;`);
+  src.close();
   src.open(`if (lo <= hi) {`);
   src.open(`for (var kt = u32(lo) / ${NC}u; kt <= u32(hi) / ${NC}u; kt = kt + 1u) {`);
   src.line(`let j0 = kt * ${NC}u; let ncols = min(${NC}u, tk - j0);`);
@@ -97,7 +103,8 @@ export function forwardWGSL(s: KernelSpec): string {
   pmul(src, s, { buf: 'v', tok0: '(k0 + j0)', n: 'ncols', head: 'hk', heads: 'P.hkv' }, 'o', !isPipelined(s));
   src.close();
   src.close();
-  src.line('// Row sums over the TC threads of a row; empty rows (l = 0) give out 0 and LSE −inf.');
+  src.line('// Row sums over the TC threads of a row; empty rows (l = 0) give out 0 and LSE −inf (with a');
+  src.line('// sink l ≥ 1: out 0, LSE s_h).');
   rowReduce(src, s, Array.from({ length: RM }, (_, i) => `ls${i}`), Array.from({ length: RM }, (_, i) => `l${i}`), '+');
   src.line('// l is at most the key count unless a NaN reached the row; some drivers turn exp(NaN) into');
   src.line('// inf, so the row is made NaN explicitly (DESIGN.md: NaN propagates).');

@@ -49,7 +49,7 @@ struct KVP {
   scale: f32, softcap: f32, wl: i32, wr: i32,
   alibi_on: u32, nan: f32, rows: u32, chunk: u32,
   splits: u32, q_tiles: u32, n: u32, neg_inf: f32,
-  vec: u32, lanes: u32, paged: u32, pad3: u32,
+  vec: u32, lanes: u32, paged: u32, sinks_on: u32,
 }
 @group(0) @binding(0) var<uniform> P: KVP;`;
 
@@ -68,6 +68,8 @@ export interface KVParamValues {
   lanes?: number;
   /** Rows through the block table; else contiguous: row b·bs + t (no table read). */
   paged: boolean;
+  /** combine: the sinks binding holds one logit per query head. */
+  sinks?: boolean;
 }
 
 export function packKVParams(p: KVParamValues): ArrayBuffer {
@@ -84,12 +86,13 @@ export function packKVParams(p: KVParamValues): ArrayBuffer {
   u[20] = p.vec ? 1 : 0;
   u[21] = p.lanes ?? 0;
   u[22] = p.paged ? 1 : 0;
+  u[23] = p.sinks ? 1 : 0;
   return buf;
 }
 
 /** Binding slots. */
 export const KV_ATTEND = { params: 0, q: 1, k: 2, v: 3, lens: 4, table: 5, slopes: 6, part: 7, k4: 8 } as const;
-export const KV_COMBINE = { params: 0, part: 1, out: 2, lse: 3 } as const;
+export const KV_COMBINE = { params: 0, part: 1, out: 2, lse: 3, sinks: 4 } as const;
 export const KV_APPEND = { params: 0, kn: 1, vn: 2, k: 3, v: 4, lens: 5, table: 6 } as const;
 
 /** Element type of a tensor binding, and the load of element e as f32. */
@@ -345,6 +348,7 @@ ${KVP_WGSL}
 @group(0) @binding(1) var<storage, read> part: array<f32>;
 @group(0) @binding(2) var<storage, read_write> outp: array<${elemType(enc)}>;
 @group(0) @binding(3) var<storage, read_write> lse: array<f32>;
+@group(0) @binding(4) var<storage, read> sinks: array<f32>;
 ${pack}
 
 // element e of out [B, Tq, H, D]: merged value, and the row's lse when asked
@@ -371,6 +375,9 @@ fn merged(e: u32, want_lse: bool) -> f32 {
 ${rep((k) => `    mv[${k}] = part[((gi * P.splits + min(s0 + ${k}u, P.splits - 1u)) * P.rows + r) * stride];`)}
 ${rep((k) => `    if (s0 + ${k}u < P.splits) { let ms = mv[${k}]; if (ms != ms) { nan = true; } mx = max(mx, ms); }`)}
   }
+  // a sink (core's sinks.ts) is one more term of the denominator, with no value: merged here once
+  var sk = 0.0;
+  if (P.sinks_on != 0u) { sk = sinks[h]; mx = max(mx, sk); }
   var l = 0.0;
   var a = 0.0;
   for (var s0 = 0u; s0 < P.splits; s0 = s0 + ${COMBINE_UNROLL}u) {
@@ -380,6 +387,7 @@ ${rep((k) => `    if (s0 + ${k}u < P.splits) { let ms = mv[${k}]; if (ms != ms) 
 ${rep((k) => `    { let o = ((gi * P.splits + min(s0 + ${k}u, P.splits - 1u)) * P.rows + r) * stride; mv[${k}] = part[o]; lv[${k}] = part[o + 1u]; av[${k}] = part[o + 2u + c]; }`)}
 ${rep((k) => `    if (s0 + ${k}u < P.splits && (mv[${k}] > -3.0e38 || mv[${k}] != mv[${k}])) { let f = exp(mv[${k}] - mx); l = l + lv[${k}] * f; a = a + av[${k}] * f; }`)}
   }
+  if (P.sinks_on != 0u) { l = l + exp(sk - mx); }
   if (nan) { l = P.nan; a = l; mx = l; }
   if (want_lse && c == 0u) {
     let li = (b * P.h + h) * P.tq + i;

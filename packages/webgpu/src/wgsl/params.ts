@@ -15,7 +15,7 @@ struct Params {
   scale: f32, softcap: f32, wl: i32, wr: i32,
   neg_inf: f32, alibi_off: u32, di_off: u32, d: u32,
   dtype: u32, out_f32: u32, alibi_on: u32, zero: u32,
-  dp1: u32, dp2: u32, nan: f32, pad1: u32,
+  dp1: u32, dp2: u32, nan: f32, sinks_off: u32,
 }`;
 
 /** Byte size of Params. */
@@ -33,6 +33,8 @@ export interface ParamValues {
   /** The generic kernels' run-time padded head dims (rowdot: multiple of dk; pmul: of 2·tc). */
   dp1?: number;
   dp2?: number;
+  /** Where the sinks' f32 bits start in `mt` (0: no sinks; cu_seqlens come first, so never 0 otherwise). */
+  sinksOff?: number;
 }
 
 export function packParams(p: ParamValues): ArrayBuffer {
@@ -45,6 +47,6 @@ export function packParams(p: ParamValues): ArrayBuffer {
   f[8] = p.scale; f[9] = p.softcap; i[10] = p.wl; i[11] = p.wr;
   f[12] = -Infinity; u[13] = 2 * (p.batch + 1); u[14] = p.diOff ?? 0; u[15] = p.d;
   u[16] = p.dtype === 'f32' ? 0 : p.dtype === 'f16' ? 1 : 2; u[17] = +p.outF32; u[18] = +p.alibi; u[19] = 0;
-  u[20] = p.dp1 ?? 0; u[21] = p.dp2 ?? 0; f[22] = NaN; u[23] = 0;
+  u[20] = p.dp1 ?? 0; u[21] = p.dp2 ?? 0; f[22] = NaN; u[23] = p.sinksOff ?? 0;
   return buf;
 }
