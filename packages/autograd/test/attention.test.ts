@@ -64,6 +64,38 @@ describe(`attention gradcheck on the ${BACKEND} backend`, () => {
   }
 });
 
+describe('attention sinks as a learnable tensor (gpt-oss)', () => {
+  const sinkCases: { name: string; q: number[]; kv: number[]; opts: AttentionOptions }[] = [
+    { name: 'sinks, GQA, causal Tq>Tk (rows that see no key)', q: [B, 5, 4, 4], kv: [B, 3, 2, 4], opts: { causal: true } },
+    { name: 'sinks + varlen + window + softcap', q: [9, 2, 4], kv: [10, 2, 4], opts: { cuSeqlensQ: [0, 4, 9], cuSeqlensK: [0, 5, 10], window: [2, 1], softcap: 2 } },
+  ];
+  for (const c of sinkCases) {
+    it(`${c.name}: dsinks by gradcheck, float64 path and ${BACKEND}`, async () => {
+      const seed = c.name.length * 131;
+      const H = c.q[c.q.length - 2];
+      const q = leaf(c.q, seed + 1, { name: 'q' });
+      const k = leaf(c.kv, seed + 2, { name: 'k' });
+      const v = leaf(c.kv, seed + 3, { name: 'v' });
+      const s = leaf([H], seed + 4, { name: 'sinks' });
+      const fn = (a: Tensor, b: Tensor, d: Tensor, e: Tensor) => attention(a, b, d, { ...c.opts, sinks: e, backend: BACKEND });
+      expectGradcheck(await gradcheck(fn, [q, k, v, s]), `${c.name} float64 path`);
+      const r = await gradcheck(fn, [q, k, v, s], { precision: 'float32' });
+      expectGradcheck(r, `${c.name} on ${BACKEND}`);
+      for (const x of r.inputs) expect(x.relNormErr, `${c.name} ${x.name}`).toBeLessThan(1e-5);
+    });
+  }
+  it('fixed sinks (an array) agree with the reference; a sinks tensor of the wrong shape is an E_SHAPE', async () => {
+    const rng = new Rng(5);
+    const q32 = randn([1, 6, 2, 4], { rng }), k32 = randn([1, 6, 2, 4], { rng }), v32 = randn([1, 6, 2, 4], { rng });
+    const opts = { causal: true, sinks: [1.5, -0.5] };
+    const ref = referenceForward(hostTensor(q32.data as Float32Array, q32.shape), hostTensor(k32.data as Float32Array, k32.shape), hostTensor(v32.data as Float32Array, v32.shape), opts);
+    expect(relNormErr((await attention(q32, k32, v32, { ...opts, backend: BACKEND })).data, ref.out)).toBeLessThan(1e-5);
+    expect(relNormErr((await attention(q32.clone({ precision: 'float64' }), k32.clone({ precision: 'float64' }), v32.clone({ precision: 'float64' }), opts)).data, ref.out)).toBeLessThan(1e-13);
+    await expect(attention(q32, k32, v32, { sinks: randn([2, 1], { rng }), backend: BACKEND })).rejects.toMatchObject({ code: 'E_SHAPE' });
+    await expect(attention(q32, k32, v32, { sinks: [1, 2, 3], backend: BACKEND })).rejects.toMatchObject({ code: 'E_SHAPE' });
+  });
+});
+
 describe('the float64 path agrees with @fa/core’s reference', () => {
   for (const c of cases) {
     it(c.name, async () => {

@@ -66,11 +66,12 @@ describe('autograd tensors on the webgpu engine', () => {
     expect(relNormErr(g.data, host[0].grad!.data)).toBeLessThan(1e-4);
   });
 
-  for (const [style, batched] of [['gpt2', false], ['llama', false], ['llama', true]] as const) {
+  for (const [style, batched] of [['gpt2', false], ['llama', false], ['llama', true], ['gpt-oss', false]] as const) {
     it(`a ${style}-style GPT trains on the device as on the host (embeddings, norms, attention, MLP, tied head, AdamW)${batched ? ', calls batched a turn' : ''}`, async () => {
       const e = batched ? batching! : engine!;
-      const cfg = style === 'llama'
-        ? { vocab: 29, maxT: 16, dModel: 32, layers: 2, heads: 4, kvHeads: 2, positions: 'rotary' as const, norm: 'rms' as const, mlp: 'swiglu' as const, seed: 3 }
+      // gpt-oss-style: a learnable attention sink per head (read back once per attention call)
+      const cfg = style === 'llama' || style === 'gpt-oss'
+        ? { vocab: 29, maxT: 16, dModel: 32, layers: 2, heads: 4, kvHeads: 2, positions: 'rotary' as const, norm: 'rms' as const, mlp: 'swiglu' as const, seed: 3, sinks: style === 'gpt-oss' }
         : { vocab: 29, maxT: 16, dModel: 32, layers: 2, heads: 4, seed: 3 };
       const host = new GPT(cfg), dev = await new GPT(cfg).to(e);
       expect(dev.parameters().every((p) => p.onDevice)).toBe(true);
@@ -93,6 +94,12 @@ describe('autograd tensors on the webgpu engine', () => {
       }
       const got = await Promise.all(ld.map((l) => l.value()));
       for (let s = 0; s < got.length; s++) expect(Math.abs(got[s] - lh[s]) / lh[s], `step ${s}: device ${got[s]}, host ${lh[s]}`).toBeLessThan(2e-3);
+      if (cfg.sinks) {
+        // the sinks learned: they moved from 0, the same way on both
+        const hs = host.blocks[0].attn.sinks!, ds = await dev.blocks[0].attn.sinks!.toHost();
+        expect(Math.max(...Array.from(hs.data as Float32Array, Math.abs))).toBeGreaterThan(1e-4);
+        expect(relNormErr(ds.data, hs.data)).toBeLessThan(2e-2);
+      }
     });
   }
 

@@ -39,6 +39,8 @@ export interface GPTConfig {
   positions?: 'learned' | 'rotary';
   norm?: 'layer' | 'rms';
   mlp?: 'gelu' | 'swiglu';
+  /** A learnable attention sink per head in every block (gpt-oss). */
+  sinks?: boolean;
 }
 
 export interface GenerateOptions {
@@ -62,7 +64,7 @@ export class GPT extends Module {
       if (!Number.isSafeInteger(c[k]) || c[k] < 1) throw new FAError('E_ARG', `GPT: ${k} must be a positive integer, got ${String(c[k])}`);
     }
     if (c.dModel % c.heads !== 0) throw new FAError('E_ARG', `GPT: dModel ${c.dModel} is not a multiple of heads ${c.heads}`);
-    this.config = { kvHeads: c.heads, mlpRatio: 4, seed: 0, positions: 'learned', norm: 'layer', mlp: 'gelu', ...c };
+    this.config = { kvHeads: c.heads, mlpRatio: 4, seed: 0, positions: 'learned', norm: 'layer', mlp: 'gelu', sinks: false, ...c };
     const rng = new Rng(this.config.seed);
     // GPT-2's initialisation: N(0, 0.02) embeddings
     this.tok = new Embedding(c.vocab, c.dModel, { rng, std: 0.02 });
@@ -70,7 +72,7 @@ export class GPT extends Module {
     if (this.config.positions !== 'learned' && this.config.positions !== 'rotary') throw new FAError('E_ARG', `GPT: positions must be 'learned' or 'rotary', got ${String(this.config.positions)}`);
     this.pos = rope ? null : new Embedding(c.maxT, c.dModel, { rng, std: 0.02 });
     const { kvHeads, mlpRatio, norm, mlp } = this.config;
-    this.blocks = Array.from({ length: c.layers }, () => new TransformerBlock(c.dModel, c.heads, { rng, kvHeads, mlpRatio, norm, mlp, rotary: rope, attention: { backend: c.backend, causal: true } }));
+    this.blocks = Array.from({ length: c.layers }, () => new TransformerBlock(c.dModel, c.heads, { rng, kvHeads, mlpRatio, norm, mlp, rotary: rope, sinks: c.sinks, attention: { backend: c.backend, causal: true } }));
     this.ln = norm === 'rms' ? new RMSNorm(c.dModel) : new LayerNorm(c.dModel);
   }
 

@@ -12,7 +12,8 @@ import { gelu } from '../ops/gelu.js';
 import { swiglu } from '../ops/silu.js';
 import { rotary, type RotaryTables } from '../ops/rotary.js';
 import { mergeHeads, splitHeads } from '../ops/heads.js';
-import { attention, type AttentionCallOptions } from '../ops/attention.js';
+import { attention, sinkValues, type AttentionCallOptions } from '../ops/attention.js';
+import { zeros } from '../init.js';
 import type { KVCache } from './kvcache.js';
 import { Module } from './module.js';
 import { LayerNorm, Linear, RMSNorm, type InitOptions } from './layers.js';
@@ -25,6 +26,8 @@ export interface SelfAttentionOptions extends InitOptions {
   bias?: boolean;
   /** Rotary positions on q and k (rotaryTables), GPT-NeoX halves or, interleaved, GPT-J pairs. */
   rotary?: { tables: RotaryTables; interleaved?: boolean };
+  /** A learnable attention sink per head (gpt-oss): a parameter [heads], zeros at the start. */
+  sinks?: boolean;
 }
 
 /** Multi-head self-attention: q, k, v projections, @fa attention, output projection. */
@@ -37,6 +40,8 @@ export class SelfAttention extends Module {
   readonly kvHeads: number;
   readonly attnOptions: AttentionCallOptions;
   readonly rotary: { tables: RotaryTables; interleaved?: boolean } | undefined;
+  /** The sink logits [heads] (a parameter), or null. */
+  readonly sinks: Tensor | null;
 
   constructor(
     readonly dModel: number,
@@ -56,6 +61,7 @@ export class SelfAttention extends Module {
     this.proj = new Linear(dModel, dModel, init);
     this.attnOptions = options.attention ?? {};
     this.rotary = options.rotary;
+    this.sinks = options.sinks ? zeros([heads], { precision: options.precision }).requiresGrad_() : null;
     if (this.rotary && this.rotary.tables.rotaryDim > this.headDim) throw new FAError('E_ARG', `SelfAttention: rotaryDim ${this.rotary.tables.rotaryDim} exceeds the head dim ${this.headDim}`);
   }
 
@@ -70,7 +76,7 @@ export class SelfAttention extends Module {
   async forward(x: Tensor, options: AttentionCallOptions = {}): Promise<Tensor> {
     const [q, k] = this.positions(splitHeads(this.q.forward(x), this.heads), splitHeads(this.k.forward(x), this.kvHeads), 0); // [B, T, H, D], [B, T, Hkv, D]
     const v = splitHeads(this.v.forward(x), this.kvHeads);
-    const y = await attention(q, k, v, { ...this.attnOptions, ...options });
+    const y = await attention(q, k, v, { ...this.attnOptions, ...(this.sinks ? { sinks: this.sinks } : {}), ...options });
     return this.proj.forward(mergeHeads(y));
   }
 
@@ -82,7 +88,8 @@ export class SelfAttention extends Module {
   async forwardCached(x: Tensor, cache: KVCache, layer: number): Promise<Tensor> {
     const [q, k] = this.positions(splitHeads(this.q.forward(x), this.heads), splitHeads(this.k.forward(x), this.kvHeads), cache.length);
     const v = splitHeads(this.v.forward(x), this.kvHeads);
-    const { backend: _b, dtype: _d, cuSeqlensQ: _q, cuSeqlensK: _k, ...opts } = this.attnOptions;
+    const { backend: _b, dtype: _d, cuSeqlensQ: _q, cuSeqlensK: _k, sinks, ...rest } = { ...this.attnOptions, ...(this.sinks ? { sinks: this.sinks } : {}) };
+    const opts = sinks === undefined ? rest : { ...rest, sinks: sinks instanceof Tensor ? await sinkValues(sinks) : sinks };
     const y = await cache.attend(layer, q, k, v, opts);
     return this.proj.forward(mergeHeads(y));
   }

@@ -2,7 +2,9 @@
  * Float64 attention, forward and backward, for gradcheck's float64 twin. It follows DESIGN.md's
  * conventions through @fa/core's own definitions (describeProblem, keyRange, logit, slopeOf),
  * so masks, softcap, ALiBi, GQA and varlen mean exactly what they mean for every engine; it
- * computes the T×T scores row by row, which is fine at gradcheck sizes and nowhere else.
+ * computes the T×T scores row by row, which is fine at gradcheck sizes and nowhere else. Sinks
+ * (`sinks`, float64 values: p.sinks holds them rounded to f32) join each row's denominator as a
+ * logit without a value; backward64 then also gives dsinks.
  */
 import { describeProblem, keyRange, logit, lseIndex, segment, slopeOf, type AttentionOptions, type AttentionProblem, type DeviceTensor } from '@fa/core';
 
@@ -45,24 +47,25 @@ function dot(a: Float64Array, ao: number, b: Float64Array, bo: number, d: number
   return s;
 }
 
-export function forward64(p: AttentionProblem, q: Float64Array, k: Float64Array, v: Float64Array): { out: Float64Array; lse: Float64Array } {
+export function forward64(p: AttentionProblem, q: Float64Array, k: Float64Array, v: Float64Array, sinks?: ArrayLike<number>): { out: Float64Array; lse: Float64Array } {
   const D = p.d;
   const out = new Float64Array(p.totalQ * p.h * D);
   const lse = new Float64Array(p.lseShape.reduce((a, s) => a * s, 1));
   const s = new Float64Array(Math.max(p.tk, 1));
   forEachRow(p, (b, h, i, r, tq, tk, k0) => {
     const li = lseIndex(p, b, h, i);
+    const sink = sinks ? sinks[h] : -Infinity;
     if (r.lo > r.hi) {
-      lse[li] = -Infinity;
+      lse[li] = sink; // out 0; -Infinity without sinks
       return;
     }
-    let m = -Infinity;
+    let m = sink;
     for (let j = r.lo; j <= r.hi; j++) {
       const kOff = ((k0 + j) * p.hkv + r.kvh) * D;
       s[j] = logit(p, dot(q, r.qOff, k, kOff, D), r.slope, i, j, tq, tk);
       if (s[j] > m) m = s[j];
     }
-    let l = 0;
+    let l = sink === -Infinity ? 0 : Math.exp(sink - m);
     for (let j = r.lo; j <= r.hi; j++) l += Math.exp(s[j] - m);
     const L = m + Math.log(l);
     lse[li] = L;
@@ -83,15 +86,18 @@ export function backward64(
   out: Float64Array,
   dOut: Float64Array,
   lse: Float64Array,
-): { dq: Float64Array; dk: Float64Array; dv: Float64Array } {
+  sinks?: ArrayLike<number>,
+): { dq: Float64Array; dk: Float64Array; dv: Float64Array; dsinks?: Float64Array } {
   const D = p.d;
   const dq = new Float64Array(q.length);
   const dk = new Float64Array(k.length);
   const dv = new Float64Array(v.length);
+  const dsinks = sinks ? new Float64Array(p.h) : undefined;
   forEachRow(p, (b, h, i, r, tq, tk, k0) => {
     const L = lse[lseIndex(p, b, h, i)];
     if (r.lo > r.hi || L === -Infinity) return;
     const Di = dot(dOut, r.qOff, out, r.qOff, D);
+    if (dsinks) dsinks[h] -= Math.exp(sinks![h] - L) * Di;
     for (let j = r.lo; j <= r.hi; j++) {
       const kOff = ((k0 + j) * p.hkv + r.kvh) * D;
       const raw = dot(q, r.qOff, k, kOff, D);
@@ -109,5 +115,5 @@ export function backward64(
       }
     }
   });
-  return { dq, dk, dv };
+  return dsinks ? { dq, dk, dv, dsinks } : { dq, dk, dv };
 }

@@ -27,7 +27,7 @@ import { checkTensors, dataAs } from './util.js';
 import { DeviceArray, engineOf, onEngine, type DeviceEngine } from '../device.js';
 
 /** Attention on the device: the engine the tensors live on computes it (stream-ordered; f32). */
-async function attentionDevice(q: Tensor, k: Tensor, v: Tensor, o: AttentionOptions, opts: AttentionCallOptions): Promise<Tensor> {
+async function attentionDevice(q: Tensor, k: Tensor, v: Tensor, o: AttentionOptions, opts: AttentionCallOptions, sinks: Tensor | undefined): Promise<Tensor> {
   const e = engineOf('attention', q.storage, k.storage, v.storage)!;
   if ((opts.dtype ?? 'f32') !== 'f32') throw new FAError('E_UNSUPPORTED', `attention on ${e.name} device tensors computes in f32 (dtype ${String(opts.dtype)} has no device path yet)`);
   if (opts.backend !== undefined && (opts.backend as unknown) !== e && opts.backend !== e.name) {
@@ -40,10 +40,10 @@ async function attentionDevice(q: Tensor, k: Tensor, v: Tensor, o: AttentionOpti
   const lse = new DeviceArray(e, r.lse, r.lse.shape.reduce((a, b) => a * b, 1));
   const saved: Saved[] = [dq, dk, dv].map((a, i) => ({ what: 'qkv'[i], data: a as unknown as ArrayBufferView, leaf: [q, k, v][i].isLeaf }));
   saved.push(saveBuffer('out', out as unknown as ArrayBufferView), saveBuffer('lse', lse as unknown as ArrayBufferView));
-  return record1('attention', [q, k, v], out as unknown as Data, q.shape, saved, attentionBackwardDevice(e, dq, dk, dv, out, lse, q.shape, k.shape, v.shape, o));
+  return record1('attention', [q, k, v, sinks], out as unknown as Data, q.shape, saved, attentionBackwardDevice(e, dq, dk, dv, out, lse, q.shape, k.shape, v.shape, o, sinks));
 }
 
-function attentionBackwardDevice(e: DeviceEngine, q: DeviceArray, k: DeviceArray, v: DeviceArray, out: DeviceArray, lse: DeviceArray, qs: readonly number[], ks: readonly number[], vs: readonly number[], o: AttentionOptions): BackwardFn {
+function attentionBackwardDevice(e: DeviceEngine, q: DeviceArray, k: DeviceArray, v: DeviceArray, out: DeviceArray, lse: DeviceArray, qs: readonly number[], ks: readonly number[], vs: readonly number[], o: AttentionOptions, sinks: Tensor | undefined): BackwardFn {
   return async ([gh], needs) => {
     const g = onEngine(e, gh);
     const r = await e.backward(e.viewTensor(q.t, qs), e.viewTensor(k.t, ks), e.viewTensor(v.t, vs), e.viewTensor(out.t, qs), e.viewTensor(g.t, qs), lse.t, o);
@@ -52,13 +52,29 @@ function attentionBackwardDevice(e: DeviceEngine, q: DeviceArray, k: DeviceArray
       e.disposeTensor(t);
       return null;
     };
-    return [wrap(r.dq, q.length, needs[0]), wrap(r.dk, k.length, needs[1]), wrap(r.dv, v.length, needs[2])];
+    let ds: Data | null = null;
+    if (r.dsinks) {
+      // the gradient lives where the sinks tensor does: on the engine, or read back for a host one
+      if (!needs[3] || !sinks) e.disposeTensor(r.dsinks);
+      else if (sinks.onDevice) ds = new DeviceArray(e, r.dsinks, o.sinks!.length) as unknown as Data;
+      else {
+        ds = Float32Array.from((await e.read(r.dsinks)).data as Float32Array);
+        e.disposeTensor(r.dsinks);
+      }
+    }
+    return [wrap(r.dq, q.length, needs[0]), wrap(r.dk, k.length, needs[1]), wrap(r.dv, v.length, needs[2]), ds];
   };
 }
 
 export type BackendChoice = AttentionBackend | string | readonly string[];
 
-export interface AttentionCallOptions extends AttentionOptions {
+export interface AttentionCallOptions extends Omit<AttentionOptions, 'sinks'> {
+  /**
+   * Attention sinks (gpt-oss), one logit per query head, shape [H]: fixed values, or a Tensor,
+   * which then gets the gradient dsinks (a learnable parameter). A sinks Tensor on an engine's
+   * device is read back once per call (the engines take the logits as call options).
+   */
+  sinks?: Tensor | Float32Array | readonly number[];
   /**
    * The engine: a backend object, a registered name ('cpu', 'webgpu', 'cuda'), 'auto', or names
    * in order of preference. Default: setDefaultBackend()'s choice, else 'auto'. 'auto' and a list
@@ -114,11 +130,20 @@ function toDtype(d: Float32Array, dtype: DType): Float32Array | Uint16Array {
   return dtype === 'f32' ? d : encode(dtype, d);
 }
 
-function coreOptions(opts: AttentionCallOptions): AttentionOptions {
-  const { backend: _b, dtype: _d, ...rest } = opts;
+/** The core options of a call: sinks as values (a Tensor's read, from the device if it lives there). */
+async function coreOptions(opts: AttentionCallOptions): Promise<AttentionOptions> {
+  const { backend: _b, dtype: _d, sinks, ...rest } = opts;
   void _b;
   void _d;
-  return rest;
+  if (sinks === undefined) return rest;
+  return { ...rest, sinks: sinks instanceof Tensor ? await sinkValues(sinks) : sinks };
+}
+
+/** A sinks tensor's values as f32 (read back when it lives on a device). */
+export async function sinkValues(sinks: Tensor): Promise<Float32Array> {
+  if (sinks.shape.length !== 1) throw new FAError('E_SHAPE', `attention: the sinks tensor must have shape [H], got [${sinks.shape.join(', ')}]`);
+  const host = sinks.onDevice ? await sinks.toHost() : sinks;
+  return Float32Array.from(host.data as ArrayLike<number>);
 }
 
 function backendBackward(be: AttentionBackend, q: HostTensor, k: HostTensor, v: HostTensor, out: HostTensor, lse: HostTensor, opts: AttentionOptions): BackwardFn {
@@ -129,14 +154,15 @@ function backendBackward(be: AttentionBackend, q: HostTensor, k: HostTensor, v: 
     const dq = await toFloat32(be, r.dq, 'dq', dtype);
     const dk = await toFloat32(be, r.dk, 'dk', dtype);
     const dv = await toFloat32(be, r.dv, 'dv', dtype);
-    return [needs[0] ? dq : null, needs[1] ? dk : null, needs[2] ? dv : null];
+    const ds = r.dsinks ? await toFloat32(be, r.dsinks, 'dsinks', 'f32') : null;
+    return [needs[0] ? dq : null, needs[1] ? dk : null, needs[2] ? dv : null, needs[3] ? ds : null];
   };
 }
 
-function float64Backward(p: ReturnType<typeof describeShapes>, q: Float64Array, k: Float64Array, v: Float64Array, out: Float64Array, lse: Float64Array): BackwardFn {
+function float64Backward(p: ReturnType<typeof describeShapes>, q: Float64Array, k: Float64Array, v: Float64Array, out: Float64Array, lse: Float64Array, sinks: ArrayLike<number> | undefined): BackwardFn {
   return ([g]) => {
-    const r = backward64(p, q, k, v, out, g as Float64Array, lse);
-    return [r.dq, r.dk, r.dv];
+    const r = backward64(p, q, k, v, out, g as Float64Array, lse, sinks);
+    return [r.dq, r.dk, r.dv, r.dsinks ?? null];
   };
 }
 
@@ -156,15 +182,19 @@ function saves(q: Tensor, k: Tensor, v: Tensor, qd: ArrayBufferView, kd: ArrayBu
  */
 export async function attention(q: Tensor, k: Tensor, v: Tensor, opts: AttentionCallOptions = {}): Promise<Tensor> {
   checkTensors('attention', ['q', q], ['k', k], ['v', v]);
-  const o = coreOptions(opts);
-  if (q.onDevice || k.onDevice || v.onDevice) return attentionDevice(q, k, v, o, opts);
-  if (q.precision === 'float64' || k.precision === 'float64' || v.precision === 'float64') {
+  const sinkT = opts.sinks instanceof Tensor ? opts.sinks : undefined;
+  const o = await coreOptions(opts);
+  if (q.onDevice || k.onDevice || v.onDevice) return attentionDevice(q, k, v, o, opts, sinkT);
+  if (sinkT?.onDevice) throw new FAError('E_ARG', 'attention: the sinks tensor lives on a device but q, k, v on the host; move them together');
+  if (q.precision === 'float64' || k.precision === 'float64' || v.precision === 'float64' || sinkT?.precision === 'float64') {
     const p = describeShapes(q.shape, k.shape, v.shape, o);
     const qd = dataAs(q, 'float64') as Float64Array;
     const kd = dataAs(k, 'float64') as Float64Array;
     const vd = dataAs(v, 'float64') as Float64Array;
-    const { out, lse } = forward64(p, qd, kd, vd);
-    return record1('attention', [q, k, v], out, q.shape, saves(q, k, v, qd, kd, vd, out, lse), float64Backward(p, qd, kd, vd, out, lse));
+    // the sinks' float64 values (p.sinks holds them rounded to f32)
+    const sd = sinkT ? (dataAs(sinkT, 'float64') as Float64Array) : p.sinks;
+    const { out, lse } = forward64(p, qd, kd, vd, sd);
+    return record1('attention', [q, k, v, sinkT], out, q.shape, saves(q, k, v, qd, kd, vd, out, lse), float64Backward(p, qd, kd, vd, out, lse, sd));
   }
   const dtype = opts.dtype ?? 'f32';
   if (dtype !== 'f32' && dtype !== 'f16' && dtype !== 'bf16') throw new FAError('E_DTYPE', `attention: dtype must be f32, f16 or bf16, got ${JSON.stringify(dtype)}`);
@@ -184,5 +214,5 @@ export async function attention(q: Tensor, k: Tensor, v: Tensor, opts: Attention
   const hout = await readHost(be, fwd.out, 'out', dtype);
   const hlse = await readHost(be, fwd.lse, 'lse', 'f32');
   const out = hout.data instanceof Float32Array ? hout.data : decode(dtype as 'f16' | 'bf16', hout.data);
-  return record1('attention', [q, k, v], out, q.shape, saves(q, k, v, hq.data, hk.data, hv.data, hout.data, hlse.data), backendBackward(be, hq, hk, hv, hout, hlse, o));
+  return record1('attention', [q, k, v, sinkT], out, q.shape, saves(q, k, v, hq.data, hk.data, hv.data, hout.data, hlse.data), backendBackward(be, hq, hk, hv, hout, hlse, o));
 }
