@@ -8,19 +8,19 @@
  * or N concurrent tasks on one engine with createLocalRing (createLocalRingBackend: also for a
  * GPU engine on one device), or given communicators (a single-rank NCCL ring).
  */
-import { optionSupport } from '../option-support.js';
+import { sinkGradientsFromOutputs } from '../sinks.js';
 import type { AttentionBackend, BackwardResult, ForwardResult, Support } from '../backend.js';
 import type { DType } from '../dtype.js';
 import { FAError, isFAError } from '../errors.js';
 import { describeBackward, describeProblem, type AttentionOptions, type AttentionProblem } from '../problem.js';
 import { describeKVCacheProblem, hostIndexTensor, isDeviceIndexTensor, writeHostIndex, type HostIndexTensor } from '../kvcache.js';
-import { isHostTensor, type HostTensor, type Tensor } from '../tensor.js';
+import { isHostTensor, tensor, type HostTensor, type Tensor } from '../tensor.js';
 import type { Communicator } from './communicator.js';
 import { contiguousLayout, zigzagLayout, zigzagVarlenLayout, type ShardLayout } from './layout.js';
 import { createLocalRing } from './local-ring.js';
 import type { ShardOps } from './ops.js';
 import { callOptions, planRing } from './plan.js';
-import { ringBackward, ringForward } from './ring.js';
+import { ringBackward, ringForward, sinkBlockOptions } from './ring.js';
 import { joinShards, splitShards, tokenAxis } from './shard.js';
 
 /** One rank's inputs, as host tensors. */
@@ -75,13 +75,17 @@ export function createRingBackend(o: RingBackendOptions): AttentionBackend {
   const kind = o.layout ?? 'zigzag';
   const supports = (p: AttentionProblem): Support => {
     if (!o.dtypes.includes(p.dtype)) return { ok: false, reason: `the ranks' engine does not compute ${p.dtype}` };
-    // (a sink must join each row once, not once per visiting shard: the merge does not do that yet)
-    const opt = optionSupport(p, 'ring', {});
-    if (!opt.ok) return opt;
     try {
       const layout = layoutFor(p, o.ranks, kind);
       for (let r = 0; r < o.ranks; r++) {
         const plan = planRing(p, layout, r);
+        if (p.sinks) {
+          // ring.ts merges the sinks in as one more block: a call over no keys, with them
+          const v = (s: number[]) => ({ kind: 'device' as const, backend: 'ring', dtype: p.dtype, shape: s, handle: null, disposed: false });
+          const sp = describeProblem(v([plan.rowsQ, p.h, p.d]), v([0, p.hkv, p.d]), v([0, p.hkv, p.d]), sinkBlockOptions(p, plan.rowsQ));
+          const s = o.supportsBlock(sp);
+          if (!s.ok) return { ok: false, reason: `the sinks' block of rank ${r} is declined by the ranks' engine: ${s.reason}` };
+        }
         for (const st of plan.steps) {
           for (const call of st.calls) {
             const v = (s: number[]) => ({ kind: 'device' as const, backend: 'ring', dtype: p.dtype, shape: s, handle: null, disposed: false });
@@ -126,11 +130,15 @@ export function createRingBackend(o: RingBackendOptions): AttentionBackend {
       const [qs, ks, vs, os, ds] = [split(q, 'q', 'q'), split(k, 'k', 'k'), split(v, 'v', 'k'), split(out, 'out', 'q'), split(dOut, 'dOut', 'q')];
       const ls = split(lse, 'lse', 'q', tokenAxis(lse, 'lse'));
       const res = await o.runner.backward(layout, qs.map((_, r) => ({ q: qs[r], k: ks[r], v: vs[r], out: os[r], dOut: ds[r], lse: ls[r] })), opts);
-      return {
+      const grads = {
         dq: joinShards(res.map((x) => x.dq), layout, 'q'),
         dk: joinShards(res.map((x) => x.dk), layout, 'k'),
         dv: joinShards(res.map((x) => x.dv), layout, 'k'),
       };
+      // the blocks' backward needs nothing of the sinks but the global lse; dsinks is global too
+      if (!p.sinks) return grads;
+      const lh = host(lse, 'lse');
+      return { ...grads, dsinks: tensor(sinkGradientsFromOutputs(p, host(out, 'out'), host(dOut, 'dOut'), lh.data as Float32Array), [p.h], 'f32') };
     },
     supportsKVCache: () => ({ ok: false, reason: KV_REASON }),
     async forwardWithKVCache(q, kCache, vCache, opts) {

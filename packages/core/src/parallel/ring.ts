@@ -179,6 +179,11 @@ async function startKv(ctx: RingContext, s: Setup, step: number, kv: readonly Te
  * Returns this rank's out (q's shape and dtype) and LSE ([B, H, n] or [H, n]), equal to the
  * rows of single-engine attention over the whole sequence.
  */
+/** The options of the sinks' block: this rank's rows as one sequence that sees no key. */
+export function sinkBlockOptions(p: AttentionProblem, rows: number): AttentionOptions {
+  return { cuSeqlensQ: [0, rows], cuSeqlensK: [0, 0], sinks: p.sinks };
+}
+
 export function ringForward(ctx: RingContext, q: Tensor, k: Tensor, v: Tensor, opts: AttentionOptions = {}): Promise<ForwardResult> {
   return abortOnFailure(ctx, () => forward(ctx, q, k, v, opts));
 }
@@ -212,6 +217,18 @@ async function forward(ctx: RingContext, q: Tensor, k: Tensor, v: Tensor, opts: 
         emit(ctx, 'wait', 'end', st.step, 'forward');
         for (const t of kv) owned.free(t);
         kv = next.recv;
+      }
+    }
+    if (p.sinks) {
+      // The sinks join each row once, not once per visiting shard (callOptions leaves them out of
+      // the blocks): a call over no keys, with them, gives out 0 and lse = s_h — merged like any part.
+      const empty = owned.add(await ops.alloc(p.dtype, [0, p.hkv, p.d]));
+      const r = await engine.forward(qP, empty, empty, sinkBlockOptions(p, plan.rowsQ));
+      try {
+        await ops.mergeForward(accOut, accLse, r.out, r.lse);
+      } finally {
+        engine.disposeTensor(r.out);
+        engine.disposeTensor(r.lse);
       }
     }
     const out = owned.add(await ops.convert(accOut, p.dtype));
