@@ -14,6 +14,8 @@ interface Case {
   name: string;
   q: number[];
   kv: number[];
+  /** v's shape when it has a head dim of its own (default kv). */
+  v?: number[];
   opts: AttentionOptions;
 }
 
@@ -32,6 +34,8 @@ const cases: Case[] = [
   { name: 'ALiBi per head', q: [B, 6, 2, 4], kv: [B, 6, 2, 4], opts: { alibiSlopes: [0.5, 0.125] } },
   { name: 'ALiBi per (batch, head), causal', q: [B, 6, 2, 4], kv: [B, 6, 2, 4], opts: { alibiSlopes: [0.5, 0.25, 0.125, 0.0625], causal: true } },
   { name: 'scale 0.3', q: [B, 5, 2, 4], kv: [B, 5, 2, 4], opts: { scale: 0.3 } },
+  { name: 'Dv 6 ≠ Dqk 4, GQA, causal', q: [B, 5, 4, 4], kv: [B, 6, 2, 4], v: [B, 6, 2, 6], opts: { causal: true } },
+  { name: 'Dv 2 < Dqk 4, varlen', q: [8, 2, 4], kv: [11, 2, 4], v: [11, 2, 2], opts: { cuSeqlensQ: [0, 3, 3, 8], cuSeqlensK: [0, 4, 6, 11] } },
   { name: 'varlen (an empty segment, Tq≠Tk)', q: [8, 2, 4], kv: [11, 2, 4], opts: { cuSeqlensQ: [0, 3, 3, 8], cuSeqlensK: [0, 4, 6, 11] } },
   { name: 'varlen causal', q: [9, 2, 4], kv: [9, 2, 4], opts: { cuSeqlensQ: [0, 4, 9], cuSeqlensK: [0, 4, 9], causal: true } },
   {
@@ -48,7 +52,7 @@ describe(`attention gradcheck on the ${BACKEND} backend`, () => {
       const seed = c.name.length * 7919;
       const q = leaf(c.q, seed + 1, { name: 'q' });
       const k = leaf(c.kv, seed + 2, { name: 'k' });
-      const v = leaf(c.kv, seed + 3, { name: 'v' });
+      const v = leaf(c.v ?? c.kv, seed + 3, { name: 'v' });
       const call = { ...c.opts, backend: BACKEND } satisfies AttentionCallOptions;
       const fn = (a: Tensor, b: Tensor, d: Tensor) => attention(a, b, d, call);
 
@@ -102,8 +106,8 @@ describe('the float64 path agrees with @fa/core’s reference', () => {
       const rng = new Rng(c.name.length);
       const q32 = randn(c.q, { rng });
       const k32 = randn(c.kv, { rng });
-      const v32 = randn(c.kv, { rng });
-      const ref = referenceForward(hostTensor(q32.data as Float32Array, c.q), hostTensor(k32.data as Float32Array, c.kv), hostTensor(v32.data as Float32Array, c.kv), c.opts);
+      const v32 = randn(c.v ?? c.kv, { rng });
+      const ref = referenceForward(hostTensor(q32.data as Float32Array, c.q), hostTensor(k32.data as Float32Array, c.kv), hostTensor(v32.data as Float32Array, c.v ?? c.kv), c.opts);
       const ours = await attention(q32.clone({ precision: 'float64' }), k32.clone({ precision: 'float64' }), v32.clone({ precision: 'float64' }), c.opts);
       expect(relNormErr(ours.data, ref.out)).toBeLessThan(1e-13);
       const onBackend = await attention(q32, k32, v32, { ...c.opts, backend: BACKEND });

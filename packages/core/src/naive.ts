@@ -114,6 +114,7 @@ function forwardHead(c: Ctx, b: number, h: number): void {
   const { p, rd, Qs, K, V, P, T, out, lse, orow } = c;
   const { q0, tq, k0, tk } = segment(p, b);
   const D = p.d;
+  const Dv = p.vDim;
   const g = Math.floor(h / (p.h / p.hkv));
   const cap = fr(p.softcap);
   const slope = p.alibi ? p.alibi[b * p.h + h] : 0;
@@ -122,7 +123,8 @@ function forwardHead(c: Ctx, b: number, h: number): void {
     const [lo, hi] = keyRange(p, i, tq, tk);
     const li = lseIndex(p, b, h, i);
     const row = i * tk;
-    const oo = ((q0 + i) * p.h + h) * D;
+    const qo = ((q0 + i) * p.h + h) * D;
+    const oo = ((q0 + i) * p.h + h) * Dv;
     if (lo > hi) {
       lse[li] = p.sinks ? sink : -Infinity; // P row = 0, out row = 0 (the sink column takes it all)
       c.Psink[i] = p.sinks ? 1 : 0;
@@ -132,7 +134,7 @@ function forwardHead(c: Ctx, b: number, h: number): void {
     for (let j = lo; j <= hi; j++) {
       const ko = ((k0 + j) * p.hkv + g) * D;
       let acc = 0;
-      for (let d = 0; d < D; d++) acc = fr(acc + Qs[oo + d] * K[ko + d]);
+      for (let d = 0; d < D; d++) acc = fr(acc + Qs[qo + d] * K[ko + d]);
       let s = rd(acc);
       if (T !== null) {
         const t = rd(fr(Math.tanh(rd(fr(s / cap)))));
@@ -155,14 +157,14 @@ function forwardHead(c: Ctx, b: number, h: number): void {
       c.Psink[i] = rd(fr(e / sum));
     }
     lse[li] = fr(m + fr(Math.log(sum)));
-    orow.fill(0, 0, D);
+    orow.fill(0, 0, Dv);
     for (let j = lo; j <= hi; j++) {
       const pj = rd(fr(P[row + j] / sum));
       P[row + j] = pj;
-      const vo = ((k0 + j) * p.hkv + g) * D;
-      for (let d = 0; d < D; d++) orow[d] = fr(orow[d] + pj * V[vo + d]);
+      const vo = ((k0 + j) * p.hkv + g) * Dv;
+      for (let d = 0; d < Dv; d++) orow[d] = fr(orow[d] + pj * V[vo + d]);
     }
-    for (let d = 0; d < D; d++) out[oo + d] = rd(orow[d]);
+    for (let d = 0; d < Dv; d++) out[oo + d] = rd(orow[d]);
   }
 }
 
@@ -173,8 +175,10 @@ function setup(fn: string, q: HostTensor, k: HostTensor, v: HostTensor, opts: At
   const p = describeProblem(q, k, v, opts ?? {});
   const nq = p.totalQ * p.h * p.d;
   const nk = p.totalK * p.hkv * p.d;
+  const no = p.totalQ * p.h * p.vDim;
+  const nv = p.totalK * p.hkv * p.vDim;
   const mat = p.tq * p.tk * 8;
-  const bytes = (p.dtype === 'f32' ? 0 : (nq + 2 * nk) * 4) + nq * 8 + p.h * p.totalQ * 4 + mat * (p.softcap > 0 ? 2 : 1) + extraBytes(p);
+  const bytes = (p.dtype === 'f32' ? 0 : (nq + nk + nv) * 4) + nq * 4 + no * 4 + p.h * p.totalQ * 4 + mat * (p.softcap > 0 ? 2 : 1) + extraBytes(p);
   checkBytes(fn, p, bytes, maxBytes ?? referenceMaxBytes());
   const rd = dtypeRounder(p.dtype);
   const Q = hostValues(q);
@@ -187,9 +191,9 @@ function setup(fn: string, q: HostTensor, k: HostTensor, v: HostTensor, opts: At
     V: hostValues(v),
     P: new Float64Array(p.tq * p.tk),
     T: p.softcap > 0 ? new Float64Array(p.tq * p.tk) : null,
-    out: new Float32Array(nq),
+    out: new Float32Array(no),
     lse: new Float32Array(p.h * p.totalQ),
-    orow: new Float64Array(p.d),
+    orow: new Float64Array(p.vDim),
     Psink: new Float64Array(p.tq),
   };
 }
@@ -209,23 +213,26 @@ export function naiveBackward(q: HostTensor, k: HostTensor, v: HostTensor, dOut:
     (p) => {
       const nq = p.totalQ * p.h * p.d;
       const nk = p.totalK * p.hkv * p.d;
-      return (p.dtype === 'f32' ? 0 : nq * 4) + nq * 4 + nk * 8 + (nk * 8 + p.tk * p.d * 16) + p.tk * 16 + p.d * 8;
+      const nv = p.totalK * p.hkv * p.vDim;
+      return (p.dtype === 'f32' ? 0 : p.totalQ * p.h * p.vDim * 4) + nq * 4 + nk * 8 + (nv * 8 + p.tk * (p.d + p.vDim) * 8) + p.tk * 16 + p.d * 8;
     },
     nopts.maxBytes,
   );
   const { p, rd, Qs, K, V, P, T } = c;
   requireHost(dOut, 'dOut', fn);
   check(dOut.dtype === p.dtype, 'E_DTYPE', `${fn}: dOut must have the inputs' dtype ${p.dtype}, got ${dOut.dtype}`);
-  check(dOut.shape.length === p.qShape.length && dOut.shape.every((s, i) => s === p.qShape[i]) && dOut.data.length === p.qShape.reduce((a, b) => a * b, 1), 'E_SHAPE', `${fn}: dOut must have q's shape [${p.qShape.join(', ')}], got [${dOut.shape.join(', ')}]`);
+  check(dOut.shape.length === p.outShape.length && dOut.shape.every((s, i) => s === p.outShape[i]) && dOut.data.length === p.outShape.reduce((a, b) => a * b, 1), 'E_SHAPE', `${fn}: dOut must have out's shape [${p.outShape.join(', ')}], got [${dOut.shape.join(', ')}]`);
   const DO = hostValues(dOut);
   const D = p.d;
+  const Dv = p.vDim;
   const nq = p.totalQ * p.h * D;
   const nk = p.totalK * p.hkv * D;
+  const nv = p.totalK * p.hkv * Dv;
   const dq = new Float32Array(nq);
   const gk = new Float64Array(nk); // float32 sums over the group's query heads
-  const gv = new Float64Array(nk);
+  const gv = new Float64Array(nv);
   const dkh = new Float64Array(p.tk * D);
-  const dvh = new Float64Array(p.tk * D);
+  const dvh = new Float64Array(p.tk * Dv);
   const dProw = new Float64Array(p.tk);
   const acc = new Float64Array(D);
   const cap = fr(p.softcap);
@@ -237,18 +244,19 @@ export function naiveBackward(q: HostTensor, k: HostTensor, v: HostTensor, dOut:
       forwardHead(c, b, h);
       const g = Math.floor(h / (p.h / p.hkv));
       dkh.fill(0, 0, tk * D);
-      dvh.fill(0, 0, tk * D);
+      dvh.fill(0, 0, tk * Dv);
       for (let i = 0; i < tq; i++) {
         const [lo, hi] = keyRange(p, i, tq, tk);
         if (lo > hi) continue;
         const row = i * tk;
         const qo = ((q0 + i) * p.h + h) * D;
+        const oo = ((q0 + i) * p.h + h) * Dv;
         // dP = rd(dO·Vᵀ); r = Σ P·dP (float32)
         let r = 0;
         for (let j = lo; j <= hi; j++) {
-          const vo = ((k0 + j) * p.hkv + g) * D;
+          const vo = ((k0 + j) * p.hkv + g) * Dv;
           let a = 0;
-          for (let d = 0; d < D; d++) a = fr(a + DO[qo + d] * V[vo + d]);
+          for (let d = 0; d < Dv; d++) a = fr(a + DO[oo + d] * V[vo + d]);
           const dp = rd(a);
           dProw[j] = dp;
           r = fr(r + P[row + j] * dp);
@@ -269,26 +277,25 @@ export function naiveBackward(q: HostTensor, k: HostTensor, v: HostTensor, dOut:
           for (let d = 0; d < D; d++) {
             acc[d] = fr(acc[d] + ds * K[ko + d]);
             dkh[ro + d] = fr(dkh[ro + d] + ds * Qs[qo + d]);
-            dvh[ro + d] = fr(dvh[ro + d] + pj * DO[qo + d]);
           }
+          const rv = j * Dv;
+          for (let d = 0; d < Dv; d++) dvh[rv + d] = fr(dvh[rv + d] + pj * DO[oo + d]);
         }
         for (let d = 0; d < D; d++) dq[qo + d] = rd(fr(rd(acc[d]) * sc));
       }
       for (let j = 0; j < tk; j++) {
         const ko = ((k0 + j) * p.hkv + g) * D;
         const ro = j * D;
-        for (let d = 0; d < D; d++) {
-          gk[ko + d] = fr(gk[ko + d] + rd(dkh[ro + d]));
-          gv[ko + d] = fr(gv[ko + d] + rd(dvh[ro + d]));
-        }
+        for (let d = 0; d < D; d++) gk[ko + d] = fr(gk[ko + d] + rd(dkh[ro + d]));
+        const vo = ((k0 + j) * p.hkv + g) * Dv;
+        const rv = j * Dv;
+        for (let d = 0; d < Dv; d++) gv[vo + d] = fr(gv[vo + d] + rd(dvh[rv + d]));
       }
     }
   }
   const dk = new Float32Array(nk);
-  const dv = new Float32Array(nk);
-  for (let x = 0; x < nk; x++) {
-    dk[x] = rd(gk[x]);
-    dv[x] = rd(gv[x]);
-  }
+  const dv = new Float32Array(nv);
+  for (let x = 0; x < nk; x++) dk[x] = rd(gk[x]);
+  for (let x = 0; x < nv; x++) dv[x] = rd(gv[x]);
   return { out: c.out, lse: c.lse, problem: p, dq, dk, dv, ...(dsinks ? { dsinks } : {}) };
 }

@@ -11,13 +11,18 @@ export interface OptionClaims {
   readonly sinks?: boolean;
   /** Sinks in the KV-cache call. */
   readonly kvSinks?: boolean;
+  /** A head dim of v's own (Dv ≠ Dqk) in the dense calls. */
+  readonly vDim?: boolean;
 }
 
 const OK: Support = { ok: true };
 
 /** Declines a problem with an option the engine does not claim; { ok: true } otherwise. */
-export function optionSupport(p: { readonly sinks?: Float32Array; readonly kind?: string }, engine: string, claims: OptionClaims): Support {
+export function optionSupport(p: { readonly sinks?: Float32Array; readonly kind?: string; readonly d: number; readonly vDim?: number }, engine: string, claims: OptionClaims): Support {
   const kv = p.kind === 'kvcache';
+  if (p.vDim !== undefined && p.vDim !== p.d && !claims.vDim) {
+    return { ok: false, reason: `the ${engine} engine does not compute a head dim of v's own (Dqk ${p.d}, Dv ${p.vDim}) yet` };
+  }
   if (p.sinks !== undefined && !(kv ? claims.kvSinks : claims.sinks)) {
     return { ok: false, reason: `the ${engine} engine does not compute attention sinks${kv ? ' in the KV-cache call' : ''} yet` };
   }

@@ -38,7 +38,10 @@ export interface AttentionProblem extends ResolvedScores {
   readonly batch: number;
   readonly h: number;
   readonly hkv: number;
+  /** Head dim of q and k (the scale's default is 1/sqrt(d)). */
   readonly d: number;
+  /** Head dim of v, and so of out, dOut and dv (DeepSeek MLA: 192 for q·k, 128 for v); d unless v says otherwise. */
+  readonly vDim: number;
   /** Longest query / key sequence (the common length unless varlen). */
   readonly tq: number;
   readonly tk: number;
@@ -51,6 +54,10 @@ export interface AttentionProblem extends ResolvedScores {
   readonly cuSeqlensK: Int32Array;
   readonly qShape: readonly number[];
   readonly kShape: readonly number[];
+  /** v's (and dv's) shape: k's with head dim vDim. */
+  readonly vShape: readonly number[];
+  /** out's (and dOut's) shape: q's with head dim vDim. */
+  readonly outShape: readonly number[];
   readonly lseShape: readonly number[];
 }
 
@@ -92,7 +99,8 @@ export function describeProblem(qIn: unknown, kIn: unknown, vIn: unknown, opts: 
   const k = checkTensorLike(kIn, 'k');
   const v = checkTensorLike(vIn, 'v');
   check(q.dtype === k.dtype && k.dtype === v.dtype, 'E_DTYPE', () => `q, k, v must share one dtype; got ${q.dtype}, ${k.dtype}, ${v.dtype}`);
-  check(sameShape(k.shape, v.shape), 'E_SHAPE', () => `k and v must have the same shape; got ${shapeStr(k.shape)} and ${shapeStr(v.shape)}`);
+  // v may have a head dim of its own (its last axis); every other axis is k's
+  check(k.shape.length === v.shape.length && k.shape.slice(0, -1).every((x, i) => x === v.shape[i]), 'E_SHAPE', () => `k and v must have the same shape but for the head dim; got ${shapeStr(k.shape)} and ${shapeStr(v.shape)}`);
   const hasCuQ = opts.cuSeqlensQ !== undefined;
   const hasCuK = opts.cuSeqlensK !== undefined;
   check(hasCuQ === hasCuK, 'E_ARG', 'varlen needs both cuSeqlensQ and cuSeqlensK');
@@ -104,7 +112,9 @@ export function describeProblem(qIn: unknown, kIn: unknown, vIn: unknown, opts: 
   }
   const [h, d] = q.shape.slice(-2);
   const [hkv, dk] = k.shape.slice(-2);
+  const vDim = v.shape[v.shape.length - 1];
   check(d >= 1, 'E_SHAPE', () => `head dim D must be at least 1; q has shape ${shapeStr(q.shape)}`);
+  check(vDim >= 1, 'E_SHAPE', () => `v's head dim must be at least 1; v has shape ${shapeStr(v.shape)}`);
   check(h >= 1 && hkv >= 1, 'E_SHAPE', () => `q and k need at least one head; got H=${h}, Hkv=${hkv}`);
   check(dk === d, 'E_SHAPE', () => `q and k must have the same head dim D; got ${d} and ${dk}`);
   check(h % hkv === 0, 'E_SHAPE', () => `H (${h}) must be a multiple of Hkv (${hkv}) for MQA/GQA`);
@@ -144,22 +154,25 @@ export function describeProblem(qIn: unknown, kIn: unknown, vIn: unknown, opts: 
   const sc = boundWindows(resolveScores(opts, batch, h, d), tq, tk);
   return {
     dtype: q.dtype,
-    batch, h, hkv, d, tq, tk, totalQ, totalK, varlen,
+    batch, h, hkv, d, vDim, tq, tk, totalQ, totalK, varlen,
     cuSeqlensQ: cuQ,
     cuSeqlensK: cuK,
     ...sc,
     qShape: [...q.shape],
     kShape: [...k.shape],
+    vShape: [...v.shape],
+    outShape: [...q.shape.slice(0, -1), vDim],
     lseShape: varlen ? [h, totalQ] : [batch, h, tq],
   };
 }
 
 /**
- * The problem of q/k/v of these shapes and dtype (v has k's shape), without their data: to ask
- * engines (supports(), resolveBackendFor()) about a call before allocating its inputs.
+ * The problem of q/k/v of these shapes and dtype (v has k's shape unless vShape is given),
+ * without their data: to ask engines (supports(), resolveBackendFor()) about a call before
+ * allocating its inputs.
  */
-export function describeProblemShapes(qShape: readonly number[], kShape: readonly number[], dtype: DType, opts: AttentionOptions = {}): AttentionProblem {
-  return describeProblem(shapeOnlyTensor(qShape, dtype), shapeOnlyTensor(kShape, dtype), shapeOnlyTensor(kShape, dtype), opts);
+export function describeProblemShapes(qShape: readonly number[], kShape: readonly number[], dtype: DType, opts: AttentionOptions = {}, vShape: readonly number[] = kShape): AttentionProblem {
+  return describeProblem(shapeOnlyTensor(qShape, dtype), shapeOnlyTensor(kShape, dtype), shapeOnlyTensor(vShape, dtype), opts);
 }
 
 /**
@@ -172,19 +185,19 @@ export function describeBackward(q: unknown, k: unknown, v: unknown, out: unknow
   const l = checkTensorLike(lse, 'lse');
   for (const [name, t] of [['out', o], ['dOut', dO]] as const) {
     check(t.dtype === p.dtype, 'E_DTYPE', () => `${name} must have the inputs' dtype ${p.dtype}, got ${t.dtype}`);
-    check(sameShape(t.shape, p.qShape), 'E_SHAPE', () => `${name} must have q's shape ${shapeStr(p.qShape)}, got ${shapeStr(t.shape)}`);
+    check(sameShape(t.shape, p.outShape), 'E_SHAPE', () => `${name} must have ${p.vDim === p.d ? "q's shape" : "q's shape with v's head dim"} ${shapeStr(p.outShape)}, got ${shapeStr(t.shape)}`);
   }
   check(l.dtype === 'f32', 'E_DTYPE', () => `lse must be f32, got ${l.dtype}`);
   check(sameShape(l.shape, p.lseShape), 'E_SHAPE', () => `lse must have shape ${shapeStr(p.lseShape)}, got ${shapeStr(l.shape)}`);
   return p;
 }
 
-/** Forward FLOPs per DESIGN.md: 4·B·H·Tq·Tk·D, half when causal (varlen sums per sequence). */
+/** Forward FLOPs per DESIGN.md: 4·B·H·Tq·Tk·D (2·(D + Dv) with a head dim of v's own), half when causal (varlen sums per sequence). */
 export function problemFlops(p: AttentionProblem): number {
   let pairs = 0;
   for (let b = 0; b < p.batch; b++) {
     const s = segment(p, b);
     pairs += s.tq * s.tk;
   }
-  return (4 * p.h * pairs * p.d) / (p.causal ? 2 : 1);
+  return (2 * p.h * pairs * (p.d + p.vDim)) / (p.causal ? 2 : 1);
 }

@@ -49,7 +49,7 @@ export interface ReferenceOptions {
 }
 
 export interface ReferenceForward {
-  /** q's shape, float64. */
+  /** out's shape (q's, with v's head dim), float64. */
   readonly out: Float64Array;
   /** problem.lseShape, float64; -Infinity for rows that see no key. */
   readonly lse: Float64Array;
@@ -80,7 +80,7 @@ function checkDOut(p: AttentionProblem, dOut: unknown, fn: string): HostTensor {
   requireHost(dOut, 'dOut', fn);
   check(isHostTensor(dOut), 'E_ARG', `${fn}: dOut must be a host tensor`);
   check(dOut.dtype === p.dtype, 'E_DTYPE', `${fn}: dOut must have the inputs' dtype ${p.dtype}, got ${dOut.dtype}`);
-  check(dOut.shape.length === p.qShape.length && dOut.shape.every((s, i) => s === p.qShape[i]), 'E_SHAPE', `${fn}: dOut must have q's shape [${p.qShape.join(', ')}], got [${dOut.shape.join(', ')}]`);
+  check(dOut.shape.length === p.outShape.length && dOut.shape.every((s, i) => s === p.outShape[i]), 'E_SHAPE', `${fn}: dOut must have out's shape [${p.outShape.join(', ')}], got [${dOut.shape.join(', ')}]`);
   check(dOut.data.length === numel(dOut.shape), 'E_SHAPE', `${fn}: dOut data length ${dOut.data.length} does not match its shape`);
   return dOut;
 }
@@ -151,9 +151,9 @@ interface FwdState {
 }
 
 function forwardCore(x: Inputs, mag: boolean): FwdState {
-  const { p, K, V } = x;
-  const D = p.d;
-  const out = new Float64Array(p.totalQ * p.h * D);
+  const { p, V } = x;
+  const Dv = p.vDim; // out and V rows (q·k's head dim is p.d, in scoresOf)
+  const out = new Float64Array(p.totalQ * p.h * Dv);
   const lse = new Float64Array(p.h * p.totalQ);
   const st: FwdState = { out, lse };
   const S = new Float64Array(p.tq * p.tk);
@@ -175,7 +175,7 @@ function forwardCore(x: Inputs, mag: boolean): FwdState {
       for (let i = 0; i < tq; i++) {
         const [lo, hi] = keyRange(p, i, tq, tk);
         const li = lseIndex(p, b, h, i);
-        const oo = ((q0 + i) * p.h + h) * D;
+        const oo = ((q0 + i) * p.h + h) * Dv;
         if (lo > hi) {
           lse[li] = sink; // out stays 0; -Infinity without sinks
           if (mag && p.sinks) {
@@ -202,8 +202,8 @@ function forwardCore(x: Inputs, mag: boolean): FwdState {
         for (let j = lo; j <= hi; j++) {
           const pj = S[row + j] * inv;
           S[row + j] = pj;
-          const vo = ((k0 + j) * p.hkv + g) * D;
-          for (let d = 0; d < D; d++) out[oo + d] += pj * V[vo + d];
+          const vo = ((k0 + j) * p.hkv + g) * Dv;
+          for (let d = 0; d < Dv; d++) out[oo + d] += pj * V[vo + d];
         }
         if (mag) {
           const magOut = st.magOut!;
@@ -216,14 +216,14 @@ function forwardCore(x: Inputs, mag: boolean): FwdState {
           st.magLse![li] = L + Math.abs(lse[li]) + 1;
           if (pSink > 0) {
             const w = Math.abs(sink) + L; // the sink's "value" is 0: it pulls out towards 0
-            for (let d = 0; d < D; d++) magOut[oo + d] += pSink * w * Math.abs(out[oo + d]);
+            for (let d = 0; d < Dv; d++) magOut[oo + d] += pSink * w * Math.abs(out[oo + d]);
           }
           for (let j = lo; j <= hi; j++) {
             const pj = S[row + j];
             if (!(pj > 0)) continue;
             const w = sa(j) + L;
-            const vo = ((k0 + j) * p.hkv + g) * D;
-            for (let d = 0; d < D; d++) {
+            const vo = ((k0 + j) * p.hkv + g) * Dv;
+            for (let d = 0; d < Dv; d++) {
               const vv = V[vo + d];
               magOut[oo + d] += pj * (w * Math.abs(vv - out[oo + d]) + Math.abs(vv));
             }
@@ -236,8 +236,8 @@ function forwardCore(x: Inputs, mag: boolean): FwdState {
 }
 
 function forwardBytes(p: AttentionProblem, mag: boolean): number {
-  const nq = p.totalQ * p.h * p.d;
-  const nk = p.totalK * p.hkv * p.d;
+  const nq = p.totalQ * p.h * Math.max(p.d, p.vDim);
+  const nk = p.totalK * p.hkv * Math.max(p.d, p.vDim);
   const mat = p.tq * p.tk * 8;
   let bytes = inputBytes(p, nq, nk) + nq * 8 + p.h * p.totalQ * 8 + mat;
   if (mag) bytes += nq * 8 + p.h * p.totalQ * 16 + mat * (p.softcap > 0 ? 2 : 1);
@@ -271,10 +271,12 @@ export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, d
   const mag = ropts.magnitudes === true;
   const nq = p.totalQ * p.h * p.d;
   const nk = p.totalK * p.hkv * p.d;
+  const no = p.totalQ * p.h * p.vDim; // out, dOut
+  const nv = p.totalK * p.hkv * p.vDim; // v, dv
   const mat = p.tq * p.tk * 8;
   const m2 = mag ? 2 : 1;
   const bytes =
-    forwardBytes(p, mag) + (p.dtype === 'f32' ? 0 : nq * 4) + (nq + 2 * nk) * 8 * m2 + (ropts.givenOut ? (nq + nk) * 8 + p.tq * 8 : 0) + mat * (1 + (p.softcap > 0 ? 1 : 0) + (mag ? 1 : 0)) + p.tq * 8 * m2;
+    forwardBytes(p, mag) + (p.dtype === 'f32' ? 0 : no * 4) + (nq + nk + nv) * 8 * m2 + (ropts.givenOut ? (nq + nk) * 8 + p.tq * 8 : 0) + mat * (1 + (p.softcap > 0 ? 1 : 0) + (mag ? 1 : 0)) + p.tq * 8 * m2;
   checkBytes(fn, p, bytes, ropts.maxBytes ?? maxBytesDefault);
   const x: Inputs = { p, Q: hostValues(q), K: hostValues(k), V: hostValues(v) };
   const DO = hostValues(dO);
@@ -282,22 +284,23 @@ export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, d
   const { out, lse } = st;
   const { Q, K, V } = x;
   const D = p.d;
+  const Dv = p.vDim;
   const dq = new Float64Array(nq);
   const dk = new Float64Array(nk);
-  const dv = new Float64Array(nk);
+  const dv = new Float64Array(nv);
   const S = new Float64Array(p.tq * p.tk);
   const Tn = p.softcap > 0 ? new Float64Array(p.tq * p.tk) : null;
   const X = mag ? new Float64Array(p.tq * p.tk) : null;
   const Drow = new Float64Array(p.tq);
   const DabsRow = mag ? new Float64Array(p.tq) : null;
   const given = ropts.givenOut;
-  if (given !== undefined) check(given.length === nq, 'E_SHAPE', `${fn}: givenOut has ${given.length} elements, q has ${nq}`);
+  if (given !== undefined) check(given.length === no, 'E_SHAPE', `${fn}: givenOut has ${given.length} elements, out has ${no}`);
   const dDRow = given ? new Float64Array(p.tq) : null;
   const cq = given ? new Float64Array(nq) : null;
   const ck = given ? new Float64Array(nk) : null;
   const mq = mag ? new Float64Array(nq) : null;
   const mk = mag ? new Float64Array(nk) : null;
-  const mv = mag ? new Float64Array(nk) : null;
+  const mv = mag ? new Float64Array(nv) : null;
   const absScale = Math.abs(p.scale);
   const cap = p.softcap;
   const dsinks = p.sinks ? new Float64Array(p.h) : undefined;
@@ -316,19 +319,19 @@ export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, d
         const l = lse[lseIndex(p, b, h, i)];
         const row = i * tk;
         for (let j = lo; j <= hi; j++) S[row + j] = Math.exp(S[row + j] - l);
-        const oo = ((q0 + i) * p.h + h) * D;
+        const oo = ((q0 + i) * p.h + h) * Dv;
         let dd = 0;
         let da = 0;
-        for (let d = 0; d < D; d++) dd += DO[oo + d] * out[oo + d];
+        for (let d = 0; d < Dv; d++) dd += DO[oo + d] * out[oo + d];
         if (mag) {
           const mo = st.magOut!;
-          for (let d = 0; d < D; d++) da += Math.abs(DO[oo + d]) * (Math.abs(out[oo + d]) + mo[oo + d]);
+          for (let d = 0; d < Dv; d++) da += Math.abs(DO[oo + d]) * (Math.abs(out[oo + d]) + mo[oo + d]);
           DabsRow![i] = da;
         }
         Drow[i] = dd;
         if (given) {
           let g = 0;
-          for (let d = 0; d < D; d++) g += DO[oo + d] * (given[oo + d] - out[oo + d]);
+          for (let d = 0; d < Dv; d++) g += DO[oo + d] * (given[oo + d] - out[oo + d]);
           dDRow![i] = g;
         }
         if (dsinks) {
@@ -344,21 +347,23 @@ export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, d
         if (lo > hi) continue;
         const row = i * tk;
         const qo = ((q0 + i) * p.h + h) * D;
+        const oo = ((q0 + i) * p.h + h) * Dv;
         const Di = Drow[i];
         const L = mag ? st.lrow![(q0 + i) * p.h + h] : 0;
         const lseI = mag ? lse[lseIndex(p, b, h, i)] : 0;
         for (let j = lo; j <= hi; j++) {
           const P = S[row + j];
           const ko = ((k0 + j) * p.hkv + g) * D;
+          const vo = ((k0 + j) * p.hkv + g) * Dv;
           let dP = 0;
           let pa = 0;
           if (mag) {
-            for (let d = 0; d < D; d++) {
-              const t = DO[qo + d] * V[ko + d];
+            for (let d = 0; d < Dv; d++) {
+              const t = DO[oo + d] * V[vo + d];
               dP += t;
               pa += Math.abs(t);
             }
-          } else for (let d = 0; d < D; d++) dP += DO[qo + d] * V[ko + d];
+          } else for (let d = 0; d < Dv; d++) dP += DO[oo + d] * V[vo + d];
           const dS = P * (dP - Di);
           const t = Tn !== null ? Tn[row + j] : 0;
           const deriv = Tn !== null ? p.scale * (1 - t * t) : p.scale;
@@ -366,8 +371,8 @@ export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, d
           for (let d = 0; d < D; d++) {
             dq[qo + d] += dZ * K[ko + d];
             dk[ko + d] += dZ * Q[qo + d];
-            dv[ko + d] += P * DO[qo + d];
           }
+          for (let d = 0; d < Dv; d++) dv[vo + d] += P * DO[oo + d];
           if (given) {
             const cz = -P * deriv * dDRow![i];
             for (let d = 0; d < D; d++) {
@@ -385,8 +390,8 @@ export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, d
             for (let d = 0; d < D; d++) {
               mq![qo + d] += E * Math.abs(K[ko + d]);
               mk![ko + d] += E * Math.abs(Q[qo + d]);
-              mv![ko + d] += W * Math.abs(DO[qo + d]);
             }
+            for (let d = 0; d < Dv; d++) mv![vo + d] += W * Math.abs(DO[oo + d]);
           }
         }
       }
@@ -437,6 +442,7 @@ export function referenceRows(q: HostTensor, k: HostTensor, v: HostTensor, opts:
   const rk = elementReader(k);
   const rv = elementReader(v);
   const D = p.d;
+  const Dv = p.vDim;
   const qrow = new Float64Array(D);
   let sbuf = new Float64Array(Math.max(1, Math.min(p.tk, 1 << 16)));
   const res: ReferenceRow[] = [];
@@ -449,7 +455,7 @@ export function referenceRows(q: HostTensor, k: HostTensor, v: HostTensor, opts:
     const g = Math.floor(h / (p.h / p.hkv));
     const slope = slopeOf(p, b, h);
     const [lo, hi] = keyRange(p, i, tq, tk);
-    const out = new Float64Array(D);
+    const out = new Float64Array(Dv);
     const sink = p.sinks ? p.sinks[h] : -Infinity;
     if (lo > hi) {
       res.push({ b, h, i, out, lse: sink });
@@ -478,8 +484,8 @@ export function referenceRows(q: HostTensor, k: HostTensor, v: HostTensor, opts:
     const inv = 1 / sum;
     for (let j = lo; j <= hi; j++) {
       const pj = sbuf[j - lo] * inv;
-      const vo = ((k0 + j) * p.hkv + g) * D;
-      for (let d = 0; d < D; d++) out[d] += pj * rv(vo + d);
+      const vo = ((k0 + j) * p.hkv + g) * Dv;
+      for (let d = 0; d < Dv; d++) out[d] += pj * rv(vo + d);
     }
     res.push({ b, h, i, out, lse: m + Math.log(sum) });
   }

@@ -209,7 +209,7 @@ class QueuedStream implements StreamCalls {
     this.#declined(this.backend.supports(p));
     const ins = [this.#input(q, 'q'), this.#input(k, 'k'), this.#input(v, 'v')];
     const what = this.#name('forward');
-    const out = this.#out(p.dtype, p.qShape, what), lse = this.#out('f32', p.lseShape, what);
+    const out = this.#out(p.dtype, p.outShape, what), lse = this.#out('f32', p.lseShape, what);
     this.#queue(what, [out, lse], async () => {
       const [a, b, c] = ins.map((f) => f());
       const r = await this.backend.forward(a, b, c, opts);
@@ -224,7 +224,7 @@ class QueuedStream implements StreamCalls {
     const names = ['q', 'k', 'v', 'out', 'dOut', 'lse'];
     const ins = [q, k, v, out, dOut, lse].map((t, i) => this.#input(t, names[i]));
     const what = this.#name('backward');
-    const dq = this.#out(p.dtype, p.qShape, what), dk = this.#out(p.dtype, p.kShape, what), dv = this.#out(p.dtype, p.kShape, what);
+    const dq = this.#out(p.dtype, p.qShape, what), dk = this.#out(p.dtype, p.kShape, what), dv = this.#out(p.dtype, p.vShape, what);
     const dsinks = p.sinks ? this.#out('f32', [p.h], what) : undefined;
     this.#queue(what, dsinks ? [dq, dk, dv, dsinks] : [dq, dk, dv], async () => {
       const [a, b, c, d, e, f] = ins.map((g) => g());
@@ -245,10 +245,11 @@ class QueuedStream implements StreamCalls {
     const ikn = opts.kNew ? this.#input(opts.kNew, 'kNew') : undefined, ivn = opts.vNew ? this.#input(opts.vNew, 'vNew') : undefined;
     const lens = this.#index(opts.cacheSeqlens, 'cacheSeqlens'), table = this.#index(opts.blockTable, 'blockTable');
     const alibi = opts.alibiSlopes ? Float32Array.from(opts.alibiSlopes) : undefined;
+    const sinks = opts.sinks ? Float32Array.from(opts.sinks) : undefined; // (copies: the caller may change theirs before the call runs)
     const what = this.#name('forwardWithKVCache');
     const out = this.#out(p.dtype, p.qShape, what), lse = this.#out('f32', p.lseShape, what);
     this.#queue(what, [out, lse], async () => {
-      const o: KVCacheOptions = { ...opts, cacheSeqlens: lens()!, blockTable: table(), kNew: ikn?.(), vNew: ivn?.(), alibiSlopes: alibi };
+      const o: KVCacheOptions = { ...opts, cacheSeqlens: lens()!, blockTable: table(), kNew: ikn?.(), vNew: ivn?.(), alibiSlopes: alibi, sinks };
       const r = await this.backend.forwardWithKVCache(iq(), ik(), iv(), o);
       return [r.out, r.lse];
     });

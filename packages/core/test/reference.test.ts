@@ -126,7 +126,7 @@ describe('referenceBackward vs central finite differences of referenceForward', 
     for (let x = 0; x < r.out.length; x++) s += dO[x] * r.out[x];
     return s;
   };
-  const setups: { name: string; qs: number[]; ks: number[]; o: AttentionOptions }[] = [
+  const setups: { name: string; qs: number[]; ks: number[]; vs?: number[]; o: AttentionOptions }[] = [
     { name: 'plain', qs: [1, 4, 1, 3], ks: [1, 5, 1, 3], o: {} },
     { name: 'causal Tq<Tk', qs: [2, 4, 1, 3], ks: [2, 6, 1, 3], o: { causal: true } },
     { name: 'causal Tq>Tk (empty rows)', qs: [1, 6, 1, 3], ks: [1, 4, 1, 3], o: { causal: true } },
@@ -138,6 +138,8 @@ describe('referenceBackward vs central finite differences of referenceForward', 
     { name: 'MQA H3/1 + softcap + ALiBi', qs: [1, 3, 3, 3], ks: [1, 4, 1, 3], o: { softcap: 2, alibiSlopes: [0.5, 0.25, 0.125] } },
     { name: 'negative scale', qs: [1, 4, 1, 3], ks: [1, 4, 1, 3], o: { scale: -0.8 } },
     { name: 'varlen with empty segments', qs: [7, 2, 3], ks: [9, 1, 3], o: { cuSeqlensQ: [0, 2, 2, 5, 7], cuSeqlensK: [0, 4, 4, 4, 9], causal: true } },
+    { name: 'Dv 5 ≠ Dqk 3, GQA H4/2, causal', qs: [1, 4, 4, 3], ks: [1, 5, 2, 3], vs: [1, 5, 2, 5], o: { causal: true } },
+    { name: 'Dv 2 < Dqk 4, varlen, softcap, sinks', qs: [7, 2, 4], ks: [9, 1, 4], vs: [9, 1, 2], o: { cuSeqlensQ: [0, 2, 2, 5, 7], cuSeqlensK: [0, 4, 4, 4, 9], softcap: 2, sinks: [0.5, -1] } },
     { name: 'sinks, GQA H4/2, causal Tq>Tk (empty rows)', qs: [1, 6, 4, 3], ks: [1, 4, 2, 3], o: { causal: true, sinks: [0.5, -1.25, 2, 0] } },
     { name: 'sinks + softcap + ALiBi, varlen', qs: [7, 2, 3], ks: [9, 1, 3], o: { cuSeqlensQ: [0, 2, 2, 5, 7], cuSeqlensK: [0, 4, 4, 4, 9], softcap: 2, alibiSlopes: [0.5, 0.25], sinks: [1.5, -0.5] } },
   ];
@@ -146,8 +148,9 @@ describe('referenceBackward vs central finite differences of referenceForward', 
       const rng = createRng(s.name.length * 31 + 7);
       const q = grid(rng, s.qs);
       const k = grid(rng, s.ks);
-      const v = grid(rng, s.ks);
-      const dOt = grid(rng, s.qs);
+      const vs = s.vs ?? s.ks;
+      const v = grid(rng, vs);
+      const dOt = grid(rng, [...s.qs.slice(0, -1), vs[vs.length - 1]]);
       const dO = dOt.data as Float32Array;
       const an = referenceBackward(q, k, v, dOt, s.o);
       for (const [name, which, grad] of [['dq', 0, an.dq], ['dk', 1, an.dk], ['dv', 2, an.dv]] as const) {

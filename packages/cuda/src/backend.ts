@@ -521,8 +521,8 @@ export function probeReason(p: NativeProbe): string {
 }
 
 /** The rules both supports() and supportsKVCache() apply: head dim, heads and sequences. */
-function commonSupport(p: { readonly d: number; readonly h: number; readonly batch: number; readonly sinks?: Float32Array; readonly kind?: string }): Support {
-  const opt = optionSupport(p, 'cuda', {}); // sinks: the kernels do not read them yet (issue 26)
+function commonSupport(p: { readonly d: number; readonly vDim?: number; readonly h: number; readonly batch: number; readonly sinks?: Float32Array; readonly kind?: string }): Support {
+  const opt = optionSupport(p, 'cuda', {}); // sinks and Dv: the kernels do not read them yet (issue 26)
   if (!opt.ok) return opt;
   if (p.d > 256) return { ok: false, reason: `head dim ${p.d} is not supported on CUDA (at most 256)` };
   if (p.h > 65535 || p.batch > 65535) return { ok: false, reason: 'more than 65535 heads or sequences' };

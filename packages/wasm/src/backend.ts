@@ -36,6 +36,7 @@ import {
   planKVCache,
   problemFlops,
   reducePrivate,
+  optionSupport,
   segment,
   sinkGradients,
   tensor,
@@ -74,6 +75,9 @@ import { chooseNativeTiles, chooseWasmTiles } from './tiles.js';
 
 const MAIN_STACK_BYTES = 64 * 1024;
 const UNIT_SIZE: Record<WasmJob['kind'], number> = { forward: FWD_UNIT, backward: BWD_UNIT, kvcache: KV_GROUP_UNIT, copy: 2, pack: 2, gemm: 14 };
+
+/** What the kernels compute beyond FlashAttention-2's options (core's option-support.ts). */
+const OPTIONS = { sinks: true, kvSinks: true } as const;
 
 /** Copy-loop methods of copyLoop(): a SIMD128 load/store loop, or memory.copy (csrc/copy.c). */
 export type CopyMethod = 'simd' | 'memcpy';
@@ -203,6 +207,8 @@ export class WasmBackend implements AttentionBackend {
   }
 
   supports(p: AttentionProblem): Support {
+    const opt = optionSupport(p, this.name, OPTIONS);
+    if (!opt.ok) return opt;
     const threads = Math.max(1, this.threads);
     const need = Math.max(forwardBytes(p, this.tileSizes(p.d, 'forward'), threads), backwardBytes(p, this.tileSizes(p.d, 'backward'), threads)) + this.heap.top;
     return need > this.heap.maxBytes ? this.tooLarge(need, 'float32 copies of the inputs and outputs') : { ok: true };
@@ -335,6 +341,12 @@ export class WasmBackend implements AttentionBackend {
     return tensor(copyOut(this.arena, this.kernels, ptr, n, dtype), shape, dtype);
   }
 
+  /** Refuses, before anything is allocated, an option these kernels do not compute (supports() says the same). */
+  private checkOptions(p: AttentionProblem): void {
+    const s = optionSupport(p, this.name, OPTIONS);
+    if (!s.ok) throw new FAError('E_UNSUPPORTED', `${this.name}: ${s.reason}`);
+  }
+
   /** A float32 result computed on the host, as a host tensor or in the output tensor made for it. */
   private outputOf(data: Float32Array, shape: readonly number[], dev: WasmTensor | undefined): Tensor {
     if (!dev) return tensor(data, shape, 'f32');
@@ -379,6 +391,7 @@ export class WasmBackend implements AttentionBackend {
   async forward(q: Tensor, k: Tensor, v: Tensor, opts: AttentionOptions = {}): Promise<ForwardResult> {
     this.alive();
     const p = describeProblem(q, k, v, opts);
+    this.checkOptions(p);
     this.checkInputs([[q, 'q'], [k, 'k'], [v, 'v']]);
     const outs = this.outputsFor(q, [{ dtype: p.dtype, shape: p.qShape }, { dtype: 'f32', shape: p.lseShape }]);
     return this.call(outs, async (dev) => {
@@ -412,6 +425,7 @@ export class WasmBackend implements AttentionBackend {
   async backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dOut: Tensor, lse: Tensor, opts: AttentionOptions = {}): Promise<BackwardResult> {
     this.alive();
     const p = describeBackward(q, k, v, out, dOut, lse, opts);
+    this.checkOptions(p);
     this.checkInputs([[q, 'q'], [k, 'k'], [v, 'v'], [out, 'out'], [dOut, 'dOut'], [lse, 'lse']]);
     const outs = this.outputsFor(q, [
       { dtype: p.dtype, shape: p.qShape }, { dtype: p.dtype, shape: p.kShape }, { dtype: p.dtype, shape: p.kShape },

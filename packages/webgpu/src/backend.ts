@@ -28,6 +28,7 @@ import {
   checkIndexWrite,
   describeKVCacheProblem,
   describeProblem,
+  optionSupport,
   isDeviceIndexTensor,
   isDeviceTensor,
   isHostTensor,
@@ -196,6 +197,8 @@ export class WebGPUBackend implements AttentionBackend {
   }
 
   supports(p: AttentionProblem): Support {
+    const opt = optionSupport(p, 'webgpu', { sinks: true, kvSinks: true });
+    if (!opt.ok) return opt;
     return supportOf(p, this.acq.device.limits, (kind) => this.specFor(kind, p), this.outF32(p));
   }
 

@@ -22,6 +22,8 @@ interface Row {
   lo: number;
   hi: number;
   qOff: number;
+  /** The row's offset in out and dOut (v's head dim). */
+  oOff: number;
   kvh: number;
   slope: number;
 }
@@ -35,7 +37,7 @@ function forEachRow(p: AttentionProblem, fn: (b: number, h: number, i: number, r
       const slope = slopeOf(p, b, h);
       for (let i = 0; i < s.tq; i++) {
         const [lo, hi] = keyRange(p, i, s.tq, s.tk);
-        fn(b, h, i, { lo, hi, qOff: ((s.q0 + i) * p.h + h) * p.d, kvh, slope }, s.tq, s.tk, s.k0);
+        fn(b, h, i, { lo, hi, qOff: ((s.q0 + i) * p.h + h) * p.d, oOff: ((s.q0 + i) * p.h + h) * p.vDim, kvh, slope }, s.tq, s.tk, s.k0);
       }
     }
   }
@@ -49,7 +51,8 @@ function dot(a: Float64Array, ao: number, b: Float64Array, bo: number, d: number
 
 export function forward64(p: AttentionProblem, q: Float64Array, k: Float64Array, v: Float64Array, sinks?: ArrayLike<number>): { out: Float64Array; lse: Float64Array } {
   const D = p.d;
-  const out = new Float64Array(p.totalQ * p.h * D);
+  const Dv = p.vDim;
+  const out = new Float64Array(p.totalQ * p.h * Dv);
   const lse = new Float64Array(p.lseShape.reduce((a, s) => a * s, 1));
   const s = new Float64Array(Math.max(p.tk, 1));
   forEachRow(p, (b, h, i, r, tq, tk, k0) => {
@@ -71,8 +74,8 @@ export function forward64(p: AttentionProblem, q: Float64Array, k: Float64Array,
     lse[li] = L;
     for (let j = r.lo; j <= r.hi; j++) {
       const pj = Math.exp(s[j] - L);
-      const vOff = ((k0 + j) * p.hkv + r.kvh) * D;
-      for (let x = 0; x < D; x++) out[r.qOff + x] += pj * v[vOff + x];
+      const vOff = ((k0 + j) * p.hkv + r.kvh) * Dv;
+      for (let x = 0; x < Dv; x++) out[r.oOff + x] += pj * v[vOff + x];
     }
   });
   return { out, lse };
@@ -89,6 +92,7 @@ export function backward64(
   sinks?: ArrayLike<number>,
 ): { dq: Float64Array; dk: Float64Array; dv: Float64Array; dsinks?: Float64Array } {
   const D = p.d;
+  const Dv = p.vDim;
   const dq = new Float64Array(q.length);
   const dk = new Float64Array(k.length);
   const dv = new Float64Array(v.length);
@@ -96,13 +100,14 @@ export function backward64(
   forEachRow(p, (b, h, i, r, tq, tk, k0) => {
     const L = lse[lseIndex(p, b, h, i)];
     if (r.lo > r.hi || L === -Infinity) return;
-    const Di = dot(dOut, r.qOff, out, r.qOff, D);
+    const Di = dot(dOut, r.oOff, out, r.oOff, Dv);
     if (dsinks) dsinks[h] -= Math.exp(sinks![h] - L) * Di;
     for (let j = r.lo; j <= r.hi; j++) {
       const kOff = ((k0 + j) * p.hkv + r.kvh) * D;
       const raw = dot(q, r.qOff, k, kOff, D);
       const pj = Math.exp(logit(p, raw, r.slope, i, j, tq, tk) - L);
-      const dp = dot(dOut, r.qOff, v, kOff, D);
+      const vOff = ((k0 + j) * p.hkv + r.kvh) * Dv;
+      const dp = dot(dOut, r.oOff, v, vOff, Dv);
       let ds = pj * (dp - Di) * p.scale;
       if (p.softcap > 0) {
         const t = Math.tanh((raw * p.scale) / p.softcap);
@@ -111,8 +116,8 @@ export function backward64(
       for (let x = 0; x < D; x++) {
         dq[r.qOff + x] += ds * k[kOff + x];
         dk[kOff + x] += ds * q[r.qOff + x];
-        dv[kOff + x] += pj * dOut[r.qOff + x];
       }
+      for (let x = 0; x < Dv; x++) dv[vOff + x] += pj * dOut[r.oOff + x];
     }
   });
   return dsinks ? { dq, dk, dv, dsinks } : { dq, dk, dv };

@@ -36,17 +36,24 @@ async function attentionDevice(q: Tensor, k: Tensor, v: Tensor, o: AttentionOpti
   const [dq, dk, dv] = [q, k, v].map((t) => t.storage as DeviceArray);
   const view = (a: DeviceArray, shape: readonly number[]) => e.viewTensor(a.t, shape);
   const r = await e.forward(view(dq, q.shape), view(dk, k.shape), view(dv, v.shape), o);
-  const out = new DeviceArray(e, r.out, q.size);
+  const os = outShapeOf(q, v);
+  const out = new DeviceArray(e, r.out, os.reduce((a, b) => a * b, 1));
   const lse = new DeviceArray(e, r.lse, r.lse.shape.reduce((a, b) => a * b, 1));
   const saved: Saved[] = [dq, dk, dv].map((a, i) => ({ what: 'qkv'[i], data: a as unknown as ArrayBufferView, leaf: [q, k, v][i].isLeaf }));
   saved.push(saveBuffer('out', out as unknown as ArrayBufferView), saveBuffer('lse', lse as unknown as ArrayBufferView));
-  return record1('attention', [q, k, v, sinks], out as unknown as Data, q.shape, saved, attentionBackwardDevice(e, dq, dk, dv, out, lse, q.shape, k.shape, v.shape, o, sinks));
+  return record1('attention', [q, k, v, sinks], out as unknown as Data, os, saved, attentionBackwardDevice(e, dq, dk, dv, out, lse, q.shape, k.shape, v.shape, o, sinks));
+}
+
+/** out's shape: q's, with v's head dim (v may have its own). */
+function outShapeOf(q: Tensor, v: Tensor): number[] {
+  return [...q.shape.slice(0, -1), v.shape[v.shape.length - 1]];
 }
 
 function attentionBackwardDevice(e: DeviceEngine, q: DeviceArray, k: DeviceArray, v: DeviceArray, out: DeviceArray, lse: DeviceArray, qs: readonly number[], ks: readonly number[], vs: readonly number[], o: AttentionOptions, sinks: Tensor | undefined): BackwardFn {
   return async ([gh], needs) => {
     const g = onEngine(e, gh);
-    const r = await e.backward(e.viewTensor(q.t, qs), e.viewTensor(k.t, ks), e.viewTensor(v.t, vs), e.viewTensor(out.t, qs), e.viewTensor(g.t, qs), lse.t, o);
+    const os = [...qs.slice(0, -1), vs[vs.length - 1]];
+    const r = await e.backward(e.viewTensor(q.t, qs), e.viewTensor(k.t, ks), e.viewTensor(v.t, vs), e.viewTensor(out.t, os), e.viewTensor(g.t, os), lse.t, o);
     const wrap = (t: CoreTensor, n: number, need: boolean) => {
       if (need) return new DeviceArray(e, t, n) as unknown as Data;
       e.disposeTensor(t);
@@ -149,7 +156,7 @@ export async function sinkValues(sinks: Tensor): Promise<Float32Array> {
 function backendBackward(be: AttentionBackend, q: HostTensor, k: HostTensor, v: HostTensor, out: HostTensor, lse: HostTensor, opts: AttentionOptions): BackwardFn {
   return async ([g], needs) => {
     const dtype = q.dtype;
-    const dOut = hostTensor(toDtype(g as Float32Array, dtype), q.shape, dtype);
+    const dOut = hostTensor(toDtype(g as Float32Array, dtype), out.shape, dtype);
     const r = await be.backward(q, k, v, out, dOut, lse, opts);
     const dq = await toFloat32(be, r.dq, 'dq', dtype);
     const dk = await toFloat32(be, r.dk, 'dk', dtype);
@@ -194,7 +201,7 @@ export async function attention(q: Tensor, k: Tensor, v: Tensor, opts: Attention
     // the sinks' float64 values (p.sinks holds them rounded to f32)
     const sd = sinkT ? (dataAs(sinkT, 'float64') as Float64Array) : p.sinks;
     const { out, lse } = forward64(p, qd, kd, vd, sd);
-    return record1('attention', [q, k, v, sinkT], out, q.shape, saves(q, k, v, qd, kd, vd, out, lse), float64Backward(p, qd, kd, vd, out, lse, sd));
+    return record1('attention', [q, k, v, sinkT], out, outShapeOf(q, v), saves(q, k, v, qd, kd, vd, out, lse), float64Backward(p, qd, kd, vd, out, lse, sd));
   }
   const dtype = opts.dtype ?? 'f32';
   if (dtype !== 'f32' && dtype !== 'f16' && dtype !== 'bf16') throw new FAError('E_DTYPE', `attention: dtype must be f32, f16 or bf16, got ${JSON.stringify(dtype)}`);
@@ -214,5 +221,5 @@ export async function attention(q: Tensor, k: Tensor, v: Tensor, opts: Attention
   const hout = await readHost(be, fwd.out, 'out', dtype);
   const hlse = await readHost(be, fwd.lse, 'lse', 'f32');
   const out = hout.data instanceof Float32Array ? hout.data : decode(dtype as 'f16' | 'bf16', hout.data);
-  return record1('attention', [q, k, v, sinkT], out, q.shape, saves(q, k, v, hq.data, hk.data, hv.data, hout.data, hlse.data), backendBackward(be, hq, hk, hv, hout, hlse, o));
+  return record1('attention', [q, k, v, sinkT], out, outShapeOf(q, v), saves(q, k, v, hq.data, hk.data, hv.data, hout.data, hlse.data), backendBackward(be, hq, hk, hv, hout, hlse, o));
 }

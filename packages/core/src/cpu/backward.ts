@@ -45,14 +45,18 @@ export function backwardUnit(job: BackwardJob, ws: Workspace, b: number, kvh: nu
   const p = job.p;
   const { br, bc } = job;
   const d = p.d;
-  ws.ensure(br, bc, d);
+  const dV = p.vDim; // v's head dim: V, dO and dV tiles (q·k's is d)
+  ws.ensure(br, bc, d, dV);
   const d4 = ws.d4;
+  const dv4 = ws.dv4;
   const bc4 = ws.bc4;
   const seg = segment(p, b);
   if (seg.tq === 0 || seg.tk === 0) return;
   const g = p.h / p.hkv;
   const qStride = p.h * d;
   const kStride = p.hkv * d;
+  const oStride = p.h * dV;
+  const vStride = p.hkv * dV;
   const dtype = p.dtype;
   const scale = p.scale;
 
@@ -82,10 +86,10 @@ export function backwardUnit(job: BackwardJob, ws: Workspace, b: number, kvh: nu
     const nc4 = (nc + 3) & ~3;
     const kFinite = loadRows(job.k, dtype, seg.k0 + j0, nc, kStride, kvh * d, d, d4, nc4, kRow);
     packPanels(kRow, nc4, d4, kP);
-    loadRows(job.v, dtype, seg.k0 + j0, nc, kStride, kvh * d, d, d4, nc4, vRow);
-    packPanels(vRow, nc4, d4, vP);
+    loadRows(job.v, dtype, seg.k0 + j0, nc, vStride, kvh * dV, dV, dv4, nc4, vRow);
+    packPanels(vRow, nc4, dv4, vP);
     dk.fill(0, 0, nc4 * d4);
-    dv.fill(0, 0, nc4 * d4);
+    dv.fill(0, 0, nc4 * dv4);
     // Queries that see some key of this tile (mask.ts, monotone in j).
     const [qlo] = queryRange(p, j0, seg.tq, seg.tk);
     const [, qhi] = queryRange(p, j0 + nc - 1, seg.tq, seg.tk);
@@ -101,8 +105,8 @@ export function backwardUnit(job: BackwardJob, ws: Workspace, b: number, kvh: nu
           const nr4 = (nr + 3) & ~3;
           const qFinite = loadRows(job.q, dtype, seg.q0 + i0, nr, qStride, h * d, d, d4, nr4, qRow);
           packPanels(qRow, nr4, d4, qP);
-          const dOFinite = loadRows(job.dOut, dtype, seg.q0 + i0, nr, qStride, h * d, d, d4, nr4, oRow);
-          packPanels(oRow, nr4, d4, oP);
+          const dOFinite = loadRows(job.dOut, dtype, seg.q0 + i0, nr, oStride, h * dV, dV, dv4, nr4, oRow);
+          packPanels(oRow, nr4, dv4, oP);
           for (let r = 0; r < nr; r++) {
             const x = lseIndex(p, b, h, i0 + r);
             lse[r] = job.lse64[x];
@@ -117,10 +121,10 @@ export function backwardUnit(job: BackwardJob, ws: Workspace, b: number, kvh: nu
           // that we drop, but keep them clean so nothing non-finite lingers.
           if (nc4 !== nc) for (let r = 0; r < nr; r++) s.fill(0, r * bc4 + nc, r * bc4 + nc4);
           // dV += Pᵀ·dO
-          if (full || dOFinite) gemmAtB(s, bc4, nr, oRow, nc4, d4, dv);
-          else maskedAtB(s, bc4, nr, oRow, nc, d4, dv, rowLo, rowHi, i0, j0);
+          if (full || dOFinite) gemmAtB(s, bc4, nr, oRow, nc4, dv4, dv);
+          else maskedAtB(s, bc4, nr, oRow, nc, dv4, dv, rowLo, rowHi, i0, j0);
           // dP = dO·Vᵀ, then dS = P∘(dP − Dvec)∘softcap' · scale (0 where masked)
-          gemmABtPacked(oP, vP, dp, nr4, nc4, d4, bc4);
+          gemmABtPacked(oP, vP, dp, nr4, nc4, dv4, bc4);
           for (let r = 0; r < nr; r++) {
             const base = r * bc4;
             const dvr = dvecT[r];
@@ -144,7 +148,7 @@ export function backwardUnit(job: BackwardJob, ws: Workspace, b: number, kvh: nu
       }
     }
     storeRows(job.dk, dtype, seg.k0 + j0, nc, kStride, kvh * d, d, d4, dk);
-    storeRows(job.dv, dtype, seg.k0 + j0, nc, kStride, kvh * d, d, d4, dv);
+    storeRows(job.dv, dtype, seg.k0 + j0, nc, vStride, kvh * dV, dV, dv4, dv);
   }
 }
 
@@ -168,26 +172,26 @@ export function dvecUnit(job: DvecJob, ws: Workspace, b: number, kvh: number, qt
   const t = queryTile(job, ws, b, qt);
   if (!t) return;
   const p = job.p;
-  const d = p.d;
+  const dv = p.vDim; // out and dO rows have v's head dim
   const g = p.h / p.hkv;
-  const qStride = p.h * d;
+  const oStride = p.h * dv;
   const dtype = p.dtype;
   const { seg, i0, nr, nr4 } = t;
-  const { d4, oRow, acc, lse } = ws;
+  const { dv4, oRow, acc, lse } = ws;
   for (let hh = 0; hh < g; hh++) {
     const h = kvh * g + hh;
     if (job.exact) {
       // O (float64) and the corrected lse: the forward's rows with the max pinned at the saved lse
       forwardRows(job, ws, t, b, kvh, h, job.lse);
     } else {
-      loadRows(job.out, dtype, seg.q0 + i0, nr, qStride, h * d, d, d4, nr4, acc);
+      loadRows(job.out, dtype, seg.q0 + i0, nr, oStride, h * dv, dv, dv4, nr4, acc);
       for (let r = 0; r < nr; r++) lse[r] = job.lse[lseIndex(p, b, h, i0 + r)];
     }
-    loadRows(job.dOut, dtype, seg.q0 + i0, nr, qStride, h * d, d, d4, nr4, oRow);
+    loadRows(job.dOut, dtype, seg.q0 + i0, nr, oStride, h * dv, dv, dv4, nr4, oRow);
     for (let r = 0; r < nr; r++) {
       let sum = 0;
-      const o = r * d4;
-      for (let c = 0; c < d; c++) sum += acc[o + c] * oRow[o + c];
+      const o = r * dv4;
+      for (let c = 0; c < dv; c++) sum += acc[o + c] * oRow[o + c];
       const x = lseIndex(p, b, h, i0 + r);
       job.dvec[x] = sum;
       job.lse64[x] = lse[r];

@@ -193,12 +193,12 @@ export class CpuBackend implements AttentionBackend {
     this.alive();
     const p = describeProblem(q, k, v, opts);
     const [qh, kh, vh] = [host(q, 'q'), host(k, 'k'), host(v, 'v')];
-    const { br, bc } = this.tileSizes(p.d, 'forward');
+    const { br, bc } = this.tileSizes(Math.max(p.d, p.vDim), 'forward');
     const units = planForward(p, br);
     const nUnits = units.length / FWD_UNIT;
     const flops = problemFlops(p);
     const pooled = this.willUseWorkers(nUnits, flops);
-    const out = alloc(() => allocHost(p.dtype, p.totalQ * p.h * p.d), 'the output');
+    const out = alloc(() => allocHost(p.dtype, p.totalQ * p.h * p.vDim), 'the output');
     const lse = alloc(() => allocFloat32(p.h * p.totalQ), 'the lse');
     const job: ForwardJob = {
       kind: 'forward', p, br, bc,
@@ -209,14 +209,14 @@ export class CpuBackend implements AttentionBackend {
       counter: pooled ? new Int32Array(new SharedArrayBuffer(4)) : new Int32Array(1),
     };
     await this.execute(job, nUnits, pooled);
-    return { out: tensor(out, p.qShape, p.dtype), lse: tensor(lse, p.lseShape, 'f32') };
+    return { out: tensor(out, p.outShape, p.dtype), lse: tensor(lse, p.lseShape, 'f32') };
   }
 
   async backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dOut: Tensor, lse: Tensor, opts: AttentionOptions = {}): Promise<BackwardResult> {
     this.alive();
     const p = describeBackward(q, k, v, out, dOut, lse, opts);
     const [qh, kh, vh, oh, dOh, lh] = [host(q, 'q'), host(k, 'k'), host(v, 'v'), host(out, 'out'), host(dOut, 'dOut'), host(lse, 'lse')];
-    const { br, bc } = this.tileSizes(p.d, 'backward');
+    const { br, bc } = this.tileSizes(Math.max(p.d, p.vDim), 'backward');
     const flops = 2.5 * problemFlops(p);
     const threads = this.willUseWorkers(2, flops) ? this.threads : 1;
     const plan = planBackward(p, bc, threads);
@@ -226,7 +226,7 @@ export class CpuBackend implements AttentionBackend {
     const nk = p.totalK * p.hkv * p.d;
     const dq = alloc(() => allocHost(p.dtype, nq), 'dq');
     const dk = alloc(() => allocHost(p.dtype, nk), 'dk');
-    const dv = alloc(() => allocHost(p.dtype, nk), 'dv');
+    const dv = alloc(() => allocHost(p.dtype, p.totalK * p.hkv * p.vDim), 'dv');
     // float32 dQ accumulator: dq itself for f32, a scratch buffer rounded into dq at the end otherwise
     const dqAcc = p.dtype === 'f32' ? (dq as Float32Array) : alloc(() => allocFloat32(nq), 'the float32 dq accumulator');
     const mk = pooled ? allocFloat32 : (n: number) => new Float32Array(n);
@@ -254,7 +254,7 @@ export class CpuBackend implements AttentionBackend {
     await this.execute(job, nUnits, pooled);
     reducePrivate(p, dqAcc, plan, dqPrivate);
     if (p.dtype !== 'f32') encode(p.dtype, dqAcc, dq as Uint16Array);
-    const grads = { dq: tensor(dq, p.qShape, p.dtype), dk: tensor(dk, p.kShape, p.dtype), dv: tensor(dv, p.kShape, p.dtype) };
+    const grads = { dq: tensor(dq, p.qShape, p.dtype), dk: tensor(dk, p.kShape, p.dtype), dv: tensor(dv, p.vShape, p.dtype) };
     return p.sinks ? { ...grads, dsinks: tensor(sinkGradients(p, lse64, dvec), [p.h], 'f32') } : grads;
   }
 

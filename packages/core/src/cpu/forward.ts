@@ -49,7 +49,7 @@ export interface QueryTile {
  */
 export function queryTile(job: ForwardInputs, ws: Workspace, b: number, qt: number): QueryTile | undefined {
   const { p, br, bc } = job;
-  ws.ensure(br, bc, p.d);
+  ws.ensure(br, bc, p.d, p.vDim);
   const seg = segment(p, b);
   const i0 = qt * br;
   const nr = Math.min(br, seg.tq - i0);
@@ -79,11 +79,13 @@ export function queryTile(job: ForwardInputs, ws: Workspace, b: number, qt: numb
 export function forwardRows(job: ForwardInputs, ws: Workspace, t: QueryTile, b: number, kvh: number, h: number, pinnedLse?: Float32Array): void {
   const { p, bc } = job;
   const d = p.d;
+  const dv = p.vDim; // v's head dim: the V tile, acc and out (q·k's is d)
   const dtype = p.dtype;
   const qStride = p.h * d;
   const kStride = p.hkv * d;
+  const vStride = p.hkv * dv;
   const { seg, i0, nr, nr4 } = t;
-  const { d4, bc4, qRow, qP, kRow, kP, vRow, s, m, l, acc, lse, rowLo, rowHi } = ws;
+  const { d4, dv4, bc4, qRow, qP, kRow, kP, vRow, s, m, l, acc, lse, rowLo, rowHi } = ws;
   const slope = slopeOf(p, b, h);
   loadRows(job.q, dtype, seg.q0 + i0, nr, qStride, h * d, d, d4, nr4, qRow);
   packPanels(qRow, nr4, d4, qP);
@@ -94,9 +96,9 @@ export function forwardRows(job: ForwardInputs, ws: Workspace, t: QueryTile, b: 
       // the sink's P under the pinned max, as the keys' P below (0 without sinks)
       l[r] = sink === undefined ? 0 : Math.exp(sink - m[r]);
     }
-    acc.fill(0, 0, nr4 * d4);
+    acc.fill(0, 0, nr4 * dv4);
   } else {
-    resetTileState(m, l, acc, nr4, d4);
+    resetTileState(m, l, acc, nr4, dv4);
     if (sink !== undefined) seedSinkTile(m, l, nr, sink);
   }
   for (let kt = t.kt0; kt <= t.kt1; kt++) {
@@ -105,28 +107,28 @@ export function forwardRows(job: ForwardInputs, ws: Workspace, t: QueryTile, b: 
     const nc4 = (nc + 3) & ~3;
     loadRows(job.k, dtype, seg.k0 + j0, nc, kStride, kvh * d, d, d4, nc4, kRow);
     packPanels(kRow, nc4, d4, kP);
-    const vFinite = loadRows(job.v, dtype, seg.k0 + j0, nc, kStride, kvh * d, d, d4, nc4, vRow);
+    const vFinite = loadRows(job.v, dtype, seg.k0 + j0, nc, vStride, kvh * dv, dv, dv4, nc4, vRow);
     gemmABtPacked(qP, kP, s, nr4, nc4, d4, bc4);
     const full = scoreTile(p, s, bc4, nr, nc, i0, j0, seg.tq, seg.tk, slope, rowLo, rowHi, 0, undefined);
     if (pinnedLse) probabilitiesFromLseTile(s, bc4, nr, nc, m, l);
-    else softmaxTileUpdate(s, bc4, nr, nc, m, l, acc, d4);
-    if (full || vFinite) gemmAB(s, bc4, nr4, vRow, nc, d4, acc);
-    else maskedAB(s, bc4, nr, vRow, nc, d4, acc, rowLo, rowHi, 0, j0);
+    else softmaxTileUpdate(s, bc4, nr, nc, m, l, acc, dv4);
+    if (full || vFinite) gemmAB(s, bc4, nr4, vRow, nc, dv4, acc);
+    else maskedAB(s, bc4, nr, vRow, nc, dv4, acc, rowLo, rowHi, 0, j0);
   }
-  finalizeTile(m, l, acc, nr, d4, lse);
+  finalizeTile(m, l, acc, nr, dv4, lse);
 }
 
 export function forwardUnit(job: ForwardJob, ws: Workspace, b: number, kvh: number, qt: number): void {
   const t = queryTile(job, ws, b, qt);
   if (!t) return;
   const p = job.p;
-  const d = p.d;
+  const dv = p.vDim;
   const g = p.h / p.hkv;
-  const qStride = p.h * d;
+  const oStride = p.h * dv;
   for (let hh = 0; hh < g; hh++) {
     const h = kvh * g + hh;
     forwardRows(job, ws, t, b, kvh, h);
-    storeRows(job.out, p.dtype, t.seg.q0 + t.i0, t.nr, qStride, h * d, d, ws.d4, ws.acc);
+    storeRows(job.out, p.dtype, t.seg.q0 + t.i0, t.nr, oStride, h * dv, dv, ws.dv4, ws.acc);
     for (let r = 0; r < t.nr; r++) job.lse[lseIndex(p, b, h, t.i0 + r)] = ws.lse[r];
   }
 }

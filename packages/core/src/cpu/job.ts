@@ -119,7 +119,9 @@ export const KV_UNIT = 5;
 export class Workspace {
   br4 = 0;
   bc4 = 0;
+  /** Row strides: q·k's head dim (q, k, dq, dk tiles) and v's (v, out, dO, dv tiles), padded to 4. */
   d4 = 0;
+  dv4 = 0;
   qRow = new Float64Array(0);
   qP = new Float64Array(0);
   oRow = new Float64Array(0); // dO rows (backward) / scratch
@@ -140,29 +142,33 @@ export class Workspace {
   rowLo = new Int32Array(0);
   rowHi = new Int32Array(0);
 
-  ensure(br: number, bc: number, d: number): void {
+  /** Tiles for br query rows, bc key rows, head dims d (q·k) and dv (v; d by default). */
+  ensure(br: number, bc: number, d: number, dv = d): void {
     const br4 = (br + 3) & ~3;
     const bc4 = (bc + 3) & ~3;
     const d4 = paddedD(d);
-    if (br4 === this.br4 && bc4 === this.bc4 && d4 === this.d4) return;
+    const dv4 = paddedD(dv);
+    if (br4 === this.br4 && bc4 === this.bc4 && d4 === this.d4 && dv4 === this.dv4) return;
     this.br4 = br4;
     this.bc4 = bc4;
     this.d4 = d4;
+    this.dv4 = dv4;
+    const w4 = Math.max(d4, dv4); // (oRow holds dO rows, and scratch of either width; acc O or a dQ tile)
     const f = (n: number) => new Float64Array(n);
     this.qRow = f(br4 * d4);
     this.qP = f(br4 * d4);
-    this.oRow = f(br4 * d4);
-    this.oP = f(br4 * d4);
+    this.oRow = f(br4 * w4);
+    this.oP = f(br4 * dv4);
     this.kRow = f(bc4 * d4);
     this.kP = f(bc4 * d4);
-    this.vRow = f(bc4 * d4);
-    this.vP = f(bc4 * d4);
+    this.vRow = f(bc4 * dv4);
+    this.vP = f(bc4 * dv4);
     this.s = f(br4 * bc4);
     this.dp = f(br4 * bc4);
     this.dcap = f(br4 * bc4);
-    this.acc = f(br4 * d4);
+    this.acc = f(br4 * w4);
     this.dk = f(bc4 * d4);
-    this.dv = f(bc4 * d4);
+    this.dv = f(bc4 * dv4);
     this.m = f(br4);
     this.l = f(br4);
     this.lse = f(br4);

@@ -9,6 +9,7 @@
  * GPU engine on one device), or given communicators (a single-rank NCCL ring).
  */
 import { sinkGradientsFromOutputs } from '../sinks.js';
+import { optionSupport } from '../option-support.js';
 import type { AttentionBackend, BackwardResult, ForwardResult, Support } from '../backend.js';
 import type { DType } from '../dtype.js';
 import { FAError, isFAError } from '../errors.js';
@@ -75,6 +76,8 @@ export function createRingBackend(o: RingBackendOptions): AttentionBackend {
   const kind = o.layout ?? 'zigzag';
   const supports = (p: AttentionProblem): Support => {
     if (!o.dtypes.includes(p.dtype)) return { ok: false, reason: `the ranks' engine does not compute ${p.dtype}` };
+    const opt = optionSupport(p, 'ring', { sinks: true });
+    if (!opt.ok) return opt;
     try {
       const layout = layoutFor(p, o.ranks, kind);
       for (let r = 0; r < o.ranks; r++) {

@@ -22,6 +22,8 @@ export const EDGE_LENGTHS: readonly number[] = [1, 17, 33, 63, 65, 127, 129];
 export interface CaseSpec {
   readonly dtype: DType;
   readonly d: number;
+  /** V's head dim (and out's), when it differs from d (DeepSeek MLA: d 192, dv 128). */
+  readonly dv?: number;
   /** Query length (non-varlen). */
   readonly tq?: number;
   /** Key length (non-varlen); defaults to tq. */
@@ -58,6 +60,8 @@ export interface ConformanceCase {
   readonly h: number;
   readonly hkv: number;
   readonly d: number;
+  /** V's head dim (d unless the spec gives dv). */
+  readonly dv: number;
   /** Longest query/key sequence (the common length unless varlen). */
   readonly tq: number;
   readonly tk: number;
@@ -119,6 +123,7 @@ export function makeCase(spec: CaseSpec, id = 0): ConformanceCase {
   const h = spec.h ?? 1;
   const hkv = spec.hkv ?? h;
   const d = spec.d;
+  const dv = spec.dv ?? d;
   const seed = spec.seed ?? hashSpec(spec);
   const magnitude = spec.magnitude ?? 1;
   const options: { -readonly [K in keyof AttentionOptions]: AttentionOptions[K] } = {};
@@ -138,6 +143,7 @@ export function makeCase(spec: CaseSpec, id = 0): ConformanceCase {
 
   // Tags, for coverage accounting.
   const tags = new Set<string>([spec.dtype, `D${d}`]);
+  if (dv !== d) tags.add('dv'), tags.add(`Dv${dv}`);
   let left = -1;
   let right = -1;
   if (spec.window) [left, right] = spec.window;
@@ -180,7 +186,7 @@ export function makeCase(spec: CaseSpec, id = 0): ConformanceCase {
   let rows = 0;
   const pw = { windowLeft: left, windowRight: right } as AttentionProblem;
   for (let b = 0; b < batch; b++) {
-    work += lensQ[b] * lensK[b] * h * d;
+    work += (lensQ[b] * lensK[b] * h * (d + dv)) / 2;
     for (let i = 0; i < lensQ[b]; i++) {
       const [lo, hi] = keyRange(pw, i, lensQ[b], lensK[b]);
       rows++;
@@ -196,7 +202,7 @@ export function makeCase(spec: CaseSpec, id = 0): ConformanceCase {
   const parts = [`#${String(id).padStart(3, '0')}`, spec.dtype, `B${batch}`];
   if (varlen) parts.push(`varlen[q:${seqQ!.join(',')} k:${seqK!.join(',')}]`);
   else parts.push(`Tq${tq}`, `Tk${tk}`);
-  parts.push(`H${h}/${hkv}`, `D${d}`);
+  parts.push(`H${h}/${hkv}`, dv === d ? `D${d}` : `D${d}/${dv}`);
   if (spec.causal) parts.push('causal');
   if (spec.window) parts.push(`window[${spec.window[0]},${spec.window[1]}]`);
   if (spec.softcap !== undefined) parts.push(`softcap${fmtNum(spec.softcap)}`);
@@ -209,7 +215,7 @@ export function makeCase(spec: CaseSpec, id = 0): ConformanceCase {
     id,
     name: parts.join(' '),
     dtype: spec.dtype,
-    batch, h, hkv, d, tq, tk,
+    batch, h, hkv, d, dv, tq, tk,
     ...(varlen ? { seqlensQ: seqQ, seqlensK: seqK } : {}),
     options,
     magnitude,
@@ -226,43 +232,44 @@ function cumsum(lens: readonly number[]): number[] {
   return cu;
 }
 
-/** Shapes of q and k/v for a case. */
-export function caseShapes(c: ConformanceCase): { q: number[]; k: number[] } {
+/** Shapes of q, k, v and out (v and out differ from k and q in the head dim only) for a case. */
+export function caseShapes(c: ConformanceCase): { q: number[]; k: number[]; v: number[]; out: number[] } {
+  const dv = c.dv ?? c.d;
   if (c.seqlensQ) {
     const tQ = c.seqlensQ.reduce((a, b) => a + b, 0);
     const tK = c.seqlensK!.reduce((a, b) => a + b, 0);
-    return { q: [tQ, c.h, c.d], k: [tK, c.hkv, c.d] };
+    return { q: [tQ, c.h, c.d], k: [tK, c.hkv, c.d], v: [tK, c.hkv, dv], out: [tQ, c.h, dv] };
   }
-  return { q: [c.batch, c.tq, c.h, c.d], k: [c.batch, c.tk, c.hkv, c.d] };
+  return { q: [c.batch, c.tq, c.h, c.d], k: [c.batch, c.tk, c.hkv, c.d], v: [c.batch, c.tk, c.hkv, dv], out: [c.batch, c.tq, c.h, dv] };
 }
 
 /** The seeded inputs of a case: q, k scaled by its magnitude; v and dOut normal; all in its dtype. */
 export function caseInputs(c: ConformanceCase): CaseInputs {
   const rng: Rng = createRng(c.seed);
-  const { q: qs, k: ks } = caseShapes(c);
+  const { q: qs, k: ks, v: vs, out: os } = caseShapes(c);
   return {
     q: randomTensor(rng, qs, c.dtype, c.magnitude),
     k: randomTensor(rng, ks, c.dtype, c.magnitude),
-    v: randomTensor(rng, ks, c.dtype),
-    dOut: randomTensor(rng, qs, c.dtype),
+    v: randomTensor(rng, vs, c.dtype),
+    dOut: randomTensor(rng, os, c.dtype),
     options: c.options,
   };
 }
 
 /** The validated problem of a case, without generating its random inputs. */
 export function caseProblem(c: ConformanceCase): AttentionProblem {
-  const { q, k } = caseShapes(c);
+  const { q, k, v } = caseShapes(c);
   const z = (s: number[]) => hostTensor(new Float32Array(s.reduce((a, b) => a * b, 1)), s, c.dtype);
-  return describeProblem(z(q), z(k), z(k), c.options);
+  return describeProblem(z(q), z(k), z(v), c.options);
 }
 
 export interface ConformanceCaseOptions {
   /** Seed of the random part (default 1). */
   readonly seed?: number;
   /**
-   * Number of cases (default 320; with quick, one per edge template and dtype, 171 for three
+   * Number of cases (default 320; with quick, one per edge template and dtype, 189 for three
    * dtypes). The edge templates come first, each in one dtype, then each in the next dtype...:
-   * a count of at least 57 (the number of templates) covers every template.
+   * a count of at least 63 (the number of templates) covers every template.
    */
   readonly count?: number;
   /** Dtypes to generate (default f32, f16, bf16). */
@@ -350,6 +357,13 @@ export function edgeTemplates(): T[] {
     { seqlensQ: [5, 0, 17, 9], seqlensK: [7, 3, 0, 33], d: 32, h: 4, hkv: 2, window: [2, 1], sinks: true },
     { tq: 1, tk: 65, d: 128, h: 8, hkv: 2, softcap: 20, sinks: true },
     { tq: 33, tk: 20, d: 16, h: 2, alibi: 'BH', magnitude: 4, sinks: true },
+    // V's head dim of its own (DeepSeek MLA: 192/128), smaller and larger than q·k's, with options
+    { tq: 20, tk: 33, d: 192, dv: 128, h: 2, causal: true },
+    { tq: 33, tk: 40, d: 64, dv: 32, h: 4, hkv: 2, causal: true },
+    { tq: 17, d: 24, dv: 48, h: 2, softcap: 5, sinks: true },
+    { seqlensQ: [5, 0, 17], seqlensK: [9, 4, 0], d: 48, dv: 16, h: 2, window: [3, 1], alibi: 'H' },
+    { tq: 9, tk: 12, d: 8, dv: 1, h: 2, hkv: 1 },
+    { tq: 9, d: 1, dv: 8 },
   ];
 }
 
@@ -390,10 +404,12 @@ function randomSpec(rng: Rng, dtype: DType, dims: readonly number[], budget: num
   else if (rng.bool(0.15)) spec.scale = rng.pick([0.05, 0.3, -0.7, 1.5, 2]);
   if (rng.bool(0.1)) spec.deterministic = true;
   if (rng.bool(0.15)) spec.sinks = true;
+  if (rng.bool(0.12)) spec.dv = rng.pick(dims);
   // Fit the work budget by shortening the sequences, then fewer heads/batches.
   const work = () => {
-    if (spec.seqlensQ) return spec.seqlensQ.reduce((a, l, b) => a + l * spec.seqlensK![b], 0) * spec.h! * d;
-    return spec.batch! * spec.tq! * spec.tk! * spec.h! * d;
+    const dd = Math.max(d, spec.dv ?? d);
+    if (spec.seqlensQ) return spec.seqlensQ.reduce((a, l, b) => a + l * spec.seqlensK![b], 0) * spec.h! * dd;
+    return spec.batch! * spec.tq! * spec.tk! * spec.h! * dd;
   };
   while (work() > budget) {
     if (spec.seqlensQ) {
@@ -412,12 +428,14 @@ function randomSpec(rng: Rng, dtype: DType, dims: readonly number[], budget: num
 }
 
 function clampSpec(s: CaseSpec, dims: readonly number[], budget: number): CaseSpec {
-  let d = s.d;
-  if (!dims.includes(d)) d = Math.max(...dims.filter((x) => x <= d), dims[0]);
+  const fit = (x: number) => (dims.includes(x) ? x : Math.max(...dims.filter((y) => y <= x), dims[0]));
+  const d = fit(s.d);
   const out: { -readonly [K in keyof CaseSpec]: CaseSpec[K] } = { ...s, d };
+  if (s.dv !== undefined) out.dv = fit(s.dv);
   const work = () => {
-    if (out.seqlensQ) return out.seqlensQ.reduce((a, l, b) => a + l * out.seqlensK![b], 0) * (out.h ?? 1) * d;
-    return (out.batch ?? 1) * (out.tq ?? 1) * (out.tk ?? out.tq ?? 1) * (out.h ?? 1) * d;
+    const dd = Math.max(d, out.dv ?? d);
+    if (out.seqlensQ) return out.seqlensQ.reduce((a, l, b) => a + l * out.seqlensK![b], 0) * (out.h ?? 1) * dd;
+    return (out.batch ?? 1) * (out.tq ?? 1) * (out.tk ?? out.tq ?? 1) * (out.h ?? 1) * dd;
   };
   while (work() > budget) {
     if (out.seqlensQ) {

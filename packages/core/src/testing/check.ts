@@ -67,9 +67,10 @@ export function locate(p: AttentionProblem, tensor: TensorName, idx: number): st
   }
   const isK = tensor === 'dk' || tensor === 'dv';
   const H = isK ? p.hkv : p.h;
-  const d = idx % p.d;
-  const h = Math.floor(idx / p.d) % H;
-  const row = Math.floor(idx / (p.d * H));
+  const D = tensor === 'out' || tensor === 'dv' ? p.vDim : p.d;
+  const d = idx % D;
+  const h = Math.floor(idx / D) % H;
+  const row = Math.floor(idx / (D * H));
   const cu = isK ? p.cuSeqlensK : p.cuSeqlensQ;
   const b = seqOf(cu, row);
   return `${tensor}[b=${b}, ${isK ? 'j' : 'i'}=${row - cu[b]}, ${isK ? 'hkv' : 'h'}=${h}, d=${d}]`;
@@ -93,7 +94,7 @@ function checkResultTensor(t: HostTensor, shape: readonly number[], dtype: DType
 
 /** Rows that see no key must have out (and dq) exactly 0; keys that no query sees, dk = dv = 0. */
 function structuralZeros(p: AttentionProblem, tensor: 'out' | 'dq' | 'dk' | 'dv', x: ArrayLike<number>): string | undefined {
-  const D = p.d;
+  const D = tensor === 'out' || tensor === 'dv' ? p.vDim : p.d;
   for (let b = 0; b < p.batch; b++) {
     const { q0, tq, k0, tk } = segment(p, b);
     if (tensor === 'out' || tensor === 'dq') {
@@ -181,7 +182,7 @@ export async function checkCase(backend: AttentionBackend, c: ConformanceCase, o
     stage = 'read';
     const outH = await backend.read(fwd.out);
     const lseH = await backend.read(fwd.lse);
-    const bad = checkResultTensor(outH, p.qShape, p.dtype, 'out') ?? checkResultTensor(lseH, p.lseShape, 'f32', 'lse');
+    const bad = checkResultTensor(outH, p.outShape, p.dtype, 'out') ?? checkResultTensor(lseH, p.lseShape, 'f32', 'lse');
     if (bad) return done(bad);
     stage = 'reference';
     const out = tensorValues(outH);
@@ -206,7 +207,7 @@ export async function checkCase(backend: AttentionBackend, c: ConformanceCase, o
       const dqH = await backend.read(bwd.dq);
       const dkH = await backend.read(bwd.dk);
       const dvH = await backend.read(bwd.dv);
-      const badB = checkResultTensor(dqH, p.qShape, p.dtype, 'dq') ?? checkResultTensor(dkH, p.kShape, p.dtype, 'dk') ?? checkResultTensor(dvH, p.kShape, p.dtype, 'dv');
+      const badB = checkResultTensor(dqH, p.qShape, p.dtype, 'dq') ?? checkResultTensor(dkH, p.kShape, p.dtype, 'dk') ?? checkResultTensor(dvH, p.vShape, p.dtype, 'dv');
       if (badB) return done(badB);
       const mg = rb.magGrad!;
       for (const [nm, h, r, m, n, os] of [

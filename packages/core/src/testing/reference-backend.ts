@@ -90,13 +90,13 @@ export function referenceBackend(o: ReferenceBackendOptions = {}): AttentionBack
       alive();
       const p = describeProblem(q, k, v, opts);
       const r = referenceForward(host(q, 'q'), host(k, 'k'), host(v, 'v'), opts, { maxBytes: o.maxBytes });
-      return { out: hostTensor(r.out, p.qShape, p.dtype), lse: hostTensor(r.lse, p.lseShape, 'f32') };
+      return { out: hostTensor(r.out, p.outShape, p.dtype), lse: hostTensor(r.lse, p.lseShape, 'f32') };
     },
     async backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dOut: Tensor, lse: Tensor, opts?: AttentionOptions): Promise<BackwardResult> {
       alive();
       const p = describeBackward(q, k, v, out, dOut, lse, opts);
       const r = referenceBackward(host(q, 'q'), host(k, 'k'), host(v, 'v'), host(dOut, 'dOut'), opts, { maxBytes: o.maxBytes });
-      const g = { dq: hostTensor(r.dq, p.qShape, p.dtype), dk: hostTensor(r.dk, p.kShape, p.dtype), dv: hostTensor(r.dv, p.kShape, p.dtype) };
+      const g = { dq: hostTensor(r.dq, p.qShape, p.dtype), dk: hostTensor(r.dk, p.kShape, p.dtype), dv: hostTensor(r.dv, p.vShape, p.dtype) };
       return r.dsinks ? { ...g, dsinks: hostTensor(r.dsinks, [p.h], 'f32') } : g;
     },
     supportsKVCache: kv.supportsKVCache,

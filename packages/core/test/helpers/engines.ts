@@ -36,12 +36,12 @@ export function hostBackend(name: string, parts: EngineParts = {}): AttentionBac
     async forward(q: Tensor, k: Tensor, v: Tensor, opts: AttentionOptions = {}) {
       const p = parts.noValidation ? (undefined as unknown as AttentionProblem) : describeProblem(q, k, v, opts);
       const r = fwd(q as HostTensor, k as HostTensor, v as HostTensor, opts, p);
-      return { out: hostTensor(r.out, p.qShape, p.dtype), lse: hostTensor(r.lse, p.lseShape, 'f32') };
+      return { out: hostTensor(r.out, p.outShape, p.dtype), lse: hostTensor(r.lse, p.lseShape, 'f32') };
     },
     async backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dOut: Tensor, lse: Tensor, opts: AttentionOptions = {}) {
       const p = describeBackward(q, k, v, out, dOut, lse, opts);
       const r = bwd(q as HostTensor, k as HostTensor, v as HostTensor, dOut as HostTensor, opts, p);
-      const g = { dq: hostTensor(r.dq, p.qShape, p.dtype), dk: hostTensor(r.dk, p.kShape, p.dtype), dv: hostTensor(r.dv, p.kShape, p.dtype) };
+      const g = { dq: hostTensor(r.dq, p.qShape, p.dtype), dk: hostTensor(r.dk, p.kShape, p.dtype), dv: hostTensor(r.dv, p.vShape, p.dtype) };
       return r.dsinks ? { ...g, dsinks: hostTensor(r.dsinks, [p.h], 'f32') } : g;
     },
     // KV-cache calls: the reference's (these engines test the dense kit)

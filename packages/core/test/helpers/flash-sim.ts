@@ -54,9 +54,10 @@ export function flashSimBackend(o: FlashSimOptions = {}): AttentionBackend {
       const rp = o.roundP ? rd : fr;
       const Q = f32(q), K = f32(k), V = f32(v);
       const D = p.d;
-      const out = new Float32Array(p.totalQ * p.h * D);
+      const Dv = p.vDim;
+      const out = new Float32Array(p.totalQ * p.h * Dv);
       const lse = new Float32Array(p.h * p.totalQ);
-      const acc = new Float64Array(D);
+      const acc = new Float64Array(Dv);
       for (let b = 0; b < p.batch; b++) {
         const { q0, tq, k0, tk } = segment(p, b);
         for (let h = 0; h < p.h; h++) {
@@ -89,22 +90,23 @@ export function flashSimBackend(o: FlashSimOptions = {}): AttentionBackend {
               }
               const alpha = m === -Infinity ? 0 : fr(Math.exp(fr(m - mt)));
               l = fr(l * alpha);
-              for (let d = 0; d < D; d++) acc[d] = fr(acc[d] * alpha);
+              for (let d = 0; d < Dv; d++) acc[d] = fr(acc[d] * alpha);
               for (let j = js; j <= j1; j++) {
                 const e = fr(Math.exp(fr(s[j - js] - mt)));
                 l = fr(l + e);
                 const pe = rp(e);
-                const vo = ((k0 + j) * p.hkv + g) * D;
-                for (let d = 0; d < D; d++) acc[d] = fr(acc[d] + pe * V[vo + d]);
+                const vo = ((k0 + j) * p.hkv + g) * Dv;
+                for (let d = 0; d < Dv; d++) acc[d] = fr(acc[d] + pe * V[vo + d]);
               }
               m = mt;
             }
-            for (let d = 0; d < D; d++) out[qo + d] = fr(acc[d] / l);
+            const oo = ((q0 + i) * p.h + h) * Dv;
+            for (let d = 0; d < Dv; d++) out[oo + d] = fr(acc[d] / l);
             lse[li] = fr(m + fr(Math.log(l)));
           }
         }
       }
-      return { out: hostTensor(out, p.qShape, p.dtype), lse: hostTensor(lse, p.lseShape, 'f32') };
+      return { out: hostTensor(out, p.outShape, p.dtype), lse: hostTensor(lse, p.lseShape, 'f32') };
     },
     async backward(q, k, v, out, dOut, lse, opts?: AttentionOptions) {
       const p = describeBackward(q, k, v, out, dOut, lse, opts);
@@ -112,9 +114,10 @@ export function flashSimBackend(o: FlashSimOptions = {}): AttentionBackend {
       const rp = o.roundP ? rd : fr;
       const Q = f32(q), K = f32(k), V = f32(v), O = f32(out), DO = f32(dOut), L = f32(lse);
       const D = p.d;
+      const Dv = p.vDim;
       const dq = new Float64Array(Q.length);
       const dk = new Float64Array(K.length);
-      const dv = new Float64Array(K.length);
+      const dv = new Float64Array(V.length);
       const sc = fr(p.scale);
       const dsinks = p.sinks ? new Float32Array(p.h) : undefined;
       for (let b = 0; b < p.batch; b++) {
@@ -126,9 +129,10 @@ export function flashSimBackend(o: FlashSimOptions = {}): AttentionBackend {
             const [lo, hi] = keyRange(p, i, tq, tk);
             if (lo > hi) continue;
             const qo = ((q0 + i) * p.h + h) * D;
+            const oo = ((q0 + i) * p.h + h) * Dv;
             const l = L[lseIndex(p, b, h, i)];
             let Di = 0;
-            for (let d = 0; d < D; d++) Di = fr(Di + DO[qo + d] * O[qo + d]);
+            for (let d = 0; d < Dv; d++) Di = fr(Di + DO[oo + d] * O[oo + d]);
             if (dsinks) dsinks[h] = fr(dsinks[h] - fr(fr(Math.exp(fr(p.sinks![h] - l))) * Di));
             for (let j = lo; j <= hi; j++) {
               const ko = ((k0 + j) * p.hkv + g) * D;
@@ -136,8 +140,9 @@ export function flashSimBackend(o: FlashSimOptions = {}): AttentionBackend {
               for (let d = 0; d < D; d++) dot = fr(dot + Q[qo + d] * K[ko + d]);
               const { s, t } = logit32(p, dot, slope, i, j, tq, tk);
               const P = fr(Math.exp(fr(s - l)));
+              const vo = ((k0 + j) * p.hkv + g) * Dv;
               let dP = 0;
-              for (let d = 0; d < D; d++) dP = fr(dP + DO[qo + d] * V[ko + d]);
+              for (let d = 0; d < Dv; d++) dP = fr(dP + DO[oo + d] * V[vo + d]);
               let dS = fr(P * fr(dP - Di));
               if (p.softcap > 0) dS = fr(dS * fr(1 - fr(t * t)));
               const dSr = rp(dS);
@@ -145,15 +150,15 @@ export function flashSimBackend(o: FlashSimOptions = {}): AttentionBackend {
               for (let d = 0; d < D; d++) {
                 dq[qo + d] = fr(dq[qo + d] + dSr * K[ko + d]);
                 dk[ko + d] = fr(dk[ko + d] + dSr * Q[qo + d]);
-                dv[ko + d] = fr(dv[ko + d] + Pr * DO[qo + d]);
               }
+              for (let d = 0; d < Dv; d++) dv[vo + d] = fr(dv[vo + d] + Pr * DO[oo + d]);
             }
           }
         }
       }
       for (let x = 0; x < dq.length; x++) dq[x] = fr(dq[x] * sc);
       for (let x = 0; x < dk.length; x++) dk[x] = fr(dk[x] * sc);
-      const grads = { dq: hostTensor(dq, p.qShape, p.dtype), dk: hostTensor(dk, p.kShape, p.dtype), dv: hostTensor(dv, p.kShape, p.dtype) };
+      const grads = { dq: hostTensor(dq, p.qShape, p.dtype), dk: hostTensor(dk, p.kShape, p.dtype), dv: hostTensor(dv, p.vShape, p.dtype) };
       return dsinks ? { ...grads, dsinks: hostTensor(dsinks, [p.h], 'f32') } : grads;
     },
     // KV-cache calls: the reference's (these engines test the dense kit)

@@ -48,6 +48,7 @@ export function textbook(q: HostTensor, k: HostTensor, v: HostTensor, opts: Atte
   const H = q.shape[q.shape.length - 2];
   const D = q.shape[q.shape.length - 1];
   const Hkv = k.shape[k.shape.length - 2];
+  const Dv = v.shape[v.shape.length - 1]; // v (and out) may have a head dim of their own
   let cuQ: number[], cuK: number[];
   if (varlen) {
     cuQ = [...(opts.cuSeqlensQ as ArrayLike<number> as number[])];
@@ -71,13 +72,15 @@ export function textbook(q: HostTensor, k: HostTensor, v: HostTensor, opts: Atte
   const sl = opts.alibiSlopes ? Array.from(opts.alibiSlopes as ArrayLike<number>) : undefined;
   const sinks = opts.sinks && !hooks.noSinks ? Array.from(opts.sinks as ArrayLike<number>) : undefined;
   const dsinks = dO && sinks ? new Float64Array(H) : undefined;
-  const out = new Float64Array(Q.length);
+  const out = new Float64Array((Q.length / D) * Dv);
   const lse = new Float64Array(H * totalQ);
   const dq = dO ? new Float64Array(Q.length) : undefined;
   const dk = dO ? new Float64Array(K.length) : undefined;
-  const dv = dO ? new Float64Array(K.length) : undefined;
+  const dv = dO ? new Float64Array(V.length) : undefined;
   const qi = (row: number, h: number) => (row * H + h) * D;
   const ki = (row: number, g: number) => (row * Hkv + g) * D;
+  const oi = (row: number, h: number) => (row * H + h) * Dv;
+  const vi = (row: number, g: number) => (row * Hkv + g) * Dv;
   for (let b = 0; b < B; b++) {
     const tq = cuQ[b + 1] - cuQ[b], tk = cuK[b + 1] - cuK[b];
     for (let h = 0; h < H; h++) {
@@ -105,7 +108,7 @@ export function textbook(q: HostTensor, k: HostTensor, v: HostTensor, opts: Atte
         }
         if (js.length === 0 && hooks.emptyRow === 'nan') {
           lse[li] = sinks ? sinks[h] : -Infinity;
-          for (let d = 0; d < D; d++) out[qi(cuQ[b] + i, h) + d] = NaN;
+          for (let d = 0; d < Dv; d++) out[oi(cuQ[b] + i, h) + d] = NaN;
           continue;
         }
         // the sink: a last column with logit sinks[h] and a zero value row
@@ -116,7 +119,7 @@ export function textbook(q: HostTensor, k: HostTensor, v: HostTensor, opts: Atte
         }
         if (js.length === 0) {
           lse[li] = -Infinity;
-          if (hooks.emptyRow === 'nan') for (let d = 0; d < D; d++) out[qi(cuQ[b] + i, h) + d] = NaN;
+          if (hooks.emptyRow === 'nan') for (let d = 0; d < Dv; d++) out[oi(cuQ[b] + i, h) + d] = NaN;
           continue;
         }
         const m = Math.max(...s);
@@ -125,14 +128,15 @@ export function textbook(q: HostTensor, k: HostTensor, v: HostTensor, opts: Atte
         const P = e.map((x) => x / z);
         lse[li] = m + Math.log(z);
         const o = qi(cuQ[b] + i, h);
+        const oo = oi(cuQ[b] + i, h);
         js.forEach((j, n) => {
-          if (j >= 0) for (let d = 0; d < D; d++) out[o + d] += P[n] * V[ki(cuK[b] + j, g) + d];
+          if (j >= 0) for (let d = 0; d < Dv; d++) out[oo + d] += P[n] * V[vi(cuK[b] + j, g) + d];
         });
         if (dO && dq && dk && dv) {
           const dP = js.map((j) => {
             if (j < 0) return 0; // the sink's value row is 0
             let a = 0;
-            for (let d = 0; d < D; d++) a += dO[o + d] * V[ki(cuK[b] + j, g) + d];
+            for (let d = 0; d < Dv; d++) a += dO[oo + d] * V[vi(cuK[b] + j, g) + d];
             return a;
           });
           const r = P.reduce((a, p, n) => a + p * dP[n], 0);
@@ -147,8 +151,9 @@ export function textbook(q: HostTensor, k: HostTensor, v: HostTensor, opts: Atte
             for (let d = 0; d < D; d++) {
               dq[o + d] += dx * K[ko + d];
               dk[ko + d] += dx * Q[o + d];
-              dv[ko + d] += P[n] * dO[o + d];
             }
+            const vo = vi(cuK[b] + j, g);
+            for (let d = 0; d < Dv; d++) dv[vo + d] += P[n] * dO[oo + d];
           });
         }
       }
