@@ -78,14 +78,14 @@ describe('case generator', () => {
     for (const c of quick) expect(c.work).toBeLessThanOrEqual(QUICK_CASE_WORK);
     expect(conformanceCases({ count: 10 }).length).toBe(10);
     // A short list still has every template (in some dtype).
-    const short = new Set(conformanceCases({ count: 60 }).flatMap((c) => c.tags));
+    const short = new Set(conformanceCases({ count: 66 }).flatMap((c) => c.tags));
     expect(REQUIRED_TAGS.filter((t) => !short.has(t))).toEqual([]);
     const f32 = conformanceCases({ dtypes: ['f32'], count: 120 });
     expect(f32.every((c) => c.dtype === 'f32')).toBe(true);
     const cov = coverage(f32);
     expect(REQUIRED_TAGS.filter((t) => !cov.get(`f32 ${t}`))).toEqual([]);
     const small = conformanceCases({ maxD: 64 });
-    expect(small.every((c) => c.d <= 64)).toBe(true);
+    expect(small.every((c) => c.d <= 64 && c.dv <= 64)).toBe(true);
     expect(small.length).toBe(320);
     expect(conformanceCases({ backward: false, count: 5 }).every((c) => !c.backward)).toBe(true);
     expect(() => conformanceCases({ maxD: 0 })).toThrow();

@@ -14,7 +14,7 @@ import type { HostTensor } from '../tensor.js';
 import { createRng, randomTensor, hostTensor, type Rng } from './random.js';
 
 /** Head dims the generator uses (engines that lack one say so through supports()). */
-export const CASE_HEAD_DIMS: readonly number[] = [1, 8, 16, 32, 40, 64, 80, 96, 128, 256];
+export const CASE_HEAD_DIMS: readonly number[] = [1, 8, 16, 32, 40, 64, 80, 96, 128, 192, 256, 512];
 /** Sequence lengths around common tile sizes. */
 export const EDGE_LENGTHS: readonly number[] = [1, 17, 33, 63, 65, 127, 129];
 
@@ -267,14 +267,14 @@ export interface ConformanceCaseOptions {
   /** Seed of the random part (default 1). */
   readonly seed?: number;
   /**
-   * Number of cases (default 320; with quick, one per edge template and dtype, 189 for three
+   * Number of cases (default 320; with quick, one per edge template and dtype, 198 for three
    * dtypes). The edge templates come first, each in one dtype, then each in the next dtype...:
-   * a count of at least 63 (the number of templates) covers every template.
+   * a count of at least 66 (the number of templates) covers every template.
    */
   readonly count?: number;
   /** Dtypes to generate (default f32, f16, bf16). */
   readonly dtypes?: readonly DType[];
-  /** Largest head dim; larger ones are replaced by the largest allowed (default 256). */
+  /** Largest head dim; larger ones are replaced by the largest allowed (default 512). */
   readonly maxD?: number;
   /** Smaller cases, for slow engines (software GPUs): work per case ≤ 3e5, edge templates only by default. */
   readonly quick?: boolean;
@@ -364,6 +364,10 @@ export function edgeTemplates(): T[] {
     { seqlensQ: [5, 0, 17], seqlensK: [9, 4, 0], d: 48, dv: 16, h: 2, window: [3, 1], alibi: 'H' },
     { tq: 9, tk: 12, d: 8, dv: 1, h: 2, hkv: 1 },
     { tq: 9, d: 1, dv: 8 },
+    // head dims past 256 (Gemma-class global layers: 512; MLA decode's latent 576/512 is a KV case)
+    { tq: 33, tk: 65, d: 512, causal: true },
+    { tq: 17, tk: 40, d: 320, h: 2, hkv: 1, window: [8, 0] },
+    { tq: 24, d: 512, dv: 256, h: 2, sinks: true },
   ];
 }
 
@@ -460,7 +464,7 @@ export function conformanceCases(o: ConformanceCaseOptions = {}): ConformanceCas
   const dtypes = o.dtypes && o.dtypes.length > 0 ? [...o.dtypes] : [...DTYPES];
   const templates = edgeTemplates();
   const count = o.count ?? (quick ? templates.length * dtypes.length : 320);
-  const maxD = o.maxD ?? 256;
+  const maxD = o.maxD ?? 512;
   const dims = CASE_HEAD_DIMS.filter((d) => d <= maxD);
   if (dims.length === 0) throw new RangeError(`conformanceCases: maxD ${maxD} is below the smallest head dim ${CASE_HEAD_DIMS[0]}`);
   const budget = quick ? QUICK_CASE_WORK : MAX_CASE_WORK;

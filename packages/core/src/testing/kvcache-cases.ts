@@ -246,6 +246,9 @@ export function kvCacheTemplates(): T[] {
     { seqlens: [5, 0, 17], tnew: 1, d: 32, h: 4, hkv: 2, sinks: true },
     { seqlens: [1500, 40], tnew: 1, blockSize: 256, d: 64, h: 8, hkv: 2, sinks: true },
     { seqlens: [0, 9], tq: 2, causal: true, window: [4, 0], softcap: 10, d: 16, h: 2, sinks: true },
+    // head dim 512 (paged decode) and 576 (MLA's latent + rope width, contiguous)
+    { seqlens: [40, 7], tnew: 1, blockSize: 16, d: 512, h: 4, hkv: 1 },
+    { seqlens: [33], tnew: 1, d: 576, h: 4, hkv: 1, sinks: true },
   ];
   // lengths and tables as the engine's index tensors
   const onDevice = [base[0], base[1], base[12], base[13], base[19]].map((t) => ({ ...t, deviceIndex: true }));
@@ -257,7 +260,7 @@ export interface KVCacheCaseOptions {
   readonly seed?: number;
   /** Dtypes (default f32, f16, bf16). */
   readonly dtypes?: readonly DType[];
-  /** Largest head dim; larger templates use the largest allowed (default 256). */
+  /** Largest head dim; larger templates use the largest allowed (default 576). */
   readonly maxD?: number;
   /** Each template once, in one dtype (rotating), instead of in every dtype. */
   readonly quick?: boolean;
@@ -266,7 +269,7 @@ export interface KVCacheCaseOptions {
 /** The KV-cache cases: every template in every dtype (quick: in one dtype each). */
 export function kvCacheCases(o: KVCacheCaseOptions = {}): KVCacheCase[] {
   const dtypes = o.dtypes && o.dtypes.length > 0 ? [...o.dtypes] : [...DTYPES];
-  const maxD = o.maxD ?? 256;
+  const maxD = o.maxD ?? 576;
   const seed = o.seed ?? 1;
   const templates = kvCacheTemplates();
   const passes = o.quick ? 1 : dtypes.length;
