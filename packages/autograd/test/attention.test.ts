@@ -34,6 +34,8 @@ const cases: Case[] = [
   { name: 'ALiBi per head', q: [B, 6, 2, 4], kv: [B, 6, 2, 4], opts: { alibiSlopes: [0.5, 0.125] } },
   { name: 'ALiBi per (batch, head), causal', q: [B, 6, 2, 4], kv: [B, 6, 2, 4], opts: { alibiSlopes: [0.5, 0.25, 0.125, 0.0625], causal: true } },
   { name: 'scale 0.3', q: [B, 5, 2, 4], kv: [B, 5, 2, 4], opts: { scale: 0.3 } },
+  { name: 'dropout 0.3 (a fixed mask per seed), GQA, causal', q: [B, 6, 4, 4], kv: [B, 6, 2, 4], opts: { causal: true, dropout: { p: 0.3, seed: 11 } } },
+  { name: 'dropout 0.5 + sinks-free varlen + Dv', q: [8, 2, 4], kv: [11, 2, 4], v: [11, 2, 3], opts: { cuSeqlensQ: [0, 3, 3, 8], cuSeqlensK: [0, 4, 6, 11], dropout: { p: 0.5, seed: 2 ** 35 + 1, offset: 9 } } },
   { name: 'Dv 6 ≠ Dqk 4, GQA, causal', q: [B, 5, 4, 4], kv: [B, 6, 2, 4], v: [B, 6, 2, 6], opts: { causal: true } },
   { name: 'Dv 2 < Dqk 4, varlen', q: [8, 2, 4], kv: [11, 2, 4], v: [11, 2, 2], opts: { cuSeqlensQ: [0, 3, 3, 8], cuSeqlensK: [0, 4, 6, 11] } },
   { name: 'varlen (an empty segment, Tq≠Tk)', q: [8, 2, 4], kv: [11, 2, 4], opts: { cuSeqlensQ: [0, 3, 3, 8], cuSeqlensK: [0, 4, 6, 11] } },

@@ -18,6 +18,7 @@ export * from './reference.js';
 export * from './naive.js';
 export * from './online-softmax.js';
 export * from './sinks.js';
+export * from './philox.js';
 export * from './option-support.js';
 export * from './iomodel.js';
 export * from './npy.js';

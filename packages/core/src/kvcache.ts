@@ -240,7 +240,8 @@ export function writeHostIndex(t: DeviceIndexTensor, data: unknown, offset: unkn
  */
 export function describeKVCacheProblem(qIn: unknown, kCacheIn: unknown, vCacheIn: unknown, opts: KVCacheOptions, backend?: string): KVCacheProblem {
   check(typeof opts === 'object' && opts !== null, 'E_ARG', 'KV-cache options must be an object with at least cacheSeqlens');
-  const o = opts as KVCacheOptions & { cuSeqlensQ?: unknown; cuSeqlensK?: unknown };
+  const o = opts as KVCacheOptions & { cuSeqlensQ?: unknown; cuSeqlensK?: unknown; dropout?: unknown };
+  check(o.dropout === undefined, 'E_ARG', 'dropout does not apply to a KV-cache call (inference: it has no backward); leave it out');
   check(o.cuSeqlensQ === undefined && o.cuSeqlensK === undefined, 'E_ARG', 'cuSeqlensQ/cuSeqlensK do not apply to a KV-cache call: queries are [B, Tq, H, D] and each sequence attends to cacheSeqlens[b] + Tnew keys');
   check(o.cacheSeqlens !== undefined, 'E_ARG', 'cacheSeqlens is required: the number of tokens already in the cache, per sequence (int32 [B])');
   const q = checkTensorLike(qIn, 'q');

@@ -16,7 +16,9 @@
  *             (rows that see no key: P = 0); O = rd(P·V)   (matmul)
  *             sinks: the f32 logit s_h joins each row as one more column (no value), as model
  *             code concatenates it before the softmax and drops its column after
- *   backward  sinks: dsink_h = f32 Σ_rows P_sink·(0 − Σⱼ P·dP) (the softmax backward of that column)
+ *             dropout: O = rd(Σ P·M·V/(1 − p)) with philox.ts's mask M (P kept undropped)
+ *   backward  dropout: dP = rd(dO·Vᵀ)·M/(1 − p), dV = rd(Σ P·M·dO/(1 − p))
+ *             sinks: dsink_h = f32 Σ_rows P_sink·(0 − Σⱼ P·dP) (the softmax backward of that column)
  *   backward  dP = rd(dO·Vᵀ); dV = rd(Pᵀ·dO)     (matmuls, per query head)
  *             dS = rd(P·(dP − Σⱼ P·dP))         (softmax backward in float32)
  *             softcap: dT = rd(dS·c); dA = rd(dT·(1 − t²)); dS = rd(dA / c)
@@ -30,6 +32,7 @@ import { check } from './errors.js';
 import type { DType } from './dtype.js';
 import { describeProblem, segment, lseIndex, type AttentionOptions, type AttentionProblem } from './problem.js';
 import { keyRange } from './mask.js';
+import { dropoutKeepRow } from './philox.js';
 import type { HostTensor } from './tensor.js';
 import { referenceMaxBytes } from './reference.js';
 import { checkBytes, hostValues, requireHost } from './reference-util.js';
@@ -107,6 +110,8 @@ interface Ctx {
   orow: Float64Array;
   /** With sinks: the sink column's rounded P of each row of the current (b, h), [tq]. */
   Psink: Float64Array;
+  /** With dropout: one row's keep flags. */
+  keep: Uint8Array;
 }
 
 /** Forward of one (batch, head): fills ctx.P (and ctx.T), writes out and lse. */
@@ -158,11 +163,15 @@ function forwardHead(c: Ctx, b: number, h: number): void {
     }
     lse[li] = fr(m + fr(Math.log(sum)));
     orow.fill(0, 0, Dv);
+    const drop = p.dropout;
+    if (drop) dropoutKeepRow(drop, b * p.h + h, i, lo, hi + 1, c.keep);
     for (let j = lo; j <= hi; j++) {
       const pj = rd(fr(P[row + j] / sum));
       P[row + j] = pj;
+      const pd = drop ? (c.keep[j - lo] ? rd(fr(pj * drop.keepScale)) : 0) : pj;
+      if (pd === 0) continue;
       const vo = ((k0 + j) * p.hkv + g) * Dv;
-      for (let d = 0; d < Dv; d++) orow[d] = fr(orow[d] + pj * V[vo + d]);
+      for (let d = 0; d < Dv; d++) orow[d] = fr(orow[d] + pd * V[vo + d]);
     }
     for (let d = 0; d < Dv; d++) out[oo + d] = rd(orow[d]);
   }
@@ -195,6 +204,7 @@ function setup(fn: string, q: HostTensor, k: HostTensor, v: HostTensor, opts: At
     lse: new Float32Array(p.h * p.totalQ),
     orow: new Float64Array(p.vDim),
     Psink: new Float64Array(p.tq),
+    keep: new Uint8Array(p.dropout ? p.tk : 0),
   };
 }
 
@@ -251,13 +261,16 @@ export function naiveBackward(q: HostTensor, k: HostTensor, v: HostTensor, dOut:
         const row = i * tk;
         const qo = ((q0 + i) * p.h + h) * D;
         const oo = ((q0 + i) * p.h + h) * Dv;
+        const drop = p.dropout;
+        if (drop) dropoutKeepRow(drop, b * p.h + h, i, lo, hi + 1, c.keep);
+        const ks = (j: number) => (drop ? (c.keep[j - lo] ? drop.keepScale : 0) : 1);
         // dP = rd(dO·Vᵀ); r = Σ P·dP (float32)
         let r = 0;
         for (let j = lo; j <= hi; j++) {
           const vo = ((k0 + j) * p.hkv + g) * Dv;
           let a = 0;
           for (let d = 0; d < Dv; d++) a = fr(a + DO[oo + d] * V[vo + d]);
-          const dp = rd(a);
+          const dp = drop ? rd(fr(rd(a) * ks(j))) : rd(a);
           dProw[j] = dp;
           r = fr(r + P[row + j] * dp);
         }
@@ -279,7 +292,8 @@ export function naiveBackward(q: HostTensor, k: HostTensor, v: HostTensor, dOut:
             dkh[ro + d] = fr(dkh[ro + d] + ds * Qs[qo + d]);
           }
           const rv = j * Dv;
-          for (let d = 0; d < Dv; d++) dvh[rv + d] = fr(dvh[rv + d] + pj * DO[oo + d]);
+          const pd = drop ? rd(fr(pj * ks(j))) : pj;
+          for (let d = 0; d < Dv; d++) dvh[rv + d] = fr(dvh[rv + d] + pd * DO[oo + d]);
         }
         for (let d = 0; d < D; d++) dq[qo + d] = rd(fr(rd(acc[d]) * sc));
       }

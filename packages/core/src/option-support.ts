@@ -13,13 +13,16 @@ export interface OptionClaims {
   readonly kvSinks?: boolean;
   /** A head dim of v's own (Dv ≠ Dqk) in the dense calls. */
   readonly vDim?: boolean;
+  /** Dropout (dense calls: the KV-cache call has none). */
+  readonly dropout?: boolean;
 }
 
 const OK: Support = { ok: true };
 
 /** Declines a problem with an option the engine does not claim; { ok: true } otherwise. */
-export function optionSupport(p: { readonly sinks?: Float32Array; readonly kind?: string; readonly d: number; readonly vDim?: number }, engine: string, claims: OptionClaims): Support {
+export function optionSupport(p: { readonly sinks?: Float32Array; readonly kind?: string; readonly d: number; readonly vDim?: number; readonly dropout?: unknown }, engine: string, claims: OptionClaims): Support {
   const kv = p.kind === 'kvcache';
+  if (p.dropout !== undefined && !claims.dropout) return { ok: false, reason: `the ${engine} engine does not compute dropout yet` };
   if (p.vDim !== undefined && p.vDim !== p.d && !claims.vDim) {
     return { ok: false, reason: `the ${engine} engine does not compute a head dim of v's own (Dqk ${p.d}, Dv ${p.vDim}) yet` };
   }

@@ -5,6 +5,7 @@
  */
 import { check } from './errors.js';
 import type { DType } from './dtype.js';
+import type { DropoutSpec } from './philox.js';
 import { boundWindows, checkTensorLike, resolveScores, sameShape, shapeOnlyTensor, shapeStr, toInt32, type ResolvedScores } from './validate.js';
 
 export interface AttentionOptions {
@@ -27,6 +28,13 @@ export interface AttentionOptions {
    * LSE = sinks[h]. Backward also returns dsinks [H].
    */
   sinks?: Float32Array | readonly number[];
+  /**
+   * Dropout on the attention probabilities (training): entries of P are dropped with probability
+   * p and the kept ones scaled by 1/(1 − p); LSE stays the undropped one. The mask is Philox
+   * 4×32-10 keyed by (seed, offset, batch, head, row, column) (philox.ts), the same on every
+   * engine; backward regenerates it. offset (default 0) picks another mask for the same seed.
+   */
+  dropout?: { readonly p: number; readonly seed: number; readonly offset?: number };
   /** Ask for bit-identical gradients run to run (engines that reduce in parallel honour it). */
   deterministic?: boolean;
 }
@@ -49,6 +57,8 @@ export interface AttentionProblem extends ResolvedScores {
   readonly totalQ: number;
   readonly totalK: number;
   readonly varlen: boolean;
+  /** Dropout (resolved), or undefined for none (p = 0 included). */
+  readonly dropout: DropoutSpec | undefined;
   /** Offsets, length batch+1, in tokens; synthesised as multiples of tq/tk when not varlen. */
   readonly cuSeqlensQ: Int32Array;
   readonly cuSeqlensK: Int32Array;
@@ -155,6 +165,7 @@ export function describeProblem(qIn: unknown, kIn: unknown, vIn: unknown, opts: 
   return {
     dtype: q.dtype,
     batch, h, hkv, d, vDim, tq, tk, totalQ, totalK, varlen,
+    dropout: resolveDropout(opts.dropout),
     cuSeqlensQ: cuQ,
     cuSeqlensK: cuK,
     ...sc,
@@ -164,6 +175,17 @@ export function describeProblem(qIn: unknown, kIn: unknown, vIn: unknown, opts: 
     outShape: [...q.shape.slice(0, -1), vDim],
     lseShape: varlen ? [h, totalQ] : [batch, h, tq],
   };
+}
+
+function resolveDropout(x: unknown): DropoutSpec | undefined {
+  if (x === undefined) return undefined;
+  check(typeof x === 'object' && x !== null, 'E_ARG', () => `dropout must be { p, seed, offset? }, got ${String(x)}`);
+  const { p, seed, offset = 0 } = x as { p?: unknown; seed?: unknown; offset?: unknown };
+  check(typeof p === 'number' && p >= 0 && p < 1, 'E_ARG', () => `dropout.p must be a probability in [0, 1), got ${String(p)}`);
+  check(typeof seed === 'number' && Number.isSafeInteger(seed) && seed >= 0, 'E_ARG', () => `dropout.seed must be an integer in [0, 2^53), got ${String(seed)}`);
+  check(typeof offset === 'number' && Number.isInteger(offset) && offset >= 0 && offset < 2 ** 32, 'E_ARG', () => `dropout.offset must be an integer in [0, 2^32), got ${String(offset)}`);
+  if (p === 0) return undefined;
+  return { p, threshold: Math.floor(p * 2 ** 32), keepScale: 1 / (1 - p), k0: seed % 2 ** 32, k1: Math.floor(seed / 2 ** 32), offset };
 }
 
 /**

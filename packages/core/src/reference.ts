@@ -7,7 +7,9 @@
  *
  * Semantics come from mask.ts (keyRange, logit, slopeOf) so they are defined in one place.
  * A row that sees no key has output 0 and LSE -Infinity (the head's sink logit with sinks); NaN
- * in inputs propagates. Sinks join each row's softmax as one more logit without a value.
+ * in inputs propagates. Sinks join each row's softmax as one more logit without a value. Dropout
+ * drops entries of P by philox.ts's mask after the softmax (LSE is the undropped one) and scales
+ * the kept ones by 1/(1 − p).
  *
  * With `magnitudes: true` the reference also returns, per output element, the magnitude of the
  * terms that element is computed from (a running-error-analysis "condition" tensor: the sum of
@@ -24,6 +26,7 @@ import { checkBytes, hostValues, requireHost } from './reference-util.js';
 import { describeProblem, segment, lseIndex, type AttentionOptions, type AttentionProblem } from './problem.js';
 import { keyRange, logit, slopeOf } from './mask.js';
 import { isHostTensor, numel, type HostTensor } from './tensor.js';
+import { dropoutKeepRow } from './philox.js';
 
 const DEFAULT_MAX_BYTES = 512 * 1024 * 1024;
 let maxBytesDefault = DEFAULT_MAX_BYTES;
@@ -159,6 +162,8 @@ function forwardCore(x: Inputs, mag: boolean): FwdState {
   const S = new Float64Array(p.tq * p.tk);
   const Tn = mag && p.softcap > 0 ? new Float64Array(p.tq * p.tk) : null;
   const X = mag ? new Float64Array(p.tq * p.tk) : null;
+  const drop = p.dropout;
+  const keep = new Uint8Array(drop ? p.tk : 0);
   if (mag) {
     st.magOut = new Float64Array(out.length);
     st.magLse = new Float64Array(lse.length);
@@ -198,12 +203,15 @@ function forwardCore(x: Inputs, mag: boolean): FwdState {
         sum += eSink;
         lse[li] = m + Math.log(sum);
         const inv = 1 / sum;
-        // O = P·V.
+        // O = P·V (with dropout: the kept entries of P, scaled by 1/(1 − p)).
+        if (drop) dropoutKeepRow(drop, b * p.h + h, i, lo, hi + 1, keep);
         for (let j = lo; j <= hi; j++) {
           const pj = S[row + j] * inv;
           S[row + j] = pj;
+          const pd = drop ? (keep[j - lo] ? pj * drop.keepScale : 0) : pj;
+          if (pd === 0 && drop) continue;
           const vo = ((k0 + j) * p.hkv + g) * Dv;
-          for (let d = 0; d < Dv; d++) out[oo + d] += pj * V[vo + d];
+          for (let d = 0; d < Dv; d++) out[oo + d] += pd * V[vo + d];
         }
         if (mag) {
           const magOut = st.magOut!;
@@ -223,8 +231,9 @@ function forwardCore(x: Inputs, mag: boolean): FwdState {
             if (!(pj > 0)) continue;
             const w = sa(j) + L;
             const vo = ((k0 + j) * p.hkv + g) * Dv;
+            const ks = drop ? (keep[j - lo] ? drop.keepScale : 0) : 1; // (a dropped value weighs 0)
             for (let d = 0; d < Dv; d++) {
-              const vv = V[vo + d];
+              const vv = V[vo + d] * ks;
               magOut[oo + d] += pj * (w * Math.abs(vv - out[oo + d]) + Math.abs(vv));
             }
           }
@@ -303,6 +312,8 @@ export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, d
   const mv = mag ? new Float64Array(nv) : null;
   const absScale = Math.abs(p.scale);
   const cap = p.softcap;
+  const drop = p.dropout;
+  const keep = new Uint8Array(drop ? p.tk : 0);
   const dsinks = p.sinks ? new Float64Array(p.h) : undefined;
   const mds = p.sinks && mag ? new Float64Array(p.h) : undefined;
   const cds = p.sinks && given ? new Float64Array(p.h) : undefined;
@@ -351,8 +362,11 @@ export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, d
         const Di = Drow[i];
         const L = mag ? st.lrow![(q0 + i) * p.h + h] : 0;
         const lseI = mag ? lse[lseIndex(p, b, h, i)] : 0;
+        if (drop) dropoutKeepRow(drop, b * p.h + h, i, lo, hi + 1, keep);
         for (let j = lo; j <= hi; j++) {
           const P = S[row + j];
+          // dropout: out used P∘M/(1 − p), so dV takes that and dP is masked and scaled the same way
+          const ks = drop ? (keep[j - lo] ? drop.keepScale : 0) : 1;
           const ko = ((k0 + j) * p.hkv + g) * D;
           const vo = ((k0 + j) * p.hkv + g) * Dv;
           let dP = 0;
@@ -364,6 +378,8 @@ export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, d
               pa += Math.abs(t);
             }
           } else for (let d = 0; d < Dv; d++) dP += DO[oo + d] * V[vo + d];
+          dP *= ks;
+          pa *= ks;
           const dS = P * (dP - Di);
           const t = Tn !== null ? Tn[row + j] : 0;
           const deriv = Tn !== null ? p.scale * (1 - t * t) : p.scale;
@@ -372,7 +388,7 @@ export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, d
             dq[qo + d] += dZ * K[ko + d];
             dk[ko + d] += dZ * Q[qo + d];
           }
-          for (let d = 0; d < Dv; d++) dv[vo + d] += P * DO[oo + d];
+          for (let d = 0; d < Dv; d++) dv[vo + d] += P * ks * DO[oo + d];
           if (given) {
             const cz = -P * deriv * dDRow![i];
             for (let d = 0; d < D; d++) {
@@ -386,7 +402,7 @@ export function referenceBackward(q: HostTensor, k: HostTensor, v: HostTensor, d
             const cdr = Tn !== null ? absScale * (1 - t * t) : absScale;
             let E = cdr * P * (pa + DabsRow![i] + (sa + L) * Math.abs(dP - Di));
             if (Tn !== null) E += absScale * Math.abs(dS) * 2 * (t * t + (Math.abs(t) * (1 - t * t) * xa) / cap);
-            const W = P * (1 + sa + L);
+            const W = P * ks * (1 + sa + L);
             for (let d = 0; d < D; d++) {
               mq![qo + d] += E * Math.abs(K[ko + d]);
               mk![ko + d] += E * Math.abs(Q[qo + d]);
@@ -482,8 +498,11 @@ export function referenceRows(q: HostTensor, k: HostTensor, v: HostTensor, opts:
     }
     if (sink !== -Infinity) sum += Math.exp(sink - m);
     const inv = 1 / sum;
+    const drop = p.dropout;
+    const keep = drop ? new Uint8Array(n) : undefined;
+    if (drop) dropoutKeepRow(drop, b * p.h + h, i, lo, hi + 1, keep!);
     for (let j = lo; j <= hi; j++) {
-      const pj = sbuf[j - lo] * inv;
+      const pj = sbuf[j - lo] * inv * (drop ? (keep![j - lo] ? drop.keepScale : 0) : 1);
       const vo = ((k0 + j) * p.hkv + g) * Dv;
       for (let d = 0; d < Dv; d++) out[d] += pj * rv(vo + d);
     }

@@ -140,6 +140,8 @@ describe('referenceBackward vs central finite differences of referenceForward', 
     { name: 'varlen with empty segments', qs: [7, 2, 3], ks: [9, 1, 3], o: { cuSeqlensQ: [0, 2, 2, 5, 7], cuSeqlensK: [0, 4, 4, 4, 9], causal: true } },
     { name: 'Dv 5 ≠ Dqk 3, GQA H4/2, causal', qs: [1, 4, 4, 3], ks: [1, 5, 2, 3], vs: [1, 5, 2, 5], o: { causal: true } },
     { name: 'Dv 2 < Dqk 4, varlen, softcap, sinks', qs: [7, 2, 4], ks: [9, 1, 4], vs: [9, 1, 2], o: { cuSeqlensQ: [0, 2, 2, 5, 7], cuSeqlensK: [0, 4, 4, 4, 9], softcap: 2, sinks: [0.5, -1] } },
+    { name: 'dropout 0.4 + GQA + causal (a fixed mask: the loss is smooth in q, k, v)', qs: [2, 4, 4, 3], ks: [2, 5, 2, 3], o: { causal: true, dropout: { p: 0.4, seed: 7, offset: 3 } } },
+    { name: 'dropout 0.3 + Dv + sinks, varlen', qs: [7, 2, 4], ks: [9, 1, 4], vs: [9, 1, 3], o: { cuSeqlensQ: [0, 2, 2, 5, 7], cuSeqlensK: [0, 4, 4, 4, 9], sinks: [0.5, -1], dropout: { p: 0.3, seed: 2 ** 33 + 5 } } },
     { name: 'sinks, GQA H4/2, causal Tq>Tk (empty rows)', qs: [1, 6, 4, 3], ks: [1, 4, 2, 3], o: { causal: true, sinks: [0.5, -1.25, 2, 0] } },
     { name: 'sinks + softcap + ALiBi, varlen', qs: [7, 2, 3], ks: [9, 1, 3], o: { cuSeqlensQ: [0, 2, 2, 5, 7], cuSeqlensK: [0, 4, 4, 4, 9], softcap: 2, alibiSlopes: [0.5, 0.25], sinks: [1.5, -0.5] } },
   ];

@@ -5,7 +5,7 @@ const refOf = (q: HostTensor, k: HostTensor, v: HostTensor, o: AttentionOptions)
 import {
   caseInputs, caseProblem, CASE_HEAD_DIMS, checkBadInputs, checkCase, checkNaNPropagation, checkRepeatable, compareLse, compareTensor,
   conformanceCases, defineConformanceSuite, EDGE_LENGTHS, formatSummary, makeCase, MAX_CASE_WORK, QUICK_CASE_WORK,
-  referenceBackend, runConformance, type ConformanceCase, kvCacheCases, EXTRA_CHECKS, KV_EXTRA_CHECKS,
+  referenceBackend, runConformance, type ConformanceCase, kvCacheCases, EXTRA_CHECKS, KV_EXTRA_CHECKS, checkDropoutMask,
 } from '../dist/testing/index.js';
 import { flashSimBackend } from './helpers/flash-sim.js';
 import { hostBackend, WRONG_ENGINES } from './helpers/engines.js';
@@ -18,7 +18,7 @@ const quick = conformanceCases({ quick: true });
 const REQUIRED_TAGS = [
   'causal', 'window', 'window+causal', 'gqa', 'mqa', 'varlen', 'varlen-empty-both', 'varlen-empty-k', 'varlen-empty-q',
   'softcap', 'alibi-H', 'alibi-BH', 'scale', 'scale-negative', 'scale-large', 'T1', 'tq<tk', 'tq>tk', 'masked-rows',
-  'all-rows-masked', 'large-magnitude', 'multi-batch', 'multi-head', 'deterministic', 'sinks',
+  'all-rows-masked', 'large-magnitude', 'multi-batch', 'multi-head', 'deterministic', 'sinks', 'dropout',
   ...['[0,0]', '[3,-1]', '[-1,5]', '[2,2]'].flatMap((w) => [`window${w}`, `window${w}+causal`]),
   ...EDGE_LENGTHS.filter((t) => t > 1).map((t) => `T${t}`),
   ...CASE_HEAD_DIMS.map((d) => `D${d}`),
@@ -78,7 +78,7 @@ describe('case generator', () => {
     for (const c of quick) expect(c.work).toBeLessThanOrEqual(QUICK_CASE_WORK);
     expect(conformanceCases({ count: 10 }).length).toBe(10);
     // A short list still has every template (in some dtype).
-    const short = new Set(conformanceCases({ count: 66 }).flatMap((c) => c.tags));
+    const short = new Set(conformanceCases({ count: 70 }).flatMap((c) => c.tags));
     expect(REQUIRED_TAGS.filter((t) => !short.has(t))).toEqual([]);
     const f32 = conformanceCases({ dtypes: ['f32'], count: 120 });
     expect(f32.every((c) => c.dtype === 'f32')).toBe(true);
@@ -198,6 +198,7 @@ const EXPECT: Record<string, { backward: boolean; must: Expect }> = {
   },
   'flips the ALiBi sign': { backward: false, must: (c, p) => (c.options.alibiSlopes ? rowsOf(p).some((r) => r.hi > r.lo) : false) },
   'ignores sinks': { backward: false, must: (c) => (c.options.sinks === undefined ? false : undefined) },
+  'ignores dropout': { backward: false, must: (c, p) => (c.options.dropout === undefined ? false : anyVisible(p) ? true : undefined) },
   // (with large-magnitude scores a sink's share, and so dsinks, can be below any tolerance)
   'returns dsinks with the wrong sign': { backward: true, must: (c) => (c.options.sinks === undefined ? false : c.magnitude < 10 ? true : undefined) },
   'ignores softcap': { backward: false, must: (c, p) => (c.options.softcap === undefined ? false : c.dtype === 'f32' && anyVisible(p) ? true : undefined) },
@@ -228,6 +229,17 @@ describe('the kit rejects wrong engines', () => {
       for (const d of name.startsWith('f32') ? (['f32'] as DType[]) : DTYPES) expect(failedByDtype.get(d) ?? 0, `failures in ${d}`).toBeGreaterThan(0);
     });
   }
+});
+
+describe('the dropout mask check', () => {
+  it("passes the reference, and fails an engine whose mask is another (offset + 1) or that ignores dropout", async () => {
+    expect((await checkDropoutMask(referenceBackend())).pass).toBe(true);
+    const shifted = hostBackend('shifted', { forward: (q, k, v, o) => referenceForward(q, k, v, { ...o, dropout: o.dropout && { ...o.dropout, offset: (o.dropout.offset ?? 0) + 1 } }) });
+    const r = await checkDropoutMask(shifted);
+    expect(r.pass).toBe(false);
+    expect(r.message).toMatch(/philox (keeps|drops) key/);
+    expect((await checkDropoutMask(hostBackend('ignores', WRONG_ENGINES['ignores dropout']))).pass).toBe(false);
+  });
 });
 
 describe('reporting', () => {
@@ -346,6 +358,6 @@ defineConformanceSuite(async () => referenceBackend({ supports: (p) => (p.d === 
 describe('defineConformanceSuite', () => {
   it('printed a summary line with the skip reasons', () => {
     expect(suiteLog).toEqual([`conformance reference-noD1 (float64 reference): 6 passed, 3 skipped (head dim 1 unsupported ×3), 0 failed`]);
-    expect(getterLog).toEqual([`conformance getter (float64 reference): 6 passed, 3 skipped (no D=1 ×3), 0 failed`]);
+    expect(getterLog).toEqual([`conformance getter (float64 reference): 7 passed, 3 skipped (no D=1 ×3), 0 failed`]);
   });
 });

@@ -35,6 +35,9 @@ const SPEC: FlagSpec = {
   softcap: { type: 'string', value: 'C', help: 'tanh soft-capping of the scores: c * tanh(s / c), c > 0' },
   scale: { type: 'string', value: 'S', help: 'score scale (default 1/sqrt(D))' },
   alibi: { type: 'string', value: 'SLOPES.npy', help: 'ALiBi slopes, float32 [H] or [B, H]' },
+  dropout: { type: 'string', value: 'P', help: 'dropout probability in [0, 1) on the attention weights (with --seed; the mask is the same on every engine)' },
+  seed: { type: 'string', value: 'N', help: "dropout's seed, an integer in [0, 2^53)" },
+  'dropout-offset': { type: 'string', value: 'O', help: "dropout's offset (default 0): another mask for the same seed" },
   sinks: { type: 'string', value: 'S.npy', help: 'attention sinks, float32 [H]: one logit per query head in the softmax denominator (with --dout also writes dsinks.npy)' },
   'cu-seqlens-q': { type: 'string', value: 'CQ.npy', help: 'varlen: int32 [B+1] query offsets (with --cu-seqlens-k)' },
   'cu-seqlens-k': { type: 'string', value: 'CK.npy', help: 'varlen: int32 [B+1] key offsets (with --cu-seqlens-q)' },
@@ -51,6 +54,7 @@ const SPEC: FlagSpec = {
 
 export const runHelp = `usage: fa run --backend cpu|wasm|native|webgpu|cuda|auto --q Q.npy --k K.npy --v V.npy [--dout DO.npy]
               [--causal] [--window L,R] [--softcap C] [--scale S] [--alibi SLOPES.npy] [--sinks S.npy]
+              [--dropout P --seed N [--dropout-offset O]]
               [--cu-seqlens-q CQ.npy --cu-seqlens-k CK.npy] [--dtype f32|f16|bf16] --out DIR
        fa run ... --q Q.npy --k-cache KC.npy --v-cache VC.npy [--block-table BT.npy]
               --cache-seqlens L.npy [--k-new KN.npy --v-new VN.npy] [options] --out DIR
@@ -105,6 +109,7 @@ function describeOptions(o: AttentionOptions): string {
   if (o.scale !== undefined) parts.push(`scale ${o.scale}`);
   if (o.alibiSlopes) parts.push('alibi');
   if (o.sinks) parts.push('sinks');
+  if (o.dropout) parts.push(`dropout ${o.dropout.p}`);
   return parts.length ? ' ' + parts.join(' ') : '';
 }
 
@@ -138,6 +143,7 @@ async function runKVCacheCommand(p: Parsed, io: Io): Promise<number> {
   if (alibi !== undefined) opts.alibiSlopes = await readSlopes(alibi);
   const sinks = p.strings.get('sinks');
   if (sinks !== undefined) opts.sinks = await readSinks(sinks);
+  for (const f of ['dropout', 'seed', 'dropout-offset']) if (p.strings.has(f)) throw argError(`--${f} does not apply to a KV-cache call (inference has no backward); leave it out`);
   return runKVCache(
     { p, backendName: p.strings.get('backend') ?? 'auto', dtype, outDir, readFloat: (path, what) => readFloatTensor(path, what, dtype), toNpy: asFloat32, options: opts, describeOptions: describeOptions(opts) },
     io,
@@ -173,6 +179,12 @@ export async function runCommand(args: readonly string[], io: Io): Promise<numbe
   if (alibi !== undefined) opts.alibiSlopes = await readSlopes(alibi);
   const sinks = p.strings.get('sinks');
   if (sinks !== undefined) opts.sinks = await readSinks(sinks);
+  const drop = p.strings.get('dropout');
+  const seed = p.strings.get('seed');
+  const dOff = p.strings.get('dropout-offset');
+  if ((drop === undefined) !== (seed === undefined)) throw argError('--dropout and --seed must be given together');
+  if (dOff !== undefined && drop === undefined) throw argError('--dropout-offset needs --dropout and --seed');
+  if (drop !== undefined) opts.dropout = { p: parseNumber('dropout', drop), seed: parseNumber('seed', seed!), ...(dOff !== undefined ? { offset: parseNumber('dropout-offset', dOff) } : {}) };
   if (cq !== undefined && ck !== undefined) {
     opts.cuSeqlensQ = await readCuSeqlens(cq, '--cu-seqlens-q');
     opts.cuSeqlensK = await readCuSeqlens(ck, '--cu-seqlens-k');

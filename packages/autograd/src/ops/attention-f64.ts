@@ -6,7 +6,12 @@
  * (`sinks`, float64 values: p.sinks holds them rounded to f32) join each row's denominator as a
  * logit without a value; backward64 then also gives dsinks.
  */
-import { describeProblem, keyRange, logit, lseIndex, segment, slopeOf, type AttentionOptions, type AttentionProblem, type DeviceTensor } from '@fa/core';
+import { describeProblem, dropoutKeeps, keyRange, logit, lseIndex, segment, slopeOf, type AttentionOptions, type AttentionProblem, type DeviceTensor } from '@fa/core';
+
+/** Dropout's multiplier of entry (i, j) of (b, h): 1/(1 − p) where @fa/core's philox mask keeps it, 0 where it drops it. */
+function keepScale(p: AttentionProblem, b: number, h: number, i: number, j: number): number {
+  return !p.dropout ? 1 : dropoutKeeps(p.dropout, b * p.h + h, i, j) ? p.dropout.keepScale : 0;
+}
 
 function shapeOnly(shape: readonly number[]): DeviceTensor {
   // describeProblem validates device tensors by shape alone: no data is needed to resolve a problem.
@@ -73,7 +78,8 @@ export function forward64(p: AttentionProblem, q: Float64Array, k: Float64Array,
     const L = m + Math.log(l);
     lse[li] = L;
     for (let j = r.lo; j <= r.hi; j++) {
-      const pj = Math.exp(s[j] - L);
+      const pj = Math.exp(s[j] - L) * keepScale(p, b, h, i, j);
+      if (pj === 0) continue;
       const vOff = ((k0 + j) * p.hkv + r.kvh) * Dv;
       for (let x = 0; x < Dv; x++) out[r.oOff + x] += pj * v[vOff + x];
     }
@@ -107,7 +113,8 @@ export function backward64(
       const raw = dot(q, r.qOff, k, kOff, D);
       const pj = Math.exp(logit(p, raw, r.slope, i, j, tq, tk) - L);
       const vOff = ((k0 + j) * p.hkv + r.kvh) * Dv;
-      const dp = dot(dOut, r.oOff, v, vOff, Dv);
+      const ks = keepScale(p, b, h, i, j);
+      const dp = dot(dOut, r.oOff, v, vOff, Dv) * ks;
       let ds = pj * (dp - Di) * p.scale;
       if (p.softcap > 0) {
         const t = Math.tanh((raw * p.scale) / p.softcap);
@@ -117,7 +124,7 @@ export function backward64(
         dq[r.qOff + x] += ds * k[kOff + x];
         dk[kOff + x] += ds * q[r.qOff + x];
       }
-      for (let x = 0; x < Dv; x++) dv[vOff + x] += pj * dOut[r.oOff + x];
+      for (let x = 0; x < Dv; x++) dv[vOff + x] += pj * ks * dOut[r.oOff + x];
     }
   });
   return dsinks ? { dq, dk, dv, dsinks } : { dq, dk, dv };

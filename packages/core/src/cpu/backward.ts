@@ -17,7 +17,7 @@
  *     for each query head h of the group, each query tile that sees this key tile (queryRange):
  *       S  = Q·Kᵀ → logits, −∞ where masked            gemmABtPacked, scoreTile (mask.ts)
  *       P  = e^(S − lse)                                probabilitiesFromLseTile (online-softmax.ts)
- *       dV += Pᵀ·dO                                     gemmAtB
+ *       dV += Pᵀ·dO                                     gemmAtB (with dropout: (P∘M/(1 − p))ᵀ·dO)
  *       dP = dO·Vᵀ                                      gemmABtPacked
  *       dS = P∘(dP − Dvec) [∘ (1 − tanh²) with softcap] · scale
  *       dK += dSᵀ·Q                                     gemmAtB
@@ -120,9 +120,17 @@ export function backwardUnit(job: BackwardJob, ws: Workspace, b: number, kvh: nu
           // padding columns (nc..nc4) of P must be 0: they are summed over by Pᵀ·dO's rows
           // that we drop, but keep them clean so nothing non-finite lingers.
           if (nc4 !== nc) for (let r = 0; r < nr; r++) s.fill(0, r * bc4 + nc, r * bc4 + nc4);
+          // dropout: out was (P∘M/(1 − p))·V, so dV takes P∘M/(1 − p) and dS masks dP the same way
+          const mk = p.dropout ? ws.dropoutTile(p.dropout, b * p.h + h, i0, nr, j0, nc, bc4) : undefined;
+          let pv = s;
+          if (mk) {
+            pv = ws.pd;
+            pv.fill(0, 0, nr4 * bc4);
+            for (let r = 0; r < nr; r++) for (let c = 0, o = r * bc4; c < nc; c++) pv[o + c] = s[o + c] * mk[o + c];
+          }
           // dV += Pᵀ·dO
-          if (full || dOFinite) gemmAtB(s, bc4, nr, oRow, nc4, dv4, dv);
-          else maskedAtB(s, bc4, nr, oRow, nc, dv4, dv, rowLo, rowHi, i0, j0);
+          if (full || dOFinite) gemmAtB(pv, bc4, nr, oRow, nc4, dv4, dv);
+          else maskedAtB(pv, bc4, nr, oRow, nc, dv4, dv, rowLo, rowHi, i0, j0);
           // dP = dO·Vᵀ, then dS = P∘(dP − Dvec)∘softcap' · scale (0 where masked)
           gemmABtPacked(oP, vP, dp, nr4, nc4, dv4, bc4);
           for (let r = 0; r < nr; r++) {
@@ -131,6 +139,7 @@ export function backwardUnit(job: BackwardJob, ws: Workspace, b: number, kvh: nu
             const lo = Math.max(0, rowLo[i0 + r] - j0);
             const hi = Math.min(nc - 1, rowHi[i0 + r] - j0);
             for (let c = 0; c < lo && c < nc4; c++) dp[base + c] = 0;
+            if (mk) for (let c = lo; c <= hi; c++) dp[base + c] *= mk[base + c];
             if (dcap) for (let c = lo; c <= hi; c++) dp[base + c] = s[base + c] * (dp[base + c] - dvr) * dcap[base + c] * scale;
             else for (let c = lo; c <= hi; c++) dp[base + c] = s[base + c] * (dp[base + c] - dvr) * scale;
             for (let c = Math.max(lo, hi + 1); c < nc4; c++) dp[base + c] = 0;

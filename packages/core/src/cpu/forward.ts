@@ -12,6 +12,7 @@
  *         S   = Q·Kᵀ                                gemmABtPacked
  *         S   = logit(S), −∞ where masked           scoreTile (mask.ts)
  *         S   = e^(S − m'), rescale l and acc       softmaxTileUpdate (online-softmax.ts)
+ *         S  ∘= dropout mask / (1 − p)               dropoutTile (philox.ts), l keeps the undropped sum
  *         acc += S·V                                gemmAB (maskedAB: see kernels.ts)
  *       out = acc / l, lse = m + log l              finalizeTile (online-softmax.ts)
  *     store out, lse
@@ -112,6 +113,11 @@ export function forwardRows(job: ForwardInputs, ws: Workspace, t: QueryTile, b: 
     const full = scoreTile(p, s, bc4, nr, nc, i0, j0, seg.tq, seg.tk, slope, rowLo, rowHi, 0, undefined);
     if (pinnedLse) probabilitiesFromLseTile(s, bc4, nr, nc, m, l);
     else softmaxTileUpdate(s, bc4, nr, nc, m, l, acc, dv4);
+    if (p.dropout) {
+      // after l has the undropped weights: only P·V sees the mask (philox.ts), scaled 1/(1 − p)
+      const mk = ws.dropoutTile(p.dropout, b * p.h + h, i0, nr, j0, nc, bc4);
+      for (let r = 0; r < nr; r++) for (let c = 0, o = r * bc4; c < nc; c++) s[o + c] *= mk[o + c];
+    }
     if (full || vFinite) gemmAB(s, bc4, nr4, vRow, nc, dv4, acc);
     else maskedAB(s, bc4, nr, vRow, nc, dv4, acc, rowLo, rowHi, 0, j0);
   }

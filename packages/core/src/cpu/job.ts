@@ -8,6 +8,7 @@ import type { AttentionProblem } from '../problem.js';
 import type { KVCacheProblem } from '../kvcache.js';
 import type { HostData } from '../tensor.js';
 import { paddedD } from './tiles.js';
+import { dropoutKeepRow, type DropoutSpec } from '../philox.js';
 
 export interface ForwardJob {
   readonly kind: 'forward';
@@ -141,6 +142,11 @@ export class Workspace {
   lse = new Float64Array(0);
   rowLo = new Int32Array(0);
   rowHi = new Int32Array(0);
+  // dropout: a row's keep flags, the tile's multipliers (0 or 1/(1 − p)) and P∘M/(1 − p)
+  keep = new Uint8Array(0);
+  mk = new Float64Array(0);
+  pd = new Float64Array(0);
+  words = new Uint32Array(4);
 
   /** Tiles for br query rows, bc key rows, head dims d (q·k) and dv (v; d by default). */
   ensure(br: number, bc: number, d: number, dv = d): void {
@@ -172,6 +178,26 @@ export class Workspace {
     this.m = f(br4);
     this.l = f(br4);
     this.lse = f(br4);
+    this.keep = new Uint8Array(bc4);
+    this.mk = new Float64Array(0); // (allocated by dropoutTile when a call has dropout)
+    this.pd = new Float64Array(0);
+  }
+
+  /**
+   * Dropout's multipliers of a tile (rows i0 + r < i0 + nr, keys j0 + c < j0 + nc, stream bh) into
+   * mk (row stride ld): keepScale where philox.ts keeps the entry, 0 where it drops it.
+   */
+  dropoutTile(drop: DropoutSpec, bh: number, i0: number, nr: number, j0: number, nc: number, ld: number): Float64Array {
+    if (this.mk.length < this.br4 * this.bc4) {
+      this.mk = new Float64Array(this.br4 * this.bc4);
+      this.pd = new Float64Array(this.br4 * this.bc4);
+    }
+    for (let r = 0; r < nr; r++) {
+      dropoutKeepRow(drop, bh, i0 + r, j0, j0 + nc, this.keep, this.words);
+      const o = r * ld;
+      for (let c = 0; c < nc; c++) this.mk[o + c] = this.keep[c] ? drop.keepScale : 0;
+    }
+    return this.mk;
   }
 
   /** Row-range scratch of at least n entries. */

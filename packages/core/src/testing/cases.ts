@@ -42,6 +42,8 @@ export interface CaseSpec {
   readonly alibi?: 'H' | 'BH';
   /** Attention sinks: seeded logits per query head, from well below to well above the rows' own logsumexp. */
   readonly sinks?: boolean;
+  /** Dropout probability (the mask's seed and offset follow from the case seed). */
+  readonly dropout?: number;
   /** Multiplier of q and k (large values give large-magnitude scores). Default 1. */
   readonly magnitude?: number;
   readonly deterministic?: boolean;
@@ -133,6 +135,8 @@ export function makeCase(spec: CaseSpec, id = 0): ConformanceCase {
   if (spec.scale !== undefined) options.scale = spec.scale;
   if (spec.alibi) options.alibiSlopes = alibiSlopes(spec.alibi, batch, h, seed);
   if (spec.sinks) options.sinks = sinkLogits(h, seed);
+  // (a seed above 2^32 exercises both key words; the offset a counter word)
+  if (spec.dropout !== undefined) options.dropout = { p: spec.dropout, seed: (seed >>> 0) + 2 ** 32 * ((seed >>> 0) % 7), offset: (seed >>> 0) % 1009 };
   if (spec.deterministic) options.deterministic = true;
   if (varlen) {
     options.cuSeqlensQ = cumsum(seqQ!);
@@ -179,6 +183,7 @@ export function makeCase(spec: CaseSpec, id = 0): ConformanceCase {
     if (Math.abs(spec.scale) > 1) tags.add('scale-large');
   }
   if (spec.sinks) tags.add('sinks');
+  if (spec.dropout !== undefined) tags.add('dropout');
   if (magnitude >= 10) tags.add('large-magnitude');
   if (spec.deterministic) tags.add('deterministic');
   let work = 0;
@@ -209,6 +214,7 @@ export function makeCase(spec: CaseSpec, id = 0): ConformanceCase {
   if (spec.alibi) parts.push(`alibi(${spec.alibi})`);
   if (spec.scale !== undefined) parts.push(`scale${fmtNum(spec.scale)}`);
   if (spec.sinks) parts.push('sinks');
+  if (spec.dropout !== undefined) parts.push(`dropout${fmtNum(spec.dropout)}`);
   if (magnitude !== 1) parts.push(`x${fmtNum(magnitude)}`);
   if (spec.deterministic) parts.push('det');
   return {
@@ -267,9 +273,9 @@ export interface ConformanceCaseOptions {
   /** Seed of the random part (default 1). */
   readonly seed?: number;
   /**
-   * Number of cases (default 320; with quick, one per edge template and dtype, 198 for three
+   * Number of cases (default 320; with quick, one per edge template and dtype, 210 for three
    * dtypes). The edge templates come first, each in one dtype, then each in the next dtype...:
-   * a count of at least 66 (the number of templates) covers every template.
+   * a count of at least 70 (the number of templates) covers every template.
    */
   readonly count?: number;
   /** Dtypes to generate (default f32, f16, bf16). */
@@ -368,6 +374,11 @@ export function edgeTemplates(): T[] {
     { tq: 33, tk: 65, d: 512, causal: true },
     { tq: 17, tk: 40, d: 320, h: 2, hkv: 1, window: [8, 0] },
     { tq: 24, d: 512, dv: 256, h: 2, sinks: true },
+    // dropout (philox.ts's mask, the same on every engine), alone and with other options
+    { tq: 33, d: 32, h: 2, dropout: 0.3 },
+    { seqlensQ: [5, 0, 17], seqlensK: [9, 4, 0], d: 16, h: 4, hkv: 2, causal: true, dropout: 0.5 },
+    { tq: 17, tk: 40, d: 64, softcap: 5, sinks: true, dropout: 0.1 },
+    { tq: 9, d: 24, dv: 8, h: 2, dropout: 0.9 },
   ];
 }
 
@@ -409,6 +420,7 @@ function randomSpec(rng: Rng, dtype: DType, dims: readonly number[], budget: num
   if (rng.bool(0.1)) spec.deterministic = true;
   if (rng.bool(0.15)) spec.sinks = true;
   if (rng.bool(0.12)) spec.dv = rng.pick(dims);
+  if (rng.bool(0.1)) spec.dropout = rng.pick([0.1, 0.25, 0.5]);
   // Fit the work budget by shortening the sequences, then fewer heads/batches.
   const work = () => {
     const dd = Math.max(d, spec.dv ?? d);

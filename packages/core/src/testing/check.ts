@@ -12,6 +12,7 @@ import { naiveBackward, naiveForward, type NaiveBackward, type NaiveForward } fr
 import { allocHost, numel, type HostData, type HostTensor, type Tensor } from '../tensor.js';
 import { streamOf } from '../stream.js';
 import { isFAError } from '../errors.js';
+import { dropoutKeeps } from '../philox.js';
 import { caseInputs, conformanceCases, makeCase, type ConformanceCase, type ConformanceCaseOptions } from './cases.js';
 import { compareLse, compareTensor, formatMetric, type TensorMetric, type TensorName } from './tolerance.js';
 import { createRng, hostTensor, randomValues, tensorValues } from './random.js';
@@ -537,11 +538,84 @@ export async function checkBadInputs(backend: AttentionBackend, opts: { upload?:
 }
 
 /** The generic extra checks, by name. */
+export const DROPOUT_MASK_CHECK_NAME = "extra: dropout drops exactly philox's entries (DESIGN.md's keying), the same mask in every dtype and call";
+
+/**
+ * The dropout mask an engine applies is philox.ts's: with V the identity (D = Tk, one-hot value
+ * rows), out[i] = P_i∘M_i/(1 − p), so out's zero pattern is the mask itself (P > 0 on every
+ * visible key). Varlen (two sequences, one empty of queries), GQA and a 64-bit seed with an
+ * offset; the zeros must match exactly, the kept values the reference (1e-5 in f32).
+ */
+export async function checkDropoutMask(backend: AttentionBackend, opts: { upload?: boolean } = {}): Promise<CaseResult> {
+  const t0 = now();
+  const name = DROPOUT_MASK_CHECK_NAME;
+  const dtype = extraDtype(backend);
+  const H = 4, HKV = 2, T = 16;
+  const lensQ = [9, 0, 13], lensK = [T, T, T];
+  const cuQ = [0, 9, 9, 22], cuK = [0, T, 2 * T, 3 * T];
+  const options: AttentionOptions = { cuSeqlensQ: cuQ, cuSeqlensK: cuK, dropout: { p: 0.4, seed: 2 ** 40 + 12345, offset: 77 } };
+  const rng = createRng(99);
+  const q = hostTensor(randomValues(rng, cuQ[3] * H * T), [cuQ[3], H, T], dtype);
+  const k = hostTensor(randomValues(rng, cuK[3] * HKV * T), [cuK[3], HKV, T], dtype);
+  const vv = new Float32Array(cuK[3] * HKV * T);
+  for (let row = 0; row < cuK[3]; row++) for (let g = 0; g < HKV; g++) vv[(row * HKV + g) * T + (row % T)] = 1;
+  const v = hostTensor(vv, [cuK[3], HKV, T], dtype);
+  const p = describeProblem(q, k, v, options);
+  const sup = backend.supports(p);
+  if (!sup.ok) return skipped(name, sup.reason, t0);
+  const problems: string[] = [];
+  const owned: Tensor[] = [];
+  try {
+    const up = async (t: HostTensor) => {
+      if (!opts.upload) return t;
+      const d = await backend.upload(t);
+      owned.push(d);
+      return d;
+    };
+    const f = await backend.forward(await up(q), await up(k), await up(v), options);
+    owned.push(f.out, f.lse);
+    const out = tensorValues(await backend.read(f.out));
+    const ref = referenceForward(q, k, v, options);
+    let dropped = 0, total = 0;
+    for (let b = 0; b < 3; b++) {
+      for (let i = 0; i < lensQ[b]; i++) {
+        for (let h = 0; h < H; h++) {
+          for (let j = 0; j < lensK[b]; j++) {
+            const x = ((cuQ[b] + i) * H + h) * T + j;
+            const keeps = dropoutKeeps(p.dropout!, b * H + h, i, j);
+            total++;
+            if (!keeps) dropped++;
+            if (keeps !== (out[x] !== 0)) {
+              problems.push(`out[seq ${b}, i=${i}, h=${h}] entry ${j} is ${out[x]}: philox ${keeps ? 'keeps' : 'drops'} key ${j} of that row`);
+            } else if (keeps && !(Math.abs(out[x] - ref.out[x]) <= (dtype === 'f32' ? 1e-5 : 2e-2) * Math.abs(ref.out[x]) + 1e-7)) {
+              problems.push(`out[seq ${b}, i=${i}, h=${h}] entry ${j} is ${out[x]}, the reference ${ref.out[x]}`);
+            }
+            if (problems.length > 6) break;
+          }
+        }
+      }
+    }
+    if (!problems.length && (dropped === 0 || dropped === total)) problems.push(`the mask dropped ${dropped} of ${total} entries at p = 0.4`);
+  } catch (e) {
+    problems.push(`forward threw ${describeError(e)}`);
+  } finally {
+    for (const t of owned) {
+      try {
+        backend.disposeTensor(t);
+      } catch {
+        /* ignore */
+      }
+    }
+  }
+  return result(name, problems, t0, "out's zeros are philox's dropped entries");
+}
+
 export const EXTRA_CHECKS: readonly { readonly name: string; readonly run: (b: AttentionBackend, o?: { upload?: boolean }) => Promise<CaseResult> }[] = [
   { name: NAN_CHECK_NAME, run: checkNaNPropagation },
   { name: REPEAT_CHECK_NAME, run: checkRepeatable },
   { name: BAD_INPUTS_CHECK_NAME, run: checkBadInputs },
   { name: STREAM_CHECK_NAME, run: checkStreamOrder },
+  { name: DROPOUT_MASK_CHECK_NAME, run: checkDropoutMask },
 ];
 
 export interface ConformanceOptions extends ConformanceCaseOptions, CheckOptions {

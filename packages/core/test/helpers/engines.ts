@@ -80,6 +80,7 @@ export const WRONG_ENGINES: Record<string, EngineParts> = {
   'perturbs one element of out': { forward: (q, k, v, o) => { const r = referenceForward(q, k, v, o); return { out: perturb(r.out), lse: r.lse }; } },
   'perturbs one element of dk': { backward: (q, k, v, dO, o) => { const r = referenceBackward(q, k, v, dO, o); return { dq: r.dq, dk: perturb(r.dk), dv: r.dv, dsinks: r.dsinks }; } },
   'ignores sinks': { forward: tb({ noSinks: true }) },
+  'ignores dropout': { forward: tb({ noDropout: true }) },
   'returns dsinks with the wrong sign': { backward: (q, k, v, dO, o) => { const r = referenceBackward(q, k, v, dO, o); return { ...r, dsinks: r.dsinks?.map((x) => -x) }; } },
   'drops the scale': { forward: (q, k, v, o) => referenceForward(q, k, v, { ...o, scale: 1 }) },
   'ignores the window': { forward: (q, k, v, o) => referenceForward(q, k, v, { ...o, window: undefined }) },

@@ -9,7 +9,7 @@
  * policy is written for. Variants with deliberate mistakes must be rejected.
  */
 import {
-  describeBackward, describeProblem, dtypeRounder, keyRange, lseIndex, segment, slopeOf,
+  describeBackward, describeProblem, dropoutKeeps, dtypeRounder, keyRange, lseIndex, segment, slopeOf,
   type AttentionBackend, type AttentionOptions, type AttentionProblem, type HostTensor, type Tensor, type Support,
 } from '../../dist/index.js';
 import { hostTensor, referenceKVCacheMethods, tensorValues } from '../../dist/testing/index.js';
@@ -94,7 +94,9 @@ export function flashSimBackend(o: FlashSimOptions = {}): AttentionBackend {
               for (let j = js; j <= j1; j++) {
                 const e = fr(Math.exp(fr(s[j - js] - mt)));
                 l = fr(l + e);
-                const pe = rp(e);
+                const ks = p.dropout ? (dropoutKeeps(p.dropout, b * p.h + h, i, j) ? p.dropout.keepScale : 0) : 1;
+                if (ks === 0) continue;
+                const pe = rp(fr(e * ks));
                 const vo = ((k0 + j) * p.hkv + g) * Dv;
                 for (let d = 0; d < Dv; d++) acc[d] = fr(acc[d] + pe * V[vo + d]);
               }
@@ -143,10 +145,12 @@ export function flashSimBackend(o: FlashSimOptions = {}): AttentionBackend {
               const vo = ((k0 + j) * p.hkv + g) * Dv;
               let dP = 0;
               for (let d = 0; d < Dv; d++) dP = fr(dP + DO[oo + d] * V[vo + d]);
+              const ks = p.dropout ? (dropoutKeeps(p.dropout, b * p.h + h, i, j) ? p.dropout.keepScale : 0) : 1;
+              dP = fr(dP * ks);
               let dS = fr(P * fr(dP - Di));
               if (p.softcap > 0) dS = fr(dS * fr(1 - fr(t * t)));
               const dSr = rp(dS);
-              const Pr = rp(P);
+              const Pr = rp(fr(P * ks));
               for (let d = 0; d < D; d++) {
                 dq[qo + d] = fr(dq[qo + d] + dSr * K[ko + d]);
                 dk[ko + d] = fr(dk[ko + d] + dSr * Q[qo + d]);

@@ -7,6 +7,7 @@
  */
 import type { AttentionOptions, HostTensor } from '../../dist/index.js';
 import { tensorValues } from '../../dist/testing/index.js';
+import { philox4x32 } from '../../dist/index.js';
 
 export interface TextbookHooks {
   /** Replaces the visibility rule (default: DESIGN.md's bottom-right window/causal). */
@@ -23,6 +24,8 @@ export interface TextbookHooks {
   emptyRow?: 'zero' | 'nan';
   /** Ignore sinks. */
   noSinks?: boolean;
+  /** Ignore dropout. */
+  noDropout?: boolean;
 }
 
 export interface TextbookResult {
@@ -72,6 +75,14 @@ export function textbook(q: HostTensor, k: HostTensor, v: HostTensor, opts: Atte
   const sl = opts.alibiSlopes ? Array.from(opts.alibiSlopes as ArrayLike<number>) : undefined;
   const sinks = opts.sinks && !hooks.noSinks ? Array.from(opts.sinks as ArrayLike<number>) : undefined;
   const dsinks = dO && sinks ? new Float64Array(H) : undefined;
+  // dropout, keyed as DESIGN.md says: key (seed mod 2^32, seed / 2^32), counter (j/4, i, b·H + h, offset)
+  const dr = opts.dropout && opts.dropout.p > 0 && !hooks.noDropout ? opts.dropout : undefined;
+  const words = new Uint32Array(4);
+  const kept = (b: number, h: number, i: number, j: number): number => {
+    if (!dr) return 1;
+    philox4x32(Math.floor(j / 4), i, b * H + h, dr.offset ?? 0, dr.seed % 2 ** 32, Math.floor(dr.seed / 2 ** 32), words);
+    return words[j % 4] < Math.floor(dr.p * 2 ** 32) ? 0 : 1 / (1 - dr.p);
+  };
   const out = new Float64Array((Q.length / D) * Dv);
   const lse = new Float64Array(H * totalQ);
   const dq = dO ? new Float64Array(Q.length) : undefined;
@@ -129,15 +140,16 @@ export function textbook(q: HostTensor, k: HostTensor, v: HostTensor, opts: Atte
         lse[li] = m + Math.log(z);
         const o = qi(cuQ[b] + i, h);
         const oo = oi(cuQ[b] + i, h);
+        const M = js.map((j) => (j >= 0 ? kept(b, h, i, j) : 0)); // the kept entries' scale, 0 when dropped
         js.forEach((j, n) => {
-          if (j >= 0) for (let d = 0; d < Dv; d++) out[oo + d] += P[n] * V[vi(cuK[b] + j, g) + d];
+          if (j >= 0 && M[n] !== 0) for (let d = 0; d < Dv; d++) out[oo + d] += P[n] * M[n] * V[vi(cuK[b] + j, g) + d];
         });
         if (dO && dq && dk && dv) {
-          const dP = js.map((j) => {
+          const dP = js.map((j, n) => {
             if (j < 0) return 0; // the sink's value row is 0
             let a = 0;
             for (let d = 0; d < Dv; d++) a += dO[oo + d] * V[vi(cuK[b] + j, g) + d];
-            return a;
+            return a * M[n]; // dropout: d out / d P_j is M_j·v_j
           });
           const r = P.reduce((a, p, n) => a + p * dP[n], 0);
           js.forEach((j, n) => {
@@ -153,7 +165,7 @@ export function textbook(q: HostTensor, k: HostTensor, v: HostTensor, opts: Atte
               dk[ko + d] += dx * Q[o + d];
             }
             const vo = vi(cuK[b] + j, g);
-            for (let d = 0; d < Dv; d++) dv[vo + d] += P[n] * dO[oo + d];
+            for (let d = 0; d < Dv; d++) dv[vo + d] += P[n] * M[n] * dO[oo + d];
           });
         }
       }
