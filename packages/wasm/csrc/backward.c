@@ -19,6 +19,7 @@
  * fixed order afterwards (core's reducePrivate), so results never depend on scheduling.
  */
 #include "fa.h"
+#include "philox.h"
 #include "vmath.h"
 #include "scores.h"
 #include "tileio.h"
@@ -29,6 +30,7 @@ typedef struct {
   float *dk, *dv;   /* [bc8][dp] */
   float *s, *dp, *dcap; /* [br][bc8] */
   float *dq;        /* [br][dp] */
+  float *mk, *pd;   /* dropout: the tile's multipliers and P (mask) / (1 - p), [br][bc8] */
 } bwd_scratch;
 
 static bwd_scratch bwd_layout(const fa_problem *p, float *base) {
@@ -42,12 +44,14 @@ static bwd_scratch bwd_layout(const fa_problem *p, float *base) {
   w.dp = w.s + br * bc8;
   w.dcap = w.dp + br * bc8;
   w.dq = w.dcap + br * bc8;
+  w.mk = w.dq + br * dp;
+  w.pd = w.mk + br * bc8;
   return w;
 }
 
 FA_EXPORT(fa_backward_scratch_bytes) int32_t fa_backward_scratch_bytes(const fa_problem *p) {
   const int32_t br = p->br, bc8 = fa_bc8(p->bc), d = p->d, dp = fa_dp(d);
-  return (2 * d * bc8 + 2 * bc8 * dp + 3 * br * bc8 + br * dp) * 4;
+  return (2 * d * bc8 + 2 * bc8 * dp + 5 * br * bc8 + br * dp) * 4;
 }
 
 /*
@@ -164,8 +168,17 @@ void fa_backward_unit(const fa_problem *p, float *scratch, int32_t b, int32_t kv
           f32_mm_nn_set(nr, bc8, d, qrow, qs, w.kt, bc8, w.s, bc8);
           fa_score_tile(p, w.s, bc8, nr, nc, bc8, i0, j0, tq, tk, slope, dcap);
           probabilities(w.s, bc8, nr, bc8, lse);
-          f32_mm_tn_acc(bc8, dp, nr, w.s, bc8, dorow, qs, w.dv, dp);
-          f32_mm_nn_set(nr, bc8, d, dorow, qs, w.vt, bc8, w.dp, bc8);
+          if (p->dropout_threshold) {
+            /* out was (P M / (1 - p)) V: dV takes that P, and dS masks dP the same way (philox.h) */
+            fa_dropout_tile(p, b * p->h + h, i0, nr, j0, nc, w.mk, bc8);
+            for (int32_t x = 0; x < nr * bc8; x++) w.pd[x] = w.s[x] * w.mk[x];
+            f32_mm_tn_acc(bc8, dp, nr, w.pd, bc8, dorow, qs, w.dv, dp);
+            f32_mm_nn_set(nr, bc8, d, dorow, qs, w.vt, bc8, w.dp, bc8);
+            for (int32_t x = 0; x < nr * bc8; x++) w.dp[x] *= w.mk[x];
+          } else {
+            f32_mm_tn_acc(bc8, dp, nr, w.s, bc8, dorow, qs, w.dv, dp);
+            f32_mm_nn_set(nr, bc8, d, dorow, qs, w.vt, bc8, w.dp, bc8);
+          }
           dscores(w.s, w.dp, dcap, bc8, nr, bc8, dvec);
           f32_mm_tn_acc(bc8, dp, nr, w.dp, bc8, qrow, qs, w.dk, dp);
           f32_mm_nn_set(nr, dp, nc, w.dp, bc8, krow, ks, w.dq, dp);

@@ -41,12 +41,15 @@ typedef struct fa_problem {
   /* attention sinks: one logit per query head, in the denominator only (core's online-softmax.ts
    * seedSinkTile: a row starts at m = sink, l = 1), or 0 */
   const float *sinks;
+  /* dropout (philox.h): on when dropout_threshold > 0; kept entries scale by dropout_scale = 1/(1 - p) */
+  uint32_t dropout_threshold, dropout_k0, dropout_k1, dropout_offset;
+  float dropout_scale;
 } fa_problem;
 
 /* src/params.ts writes this struct field by field: keep the two in step. (The native build has
- * 64-bit pointers: its addon, native/addon.c, reads these same 124 bytes and rebuilds the struct.) */
+ * 64-bit pointers: its addon, native/addon.c, reads these same 144 bytes and rebuilds the struct.) */
 #ifdef __wasm__
-_Static_assert(sizeof(fa_problem) == 124, "fa_problem layout changed: update src/params.ts");
+_Static_assert(sizeof(fa_problem) == 144, "fa_problem layout changed: update src/params.ts");
 _Static_assert(__builtin_offsetof(fa_problem, scale) == 52, "fa_problem layout changed: update src/params.ts");
 _Static_assert(__builtin_offsetof(fa_problem, cu_q) == 60, "fa_problem layout changed: update src/params.ts");
 _Static_assert(__builtin_offsetof(fa_problem, dq) == 116, "fa_problem layout changed: update src/params.ts");

@@ -14,6 +14,7 @@
  * and written after its last read, so the forward needs no output buffer of its own.
  */
 #include "fa.h"
+#include "philox.h"
 #include "vmath.h"
 #include "scores.h"
 #include "tileio.h"
@@ -24,6 +25,7 @@ typedef struct {
   float *s;   /* scores, then probabilities: [br][bc8] */
   float *acc; /* output accumulator: [br][dp] */
   float *m, *l;
+  float *mk; /* dropout's multipliers of the tile [br][bc8] */
 } fwd_scratch;
 
 static int32_t align4(int32_t n) { return (n + 3) & ~3; }
@@ -35,13 +37,14 @@ static fwd_scratch fwd_layout(const fa_problem *p, float *base) {
   w.acc = w.s + br * bc8;
   w.m = w.acc + br * dp;
   w.l = w.m + align4(br);
+  w.mk = w.l + align4(br);
   return w;
 }
 
 /* Bytes of per-thread scratch the forward needs (16-byte aligned regions). */
 FA_EXPORT(fa_forward_scratch_bytes) int32_t fa_forward_scratch_bytes(const fa_problem *p) {
   const int32_t br = p->br, bc8 = fa_bc8(p->bc), dp = fa_dp(p->d);
-  return (br * bc8 + br * dp + 2 * align4(br)) * 4;
+  return (2 * br * bc8 + br * dp + 2 * align4(br)) * 4;
 }
 
 /* x[0..n) *= s: the engine scales q once as it copies it in, so that S = Q K^T is already scaled. */
@@ -102,6 +105,11 @@ FA_EXPORT(fa_forward_unit) void fa_forward_unit(const fa_problem *p, float *scra
       f32_mm_nn_set(nr, bc8, d, qrow, qs, p->kt + tile * d * bc8, bc8, w.s, bc8);
       fa_score_tile(p, w.s, bc8, nr, nc, bc8, i0, j0, tq, tk, slope, 0);
       fa_softmax_update(w.s, bc8, nr, bc8, w.m, w.l, w.acc, dp);
+      if (p->dropout_threshold) {
+        /* after l has the undropped weights: only P V sees the mask, kept entries scaled 1/(1 - p) */
+        fa_dropout_tile(p, b * p->h + h, i0, nr, j0, nc, w.mk, bc8);
+        for (int32_t x = 0; x < nr * bc8; x++) w.s[x] *= w.mk[x];
+      }
       f32_mm_nn_acc(nr, dp, nc, w.s, bc8, p->vp + tile * bc8 * dp, dp, w.acc, dp);
     }
     for (int32_t r = 0; r < nr; r++) p->lse[fa_lse_index(p, b, h, i0 + r)] = fa_finalize_row(w.m[r], w.l[r], w.acc + r * dp, dp);

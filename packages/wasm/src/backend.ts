@@ -77,7 +77,7 @@ const MAIN_STACK_BYTES = 64 * 1024;
 const UNIT_SIZE: Record<WasmJob['kind'], number> = { forward: FWD_UNIT, backward: BWD_UNIT, kvcache: KV_GROUP_UNIT, copy: 2, pack: 2, gemm: 14 };
 
 /** What the kernels compute beyond FlashAttention-2's options (core's option-support.ts). */
-const OPTIONS = { sinks: true, kvSinks: true } as const;
+const OPTIONS = { sinks: true, kvSinks: true, dropout: true } as const;
 
 /** Copy-loop methods of copyLoop(): a SIMD128 load/store loop, or memory.copy (csrc/copy.c). */
 export type CopyMethod = 'simd' | 'memcpy';
@@ -309,10 +309,12 @@ export class WasmBackend implements AttentionBackend {
       sinks = a.alloc(4 * p.h, 'the sinks');
       a.f32(sinks, p.h).set(p.sinks);
     }
+    const drop = p.dropout;
     const fields: ProblemFields = {
       batch: p.batch, h: p.h, hkv: p.hkv, d: p.d, tq: p.tq, tk: p.tk, totalQ: p.totalQ, totalK: p.totalK, varlen: p.varlen,
       windowLeft: p.windowLeft, windowRight: p.windowRight, br: t.br, bc: t.bc, scale: p.scale, softcap: p.softcap,
       cuQ, cuK, alibi, q: 0, k: 0, v: 0, kt: 0, vp: 0, ktFirst: 0, lse: 0, dout: 0, dvec: 0, dk: 0, dv: 0, dq: 0, sinks,
+      ...(drop ? { dropoutThreshold: drop.threshold, dropoutK0: drop.k0, dropoutK1: drop.k1, dropoutOffset: drop.offset, dropoutScale: drop.keepScale } : {}),
     };
     return { ptr, fields };
   }

@@ -4,7 +4,7 @@
  * few offsets with _Static_assert; test/kernels.test.ts checks fa_problem's byte count against
  * the binary's fa_problem_bytes()).
  */
-export const PROBLEM_BYTES = 124;
+export const PROBLEM_BYTES = 144;
 
 /** The fields of fa_problem; pointers are byte addresses in the engine's memory (0 = none). */
 export interface ProblemFields {
@@ -40,6 +40,12 @@ export interface ProblemFields {
   dq: number;
   /** Attention sinks [h] (f32), or 0. */
   sinks: number;
+  /** Dropout (csrc/philox.h): threshold 0 = none. */
+  dropoutThreshold?: number;
+  dropoutK0?: number;
+  dropoutK1?: number;
+  dropoutOffset?: number;
+  dropoutScale?: number;
 }
 
 const INT_FIELDS = ['batch', 'h', 'hkv', 'd', 'tq', 'tk', 'totalQ', 'totalK', 'varlen', 'windowLeft', 'windowRight', 'br', 'bc'] as const;
@@ -59,10 +65,15 @@ export function writeProblem(buffer: ArrayBufferLike, ptr: number, f: ProblemFie
     view.setUint32(o, f[k], true);
     o += 4;
   }
+  for (const k of ['dropoutThreshold', 'dropoutK0', 'dropoutK1', 'dropoutOffset'] as const) {
+    view.setUint32(o, f[k] ?? 0, true);
+    o += 4;
+  }
+  view.setFloat32(o, f.dropoutScale ?? 1, true);
 }
 
 /** csrc/kvcache.c's fa_kv: an fa_problem, then the cache fields (kvcache.c checks the layout). */
-export const KV_PROBLEM_BYTES = 184;
+export const KV_PROBLEM_BYTES = 204;
 
 export interface KVFields {
   /** Cache element type: 0 f32, 1 f16, 2 bf16. */

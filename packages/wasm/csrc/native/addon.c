@@ -48,15 +48,17 @@ typedef struct {
   int32_t batch, h, hkv, d, tq, tk, total_q, total_k, varlen, window_left, window_right, br, bc;
   float scale, softcap;
   uint32_t cu_q, cu_k, alibi, q, k, v, kt, vp, kt_first, lse, dout, dvec, dk, dv, dq, sinks;
+  uint32_t dropout_threshold, dropout_k0, dropout_k1, dropout_offset;
+  float dropout_scale;
 } wire_problem;
-_Static_assert(sizeof(wire_problem) == 124, "wire_problem must match src/params.ts PROBLEM_BYTES");
+_Static_assert(sizeof(wire_problem) == 144, "wire_problem must match src/params.ts PROBLEM_BYTES");
 
 typedef struct {
   wire_problem base;
   int32_t dtype, block_size, max_blocks, tnew, qt, rows, chunk, heads;
   uint32_t lens, table, k_cache, v_cache, pm, pl, pacc;
 } wire_kv;
-_Static_assert(sizeof(wire_kv) == 184, "wire_kv must match src/params.ts KV_PROBLEM_BYTES");
+_Static_assert(sizeof(wire_kv) == 204, "wire_kv must match src/params.ts KV_PROBLEM_BYTES");
 
 #define AT(base, off) ((off) ? (void *)((base) + (uint32_t)(off)) : (void *)0)
 
@@ -70,6 +72,8 @@ static void read_problem(uint8_t *m, uint32_t at, fa_problem *p) {
   p->q = AT(m, w->q), p->k = AT(m, w->k), p->v = AT(m, w->v), p->kt = AT(m, w->kt), p->vp = AT(m, w->vp);
   p->kt_first = AT(m, w->kt_first), p->lse = AT(m, w->lse), p->dout = AT(m, w->dout), p->dvec = AT(m, w->dvec);
   p->dk = AT(m, w->dk), p->dv = AT(m, w->dv), p->dq = AT(m, w->dq), p->sinks = AT(m, w->sinks);
+  p->dropout_threshold = w->dropout_threshold, p->dropout_k0 = w->dropout_k0, p->dropout_k1 = w->dropout_k1;
+  p->dropout_offset = w->dropout_offset, p->dropout_scale = w->dropout_scale;
 }
 
 static void read_kv(uint8_t *m, uint32_t at, fa_kv *kv) {
