@@ -6,11 +6,13 @@
  * second copy of the attention math).
  */
 import { check } from './errors.js';
-import { describeKVCacheProblem, kvCacheRow, kvKeys, kvLseIndex, type KVCacheOptions, type KVCacheProblem } from './kvcache.js';
+import { describeKVCacheProblem, kvAttended, kvCacheRow, kvFirstKey, kvLseIndex, type KVCacheOptions, type KVCacheProblem } from './kvcache.js';
 import { referenceForward, type ReferenceOptions } from './reference.js';
 import { requireHost } from './reference-util.js';
 import type { AttentionOptions } from './problem.js';
-import { allocHost, isHostTensor, type HostData, type HostTensor } from './tensor.js';
+import { allocHost, isHostTensor, tensor, type HostData, type HostTensor } from './tensor.js';
+import { hostValues } from './reference-util.js';
+import { encode } from './dtype.js';
 
 function hostOf(t: unknown, what: string, fn: string): HostTensor {
   requireHost(t, what, fn);
@@ -23,8 +25,9 @@ function hostOf(t: unknown, what: string, fn: string): HostTensor {
  * append). `p` must come from describeKVCacheProblem on these very tensors, which has checked
  * every row written.
  */
-export function appendKVCacheHost(p: KVCacheProblem, kCache: HostTensor, vCache: HostTensor, kNew: HostTensor | undefined, vNew: HostTensor | undefined): void {
-  if (p.tnew === 0 || !kNew || !vNew) return;
+export function appendKVCacheHost(p: KVCacheProblem, kCache: HostTensor, vCache: HostTensor, kNew0: HostTensor | undefined, vNew: HostTensor | undefined): void {
+  if (p.tnew === 0 || !kNew0 || !vNew) return;
+  const kNew = rotateKVInputs(p, undefined, kNew0).kNew!; // (the call's rotary embedding, if any: keys are written rotated)
   const w = p.hkv * p.d;
   for (const [cache, src] of [[kCache.data, kNew.data], [vCache.data, vNew.data]] as const) {
     for (let b = 0; b < p.batch; b++) {
@@ -35,6 +38,42 @@ export function appendKVCacheHost(p: KVCacheProblem, kCache: HostTensor, vCache:
       }
     }
   }
+}
+
+/**
+ * q and kNew with the call's rotary embedding applied (new copies, rounded to the dtype; the same
+ * tensors when the call has none): key t of the append at position len − leftpad + t, query i at
+ * len − leftpad + i (causal or windowed calls) or len − leftpad (otherwise).
+ */
+export function rotateKVInputs<Q extends HostTensor | undefined>(p: KVCacheProblem, q: Q, kNew: HostTensor | undefined): { q: Q; kNew: HostTensor | undefined } {
+  const r = p.rotary;
+  if (!r) return { q, kNew };
+  const moving = p.windowLeft >= 0 || p.windowRight >= 0; // causal is window [-1, 0]
+  const rot = (t: HostTensor, rows: number, heads: number, pos: (b: number, i: number) => number): HostTensor => {
+    const x = hostValues(t);
+    const y = Float32Array.from(x);
+    const D = p.d, half = r.half;
+    for (let b = 0; b < p.batch; b++) {
+      for (let i = 0; i < rows; i++) {
+        const at = pos(b, i) * half;
+        for (let h = 0; h < heads; h++) {
+          const o = ((b * rows + i) * heads + h) * D;
+          for (let m = 0; m < half; m++) {
+            const [a, c] = r.interleaved ? [o + 2 * m, o + 2 * m + 1] : [o + m, o + m + half];
+            const cs = r.cos[at + m], sn = r.sin[at + m];
+            y[a] = x[a] * cs - x[c] * sn;
+            y[c] = x[c] * cs + x[a] * sn;
+          }
+        }
+      }
+    }
+    return tensor(p.dtype === 'f32' ? y : encode(p.dtype, y), t.shape, p.dtype);
+  };
+  const base = (b: number) => p.cacheSeqlens[b] - kvFirstKey(p, b);
+  return {
+    q: (q ? rot(q, p.tq, p.h, (b, i) => base(b) + (moving ? i : 0)) : q) as Q,
+    kNew: kNew && p.tnew > 0 ? rot(kNew, p.tnew, p.hkv, (b, t) => base(b) + t) : kNew,
+  };
 }
 
 export interface GatheredKV {
@@ -53,17 +92,18 @@ export interface GatheredKV {
 export function gatherKVCache(p: KVCacheProblem, kCache: HostTensor, vCache: HostTensor, kNew?: HostTensor, vNew?: HostTensor): GatheredKV {
   const w = p.hkv * p.d;
   const cu = new Int32Array(p.batch + 1);
-  for (let b = 0; b < p.batch; b++) cu[b + 1] = cu[b] + kvKeys(p, b);
+  for (let b = 0; b < p.batch; b++) cu[b + 1] = cu[b] + kvAttended(p, b);
   const k = allocHost(p.dtype, p.totalK * w);
   const v = allocHost(p.dtype, p.totalK * w);
   for (const [dst, cache, add] of [[k, kCache.data, kNew?.data], [v, vCache.data, vNew?.data]] as const) {
     for (let b = 0; b < p.batch; b++) {
       const len = p.cacheSeqlens[b];
-      for (let t = 0; t < len + p.tnew; t++) {
+      const lp = kvFirstKey(p, b); // (rows before the left padding are never read)
+      for (let t = lp; t < len + p.tnew; t++) {
         const fromCache = t < len || add === undefined;
         const o = fromCache ? kvCacheRow(p, b, t) * w : (b * p.tnew + t - len) * w;
         const row = ((fromCache ? cache : add) as HostData).subarray(o, o + w);
-        (dst as HostData).set(row, (cu[b] + t) * w);
+        (dst as HostData).set(row, (cu[b] + t - lp) * w);
       }
     }
   }
@@ -85,7 +125,8 @@ export interface VarlenEquivalent {
  * Tq), the gathered keys, and the same options. Its out equals the call's out element for
  * element; its LSE is [H, B·Tq] (lseToKVCache reorders it to [B, H, Tq]).
  */
-export function kvCacheAsVarlen(p: KVCacheProblem, q: HostTensor, kCache: HostTensor, vCache: HostTensor, kNew?: HostTensor, vNew?: HostTensor): VarlenEquivalent {
+export function kvCacheAsVarlen(p: KVCacheProblem, q0: HostTensor, kCache: HostTensor, vCache: HostTensor, kNew0?: HostTensor, vNew?: HostTensor): VarlenEquivalent {
+  const { q, kNew } = rotateKVInputs(p, q0, kNew0); // (the rotary embedding of the call, if any)
   const g = gatherKVCache(p, kCache, vCache, kNew, vNew);
   const cuQ = new Int32Array(p.batch + 1);
   for (let b = 0; b <= p.batch; b++) cuQ[b] = b * p.tq;

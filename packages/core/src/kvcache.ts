@@ -26,6 +26,7 @@ import type { DType } from './dtype.js';
 import type { Tensor } from './tensor.js';
 import { describeValue } from './tensor.js';
 import { boundWindows, checkTensorLike, resolveScores, sameShape, shapeOnlyTensor, shapeStr, toInt32, type ResolvedScores } from './validate.js';
+import type { HostTensor } from './tensor.js';
 
 /**
  * An engine's copy of an int32 index array (cache lengths, a block table), made with
@@ -80,6 +81,27 @@ export interface KVCacheOptions {
    * LSE = sinks[h] (decode is where gpt-oss needs them).
    */
   sinks?: Float32Array | readonly number[];
+  /**
+   * Contiguous caches: the cache row (first axis of kCache/vCache) batch entry b reads and appends
+   * to, int32 [B] (FlashAttention-2's cache_batch_idx); the cache may then have more rows than B.
+   */
+  cacheBatchIdx?: Int32Array | readonly number[];
+  /**
+   * int32 [B] (FlashAttention-2's cache_leftpad): sequence b's keys are cache rows leftpad[b] …
+   * len[b] + Tnew − 1; the rows before are never read, and positions (causal, window, ALiBi,
+   * rotary) count from leftpad[b]. 0 ≤ leftpad[b] ≤ len[b].
+   */
+  cacheLeftpad?: Int32Array | readonly number[];
+  /**
+   * Rotary embedding inside the call (f32 host tensors [maxPos, rotaryDim / 2]): the first
+   * rotaryDim dims of each new key are rotated at its position (row − leftpad) before it is
+   * written, and those of query i at len − leftpad + i (causal or windowed calls) or len − leftpad
+   * (otherwise). GPT-NeoX halves (m, m + rd/2) unless rotaryInterleaved (GPT-J pairs (2m, 2m+1)):
+   * x'_a = x_a·cos − x_b·sin, x'_b = x_b·cos + x_a·sin, rounded to the call's dtype.
+   */
+  rotaryCos?: Tensor;
+  rotarySin?: Tensor;
+  rotaryInterleaved?: boolean;
   deterministic?: boolean;
 }
 
@@ -121,6 +143,21 @@ export interface KVCacheProblem extends ResolvedScores {
   readonly newShape: readonly number[];
   /** [B, H, Tq]. */
   readonly lseShape: readonly number[];
+  /** cacheBatchIdx (host copy), or undefined; with it, blockTable[b] is the cache row of entry b. */
+  readonly batchIdx: Int32Array | undefined;
+  /** cacheLeftpad (host copy), or undefined (0 for every sequence). */
+  readonly leftpad: Int32Array | undefined;
+  /** Rotary tables inside the call, or undefined. */
+  readonly rotary: KVRotary | undefined;
+}
+
+/** A KV-cache call's rotary tables: cos/sin [maxPos, half] row-major (half = rotaryDim / 2). */
+export interface KVRotary {
+  readonly cos: Float32Array;
+  readonly sin: Float32Array;
+  readonly maxPos: number;
+  readonly half: number;
+  readonly interleaved: boolean;
 }
 
 export function isDeviceIndexTensor(x: unknown): x is DeviceIndexTensor {
@@ -132,9 +169,19 @@ export function isKVCacheProblem(p: unknown): p is KVCacheProblem {
   return typeof p === 'object' && p !== null && (p as KVCacheProblem).kind === 'kvcache';
 }
 
-/** Keys sequence b attends to: its cached length plus the appended tokens. */
+/** The end of sequence b's keys (absolute row position): its cached length plus the appended tokens. */
 export function kvKeys(p: KVCacheProblem, b: number): number {
   return p.cacheSeqlens[b] + p.tnew;
+}
+
+/** The first key sequence b attends to (its cacheLeftpad; 0 without one): key j is position j + kvFirstKey. */
+export function kvFirstKey(p: KVCacheProblem, b: number): number {
+  return p.leftpad ? p.leftpad[b] : 0;
+}
+
+/** Keys sequence b attends to: kvKeys − kvFirstKey. */
+export function kvAttended(p: KVCacheProblem, b: number): number {
+  return kvKeys(p, b) - kvFirstKey(p, b);
 }
 
 /** Row (in units of Hkv·D elements) of sequence b's token t in the cache tensor: the one address rule. */
@@ -286,13 +333,27 @@ export function describeKVCacheProblem(qIn: unknown, kCacheIn: unknown, vCacheIn
     numBlocks = nBlk;
     maxBlocks = m.cols;
     table = Int32Array.from(m.data);
+  } else if (o.cacheBatchIdx !== undefined) {
+    const idx = toInt32(o.cacheBatchIdx, 'cacheBatchIdx');
+    check(idx.length === batch, 'E_SHAPE', () => `cacheBatchIdx must have B = ${batch} entries, got ${idx.length}`);
+    for (let b = 0; b < batch; b++) check(idx[b] >= 0 && idx[b] < nBlk, 'E_ARG', () => `cacheBatchIdx[${b}] = ${idx[b]} is outside the cache's ${nBlk} rows`);
+    blockSize = rows;
+    numBlocks = nBlk;
+    maxBlocks = 1;
+    table = Int32Array.from(idx);
   } else {
-    check(nBlk === batch, 'E_SHAPE', () => `a contiguous cache [B, capacity, Hkv, D] needs B = ${batch} (q's batch), got shape ${shapeStr(kc.shape)}; for a paged cache pass blockTable`);
+    check(nBlk === batch, 'E_SHAPE', () => `a contiguous cache [B, capacity, Hkv, D] needs B = ${batch} (q's batch), got shape ${shapeStr(kc.shape)}; for a paged cache pass blockTable (or cacheBatchIdx to pick the rows)`);
     blockSize = rows;
     numBlocks = batch;
     maxBlocks = 1;
     table = new Int32Array(batch);
     for (let b = 0; b < batch; b++) table[b] = b;
+  }
+  check(!(paged && o.cacheBatchIdx !== undefined), 'E_ARG', 'cacheBatchIdx applies to contiguous caches; a paged cache picks its blocks with blockTable');
+  let leftpad: Int32Array | undefined;
+  if (o.cacheLeftpad !== undefined) {
+    leftpad = Int32Array.from(toInt32(o.cacheLeftpad, 'cacheLeftpad'));
+    check(leftpad.length === batch, 'E_SHAPE', () => `cacheLeftpad must have B = ${batch} entries, got ${leftpad!.length}`);
   }
   const capacity = maxBlocks * blockSize;
   const holds = paged ? `its ${maxBlocks} blocks of ${blockSize} rows hold ${capacity}` : `the cache holds ${capacity} per sequence`;
@@ -303,9 +364,11 @@ export function describeKVCacheProblem(qIn: unknown, kCacheIn: unknown, vCacheIn
     check(len >= 0, 'E_ARG', () => `cacheSeqlens[${b}] is ${len}; lengths must be >= 0`);
     if (tnew === 0) check(len <= capacity, 'E_ARG', () => `cacheSeqlens[${b}] = ${len} tokens, but ${holds}`);
     else check(len + tnew <= capacity, 'E_ARG', () => `appending ${tnew} tokens to sequence ${b} at length ${len} would write past its capacity: ${holds}`);
+    const lp = leftpad ? leftpad[b] : 0;
+    if (leftpad) check(lp >= 0 && lp <= len, 'E_ARG', () => `cacheLeftpad[${b}] = ${lp} must be in [0, cacheSeqlens[${b}] = ${len}]`);
     const n = len + tnew;
-    tk = Math.max(tk, n);
-    totalK += n;
+    tk = Math.max(tk, n - lp);
+    totalK += n - lp;
     if (paged) {
       for (let j = 0, nb = Math.ceil(n / blockSize); j < nb; j++) {
         const blk = table[b * maxBlocks + j];
@@ -315,6 +378,7 @@ export function describeKVCacheProblem(qIn: unknown, kCacheIn: unknown, vCacheIn
   }
   const cached = Int32Array.from(lens);
   const sc = boundWindows(resolveScores(o, batch, h, d), tq, tk);
+  const rotary = resolveKVRotary(o, d, sc.windowLeft >= 0 || sc.windowRight >= 0, batch, tq, tnew, cached, leftpad);
   const p: KVCacheProblem = {
     kind: 'kvcache',
     dtype: q.dtype,
@@ -329,9 +393,35 @@ export function describeKVCacheProblem(qIn: unknown, kCacheIn: unknown, vCacheIn
     cacheShape: [...kc.shape],
     newShape,
     lseShape: [batch, h, tq],
+    batchIdx: o.cacheBatchIdx !== undefined && !paged ? Int32Array.from(table) : undefined,
+    leftpad,
+    rotary,
   };
-  if (paged && tnew > 0) checkDistinctWrites(p);
+  if ((paged || p.batchIdx) && tnew > 0) checkDistinctWrites(p);
   return p;
+}
+
+/** The rotary tables of a call, validated against the positions it rotates (DESIGN.md). */
+function resolveKVRotary(o: KVCacheOptions, d: number, windowed: boolean, batch: number, tq: number, tnew: number, lens: Int32Array, leftpad: Int32Array | undefined): KVRotary | undefined {
+  check((o.rotaryCos === undefined) === (o.rotarySin === undefined), 'E_ARG', 'give both rotaryCos and rotarySin, or neither');
+  check(o.rotaryInterleaved === undefined || typeof o.rotaryInterleaved === 'boolean', 'E_ARG', 'rotaryInterleaved must be true or false');
+  if (o.rotaryCos === undefined) return undefined;
+  const cos = checkTensorLike(o.rotaryCos, 'rotaryCos');
+  const sin = checkTensorLike(o.rotarySin, 'rotarySin');
+  for (const [name, t] of [['rotaryCos', cos], ['rotarySin', sin]] as const) {
+    check(t.kind === 'host', 'E_ARG', () => `${name} must be a host tensor (f32 [maxPos, rotaryDim / 2])`);
+    check(t.dtype === 'f32', 'E_DTYPE', () => `${name} must be f32, got ${t.dtype}`);
+    check(t.shape.length === 2 && t.shape[0] >= 1 && t.shape[1] >= 1, 'E_SHAPE', () => `${name} must have shape [maxPos, rotaryDim / 2], got ${shapeStr(t.shape)}`);
+  }
+  check(sameShape(cos.shape, sin.shape), 'E_SHAPE', () => `rotaryCos and rotarySin must have the same shape; got ${shapeStr(cos.shape)} and ${shapeStr(sin.shape)}`);
+  const [maxPos, half] = cos.shape;
+  check(2 * half <= d, 'E_ARG', () => `rotaryDim = 2·${half} = ${2 * half} exceeds the head dim D = ${d}`);
+  for (let b = 0; b < batch; b++) {
+    const base = lens[b] - (leftpad ? leftpad[b] : 0);
+    const last = Math.max(tnew > 0 ? base + tnew - 1 : -1, windowed || o.causal ? base + tq - 1 : base);
+    check(last < maxPos, 'E_ARG', () => `sequence ${b} rotates position ${last}, but the rotary tables have ${maxPos} rows`);
+  }
+  return { cos: (cos as HostTensor).data as Float32Array, sin: (sin as HostTensor).data as Float32Array, maxPos, half, interleaved: o.rotaryInterleaved === true };
 }
 
 /**

@@ -15,13 +15,26 @@ export interface OptionClaims {
   readonly vDim?: boolean;
   /** Dropout (dense calls: the KV-cache call has none). */
   readonly dropout?: boolean;
+  /** The KV-cache call's cacheLeftpad, cacheBatchIdx and rotary tables. */
+  readonly kvLeftpad?: boolean;
+  readonly kvBatchIdx?: boolean;
+  readonly kvRotary?: boolean;
 }
 
 const OK: Support = { ok: true };
 
 /** Declines a problem with an option the engine does not claim; { ok: true } otherwise. */
-export function optionSupport(p: { readonly sinks?: Float32Array; readonly kind?: string; readonly d: number; readonly vDim?: number; readonly dropout?: unknown }, engine: string, claims: OptionClaims): Support {
+export function optionSupport(
+  p: { readonly sinks?: Float32Array; readonly kind?: string; readonly d: number; readonly vDim?: number; readonly dropout?: unknown; readonly leftpad?: unknown; readonly batchIdx?: unknown; readonly rotary?: unknown },
+  engine: string,
+  claims: OptionClaims,
+): Support {
   const kv = p.kind === 'kvcache';
+  if (kv) {
+    for (const [has, claim, what] of [[p.leftpad, claims.kvLeftpad, 'cacheLeftpad'], [p.batchIdx, claims.kvBatchIdx, 'cacheBatchIdx'], [p.rotary, claims.kvRotary, 'rotary embedding']] as const) {
+      if (has !== undefined && !claim) return { ok: false, reason: `the ${engine} engine does not compute the KV-cache call's ${what} yet` };
+    }
+  }
   if (p.dropout !== undefined && !claims.dropout) return { ok: false, reason: `the ${engine} engine does not compute dropout yet` };
   if (p.vDim !== undefined && p.vDim !== p.d && !claims.vDim) {
     return { ok: false, reason: `the ${engine} engine does not compute a head dim of v's own (Dqk ${p.d}, Dv ${p.vDim}) yet` };

@@ -10,7 +10,7 @@ import {
 } from '../dist/index.js';
 import {
   checkKVCacheBadInputs, checkKVCacheCase, checkKVCacheDecodeLoop, cloneHost, hostTensor, kvCacheCaseInputs, kvCacheCases, makeKVCacheCase,
-  randomTensor, createRng, referenceBackend, tensorValues,
+  randomTensor, randomValues, createRng, referenceBackend, tensorValues,
 } from '../dist/testing/index.js';
 
 const rng = createRng(3);
@@ -413,5 +413,71 @@ describe('cpu engine: a failure after validation', () => {
     } finally {
       await be.dispose();
     }
+  });
+});
+
+describe("FlashAttention-2's extras in the KV-cache call (issue 26): leftpad, batch index, rotary", () => {
+  const B = 2, H = 2, HKV = 1, D = 8, CAP = 12;
+  const rng = createRng(31);
+  const f32 = (shape: number[]) => hostTensor(randomValues(rng, shape.reduce((a, b) => a * b, 1)), shape, 'f32');
+  const q = f32([B, 2, H, D]);
+  const kc = f32([B + 1, CAP, HKV, D]);
+  const vc = f32([B + 1, CAP, HKV, D]);
+  const kn = f32([B, 1, HKV, D]);
+  const vn = f32([B, 1, HKV, D]);
+  const lens = [5, 9];
+  const lp = [2, 0];
+  const rows = [2, 0]; // batch entry b uses cache row rows[b]
+  const half = 3, maxPos = 16;
+  const cos = new Float32Array(maxPos * half), sin = new Float32Array(maxPos * half);
+  for (let t = 0; t < maxPos; t++) for (let m = 0; m < half; m++) (cos[t * half + m] = Math.cos(t / (m + 1))), (sin[t * half + m] = Math.sin(t / (m + 1)));
+  const tables = { rotaryCos: hostTensor(cos, [maxPos, half], 'f32'), rotarySin: hostTensor(sin, [maxPos, half], 'f32') };
+  /** x rotated at pos, GPT-NeoX halves (m, m + half) or GPT-J pairs, written straight from DESIGN.md. */
+  const rotate = (x: Float32Array, o: number, pos: number, interleaved: boolean) => {
+    for (let m = 0; m < half; m++) {
+      const [a, c] = interleaved ? [o + 2 * m, o + 2 * m + 1] : [o + m, o + m + half];
+      const [xa, xc] = [x[a], x[c]];
+      const [cs, sn] = [cos[pos * half + m], sin[pos * half + m]]; // (the tables' f32 values)
+      x[a] = xa * cs - xc * sn;
+      x[c] = xc * cs + xa * sn;
+    }
+  };
+  for (const interleaved of [false, true]) {
+    it(`equals dense attention over rows leftpad … len + 1 of the picked cache rows, q and the new key rotated at their positions (${interleaved ? 'GPT-J pairs' : 'NeoX halves'}, causal)`, () => {
+      const opts = { cacheSeqlens: lens, cacheLeftpad: lp, cacheBatchIdx: rows, kNew: kn, vNew: vn, causal: true, ...tables, rotaryInterleaved: interleaved };
+      const r = referenceKVCache(q, kc, vc, opts);
+      for (let b = 0; b < B; b++) {
+        const n = lens[b] + 1 - lp[b]; // keys the sequence attends to
+        const kd = new Float32Array(n * HKV * D), vd = new Float32Array(n * HKV * D);
+        for (let j = 0; j < n; j++) {
+          const t = lp[b] + j;
+          const src = t < lens[b] ? (kc.data as Float32Array).subarray((rows[b] * CAP + t) * D, (rows[b] * CAP + t + 1) * D) : (kn.data as Float32Array).subarray(b * D, (b + 1) * D);
+          const vsrc = t < lens[b] ? (vc.data as Float32Array).subarray((rows[b] * CAP + t) * D, (rows[b] * CAP + t + 1) * D) : (vn.data as Float32Array).subarray(b * D, (b + 1) * D);
+          kd.set(src, j * D);
+          vd.set(vsrc, j * D);
+          if (t >= lens[b]) rotate(kd, j * D, t - lp[b], interleaved); // only the new key is rotated by the call
+        }
+        const qd = Float32Array.from((q.data as Float32Array).subarray(b * 2 * H * D, (b + 1) * 2 * H * D));
+        for (let i = 0; i < 2; i++) for (let h = 0; h < H; h++) rotate(qd, (i * H + h) * D, lens[b] - lp[b] + i, interleaved);
+        const dense = referenceForward(hostTensor(qd, [1, 2, H, D], 'f32'), hostTensor(kd, [1, n, HKV, D], 'f32'), hostTensor(vd, [1, n, HKV, D], 'f32'), { causal: true });
+        for (let x = 0; x < 2 * H * D; x++) expect(r.out[b * 2 * H * D + x]).toBeCloseTo(dense.out[x], 12);
+      }
+    });
+  }
+  it('refuses bad extras with one-line FAErrors', () => {
+    const base = { cacheSeqlens: lens, kNew: kn, vNew: vn };
+    const kc2 = f32([B, CAP, HKV, D]), vc2 = f32([B, CAP, HKV, D]);
+    const bad: [string, () => unknown, string][] = [
+      ['leftpad past the length', () => describeKVCacheProblem(q, kc2, vc2, { ...base, cacheLeftpad: [6, 0] }), 'E_ARG'],
+      ['leftpad of the wrong length', () => describeKVCacheProblem(q, kc2, vc2, { ...base, cacheLeftpad: [1] }), 'E_SHAPE'],
+      ['a batch index outside the cache', () => describeKVCacheProblem(q, kc, vc, { ...base, cacheBatchIdx: [0, 3] }), 'E_ARG'],
+      ['two sequences appending to one row', () => describeKVCacheProblem(q, kc, vc, { ...base, cacheSeqlens: [5, 5], cacheBatchIdx: [1, 1] }), 'E_ARG'],
+      ['a cache with more rows than B and no batch index', () => describeKVCacheProblem(q, kc, vc, base), 'E_SHAPE'],
+      ['rotaryCos without rotarySin', () => describeKVCacheProblem(q, kc2, vc2, { ...base, rotaryCos: tables.rotaryCos }), 'E_ARG'],
+      ['rotary tables too short for the positions', () => describeKVCacheProblem(q, kc2, vc2, { ...base, rotaryCos: hostTensor(cos.subarray(0, 5 * half), [5, half], 'f32'), rotarySin: hostTensor(sin.subarray(0, 5 * half), [5, half], 'f32') }), 'E_ARG'],
+      ['rotaryDim past D', () => describeKVCacheProblem(q, kc2, vc2, { ...base, rotaryCos: hostTensor(new Float32Array(16 * 5), [16, 5], 'f32'), rotarySin: hostTensor(new Float32Array(16 * 5), [16, 5], 'f32') }), 'E_ARG'],
+      ['f16 rotary tables', () => describeKVCacheProblem(q, kc2, vc2, { ...base, rotaryCos: hostTensor(new Float32Array(16 * 3), [16, 3], 'f16'), rotarySin: hostTensor(new Float32Array(16 * 3), [16, 3], 'f16') }), 'E_DTYPE'],
+    ];
+    for (const [name, f, code] of bad) expect(f, name).toThrowError(expect.objectContaining({ code }));
   });
 });

@@ -37,6 +37,7 @@ import {
   problemFlops,
   reducePrivate,
   optionSupport,
+  rotateKVInputs,
   segment,
   sinkGradients,
   tensor,
@@ -70,14 +71,14 @@ import { checkOptions, createMemory, DEFAULT_INLINE_BELOW_FLOPS, defaultThreads,
 import { PROBLEM_BYTES, writeProblem, type ProblemFields } from './params.js';
 import { addonUrl, loadAddon, nativeKernels, nativeTarget, type NativeLevel } from './native.js';
 import { createPool, type WasmPool } from './threads.js';
-import { checkOwn, dataOf, regionData, WasmTensor } from './tensors.js';
+import { checkOwn, dataOf, hostView, regionData, WasmTensor } from './tensors.js';
 import { chooseNativeTiles, chooseWasmTiles } from './tiles.js';
 
 const MAIN_STACK_BYTES = 64 * 1024;
 const UNIT_SIZE: Record<WasmJob['kind'], number> = { forward: FWD_UNIT, backward: BWD_UNIT, kvcache: KV_GROUP_UNIT, copy: 2, pack: 2, gemm: 14 };
 
 /** What the kernels compute beyond FlashAttention-2's options (core's option-support.ts). */
-const OPTIONS = { sinks: true, kvSinks: true, dropout: true } as const;
+const OPTIONS = { sinks: true, kvSinks: true, dropout: true, kvBatchIdx: true, kvRotary: true } as const;
 
 /** Copy-loop methods of copyLoop(): a SIMD128 load/store loop, or memory.copy (csrc/copy.c). */
 export type CopyMethod = 'simd' | 'memcpy';
@@ -219,6 +220,8 @@ export class WasmBackend implements AttentionBackend {
    * blocks a call copies in; uploaded caches are read in place and need none of it).
    */
   supportsKVCache(p: KVCacheProblem): Support {
+    const opt = optionSupport(p, this.name, OPTIONS);
+    if (!opt.ok) return opt;
     const plan = planKVCache(p, this.opts.kvChunk);
     const threads = Math.max(1, this.threads);
     const need = kvCallBytes(p, plan, threads, kvScratchBound(plan, p.hkv, p.d, STACK_BYTES)) + hostCacheBytes(p) + this.heap.top;
@@ -344,7 +347,7 @@ export class WasmBackend implements AttentionBackend {
   }
 
   /** Refuses, before anything is allocated, an option these kernels do not compute (supports() says the same). */
-  private checkOptions(p: AttentionProblem): void {
+  private checkOptions(p: AttentionProblem | KVCacheProblem): void {
     const s = optionSupport(p, this.name, OPTIONS);
     if (!s.ok) throw new FAError('E_UNSUPPORTED', `${this.name}: ${s.reason}`);
   }
@@ -484,10 +487,14 @@ export class WasmBackend implements AttentionBackend {
   async forwardWithKVCache(q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions): Promise<ForwardResult> {
     this.alive();
     const p = describeKVCacheProblem(q, kCache, vCache, opts, this.name);
+    this.checkOptions(p);
     this.checkInputs([[q, 'q'], [kCache, 'kCache'], [vCache, 'vCache'], [opts.kNew, 'kNew'], [opts.vNew, 'vNew']]);
     const outs = this.outputsFor(q, [{ dtype: p.dtype, shape: p.qShape }, { dtype: 'f32', shape: p.lseShape }]);
     return this.call(outs, async (dev) => {
-      const r = await runKVCall(this.kvEngine, p, q, kCache, vCache, opts, this.opts.kvChunk);
+      // rotary inside the call: q rotated on the way in (core's rotateKVInputs); the append writes the
+      // new keys rotated; cacheBatchIdx is the contiguous cache's block table, which the kernels read
+      const qr = p.rotary ? rotateKVInputs(p, hostView(this.memory, q), undefined).q : q;
+      const r = await runKVCall(this.kvEngine, p, qr, kCache, vCache, opts, this.opts.kvChunk);
       return { out: this.output(r.out, p.qShape, p.dtype, dev?.[0]), lse: this.output(r.lse, p.lseShape, 'f32', dev?.[1]) };
     });
   }

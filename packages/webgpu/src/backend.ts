@@ -197,7 +197,7 @@ export class WebGPUBackend implements AttentionBackend {
   }
 
   supports(p: AttentionProblem): Support {
-    const opt = optionSupport(p, 'webgpu', { sinks: true, kvSinks: true });
+    const opt = optionSupport(p, 'webgpu', { sinks: true, kvSinks: true, kvBatchIdx: true });
     if (!opt.ok) return opt;
     return supportOf(p, this.acq.device.limits, (kind) => this.specFor(kind, p), this.outF32(p));
   }
@@ -345,6 +345,8 @@ export class WebGPUBackend implements AttentionBackend {
   }
 
   supportsKVCache(p: KVCacheProblem): Support {
+    const opt = optionSupport(p, 'webgpu', { sinks: true, kvSinks: true, kvBatchIdx: true });
+    if (!opt.ok) return opt;
     return kvSupport(p, this.acq.device.limits, this.kvPlan(p));
   }
 
@@ -383,6 +385,8 @@ export class WebGPUBackend implements AttentionBackend {
     const p = describeKVCacheProblem(q, kCache, vCache, opts, this.name);
     const recAtCall = this.current(); // (the recording open when the call is made)
     await this.ready();
+    const opt = optionSupport(p, 'webgpu', { sinks: true, kvSinks: true, kvBatchIdx: true });
+    if (!opt.ok) throw unsupportedError(opt);
     const plan = this.kvPlan(p);
     const s = kvSupport(p, this.acq.device.limits, plan);
     if (!s.ok) throw unsupportedError(s);

@@ -117,13 +117,15 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
   // Bindings a call does not read are bound to a buffer it has anyway (fewer buffers per call:
   // their creation is most of a small call's host time): a contiguous cache's table (the rows
   // follow from b and t), absent ALiBi slopes.
-  const table = p.paged ? indexInput(env, scope, opts.blockTable, p.blockTable, 'blockTable') : lens;
+  // cacheBatchIdx: a contiguous cache read through its table (one block of `capacity` rows per entry)
+  const viaTable = p.paged || p.batchIdx !== undefined;
+  const table = p.paged ? indexInput(env, scope, opts.blockTable, p.blockTable, 'blockTable') : p.batchIdx ? smallBuffer(env, scope, p.blockTable, 'cacheBatchIdx') : lens;
   const slopes = p.alibi ? smallBuffer(env, scope, p.alibi, 'ALiBi slopes') : qb;
   const sinks = p.sinks ? smallBuffer(env, scope, p.sinks, 'sinks') : qb;
   const base: Omit<KVParamValues, 'n'> = {
     batch: p.batch, tq: p.tq, h: p.h, hkv: p.hkv, d: p.d, tnew: p.tnew, bs: p.blockSize, maxBlocks: p.maxBlocksPerSeq,
     scale: p.scale, softcap: p.softcap, wl: p.windowLeft, wr: p.windowRight, alibi: p.alibi !== undefined,
-    rows: plan.rows, chunk: plan.chunk, splits: plan.splits, rowTiles: plan.rowTiles, lanes: plan.lanes ?? 0, paged: p.paged,
+    rows: plan.rows, chunk: plan.chunk, splits: plan.splits, rowTiles: plan.rowTiles, lanes: plan.lanes ?? 0, paged: viaTable,
     sinks: p.sinks !== undefined,
   };
   // K rows start at multiples of D elements: 16-byte loads need D·bytes a multiple of 16

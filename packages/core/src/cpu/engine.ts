@@ -23,7 +23,7 @@ import { FAError, isFAError } from '../errors.js';
 import { describeBackward, describeProblem, problemFlops, type AttentionOptions, type AttentionProblem } from '../problem.js';
 import { allocFloat32, allocHost, isHostTensor, tensor, type HostData, type HostTensor, type Tensor } from '../tensor.js';
 import { describeKVCacheProblem, hostIndexTensor, isDeviceIndexTensor, writeHostIndex, type DeviceIndexTensor, type HostIndexTensor, type IndexData, type KVCacheOptions, type KVCacheProblem } from '../kvcache.js';
-import { appendKVCacheHost } from '../kvcache-host.js';
+import { appendKVCacheHost, rotateKVInputs } from '../kvcache-host.js';
 import { combineKVCache, kvHeadsPerUnit, planKVCache } from './kvcache.js';
 import { planBackward, reducePrivate } from './backward.js';
 import { planForward } from './forward.js';
@@ -265,9 +265,11 @@ export class CpuBackend implements AttentionBackend {
   async forwardWithKVCache(q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions): Promise<ForwardResult> {
     this.alive();
     const p = describeKVCacheProblem(q, kCache, vCache, opts, this.name);
-    const [qh, kc, vc] = [host(q, 'q'), host(kCache, 'kCache'), host(vCache, 'vCache')];
-    const kn = opts.kNew === undefined ? undefined : host(opts.kNew, 'kNew');
+    const [q0, kc, vc] = [host(q, 'q'), host(kCache, 'kCache'), host(vCache, 'vCache')];
     const vn = opts.vNew === undefined ? undefined : host(opts.vNew, 'vNew');
+    const kn = opts.kNew === undefined ? undefined : host(opts.kNew, 'kNew');
+    // rotary inside the call: q rotated here (a copy); the append writes the new keys rotated
+    const qh = rotateKVInputs(p, q0, undefined).q;
     const plan = planKVCache(p, this.opts.kvChunk);
     const heads = kvHeadsPerUnit(p, plan);
     const nUnits = plan.units.length / KV_UNIT / heads;

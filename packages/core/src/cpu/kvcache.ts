@@ -28,7 +28,7 @@
  */
 import { keyRange, slopeOf, tileKeyRange } from '../mask.js';
 import { finalizeTile, mergeTileStates, resetTileState, seedSinkTile, softmaxTileUpdate } from '../online-softmax.js';
-import { kvCacheRow, kvKeys, kvLseIndex, type KVCacheProblem } from '../kvcache.js';
+import { kvAttended, kvCacheRow, kvFirstKey, kvLseIndex, type KVCacheProblem } from '../kvcache.js';
 import { KV_UNIT, type KVCacheJob, type Workspace } from './job.js';
 import { pvRow1, pvRow1T, pvRows4, pvRows4S, pvRows4T, pvRows4TS, scoresRow1, scoresRow1T, scoresRows4, scoresRows4T } from './kvcache-kernels.js';
 import { scoreTile } from './scores.js';
@@ -80,7 +80,7 @@ export function planKVCache(p: KVCacheProblem, kvChunk = KV_CHUNK): KVCachePlan 
   const items: { b: number; t: number; c: number; slot: number; work: number }[] = [];
   let slots = 0;
   for (let b = 0; b < p.batch; b++) {
-    const tk = kvKeys(p, b);
+    const tk = kvAttended(p, b); // (keys after the left padding: key j is row j + kvFirstKey)
     for (let t = 0; t < qTiles; t++) {
       const i0 = t * qt;
       const nq = Math.min(qt, p.tq - i0);
@@ -210,7 +210,8 @@ function wideBuffer(dtype: 'f16' | 'bf16'): WideBuffer {
  */
 function tokenOffsets(p: KVCacheProblem, b: number, j0: number, nc: number, nc4: number, tok: Int32Array): void {
   const w = p.hkv * p.d;
-  for (let r = 0; r < nc; r++) tok[r] = kvCacheRow(p, b, j0 + r) * w;
+  const lp = kvFirstKey(p, b);
+  for (let r = 0; r < nc; r++) tok[r] = kvCacheRow(p, b, lp + j0 + r) * w;
   for (let r = nc; r < nc4; r++) tok[r] = tok[nc - 1];
 }
 
@@ -283,7 +284,7 @@ export function kvCacheUnit(job: KVCacheJob, ws: Workspace, b: number, kvh0: num
   const d = p.d;
   ws.ensure(Math.max(job.rows, heads * g * Math.min(job.qt, p.tq)), KV_TILE, d);
   const { d4 } = ws;
-  const tk = kvKeys(p, b);
+  const tk = kvAttended(p, b); // (keys after the left padding: key j is row j + kvFirstKey)
   const i0 = t * job.qt;
   const nq = Math.min(job.qt, p.tq - i0);
   const R = g * nq;

@@ -40,6 +40,12 @@ export interface KVCacheCaseSpec {
   readonly alibi?: 'H' | 'BH';
   /** Attention sinks (seeded logits per query head, as the dense kit's). */
   readonly sinks?: boolean;
+  /** cacheLeftpad per sequence (rows before it stay NaN: a call that reads them fails). */
+  readonly leftpad?: readonly number[];
+  /** cacheBatchIdx (contiguous caches): the cache row of each sequence; the cache has max + 2 rows. */
+  readonly batchIdx?: readonly number[];
+  /** Rotary inside the call: rotaryDim (even, ≤ D), GPT-J pairs when interleaved. */
+  readonly rotary?: { readonly dim: number; readonly interleaved?: boolean };
   /** Multiplier of q and the keys. */
   readonly magnitude?: number;
   /** Paged: give every sequence all maxBlocksPerSeq blocks (room to grow over several calls). */
@@ -109,6 +115,9 @@ export function makeKVCacheCase(spec: KVCacheCaseSpec, id = 0): KVCacheCase {
   if (s.softcap !== undefined) tags.add('softcap');
   if (s.alibi) tags.add(`alibi-${s.alibi}`);
   if (s.sinks) tags.add('sinks');
+  if (s.leftpad) tags.add('leftpad');
+  if (s.batchIdx) tags.add('batch-idx');
+  if (s.rotary) tags.add(s.rotary.interleaved ? 'rotary-interleaved' : 'rotary');
   if (s.scale !== undefined) tags.add('scale');
   if ((s.magnitude ?? 1) >= 10) tags.add('large-magnitude');
   if (s.deviceIndex) tags.add('device-index');
@@ -132,6 +141,9 @@ export function makeKVCacheCase(spec: KVCacheCaseSpec, id = 0): KVCacheCase {
   if (s.softcap !== undefined) parts.push(`softcap${s.softcap}`);
   if (s.alibi) parts.push(`alibi(${s.alibi})`);
   if (s.sinks) parts.push('sinks');
+  if (s.leftpad) parts.push(`leftpad[${s.leftpad.join(',')}]`);
+  if (s.batchIdx) parts.push(`rows[${s.batchIdx.join(',')}]`);
+  if (s.rotary) parts.push(`rotary${s.rotary.dim}${s.rotary.interleaved ? 'i' : ''}`);
   if (s.scale !== undefined) parts.push(`scale${s.scale}`);
   if ((s.magnitude ?? 1) !== 1) parts.push(`x${s.magnitude}`);
   if (s.deviceIndex) parts.push('index-tensors');
@@ -172,7 +184,7 @@ export function kvCacheCaseInputs(c: KVCacheCase): KVCacheInputs {
     for (let b = 0; b < B; b++) for (let j = 0; j < need[b]; j++) table[b * maxBlocks + j] = perm[next++];
     cacheShape = [numBlocks, bs, hkv, d];
   } else {
-    cacheShape = [B, longest + spare, hkv, d];
+    cacheShape = [s.batchIdx ? Math.max(...s.batchIdx) + 2 : B, longest + spare, hkv, d];
   }
   const n = numel(cacheShape);
   const kv = new Float32Array(n).fill(NaN);
@@ -187,10 +199,25 @@ export function kvCacheCaseInputs(c: KVCacheCase): KVCacheInputs {
   if (s.scale !== undefined) options.scale = s.scale;
   if (s.alibi) options.alibiSlopes = alibiSlopes(s.alibi, B, h, s.seed!);
   if (s.sinks) options.sinks = sinkLogits(h, s.seed!);
+  if (s.leftpad) options.cacheLeftpad = Int32Array.from(s.leftpad);
+  if (s.batchIdx) options.cacheBatchIdx = Int32Array.from(s.batchIdx);
+  if (s.rotary) {
+    // GPT-NeoX's tables (base 10000) for every position the call can rotate
+    const half = s.rotary.dim / 2, maxPos = cacheShape[1] * (s.blockSize ? maxBlocks : 1) + tq;
+    const cos = new Float32Array(maxPos * half), sin = new Float32Array(maxPos * half);
+    for (let t = 0; t < maxPos; t++) for (let m = 0; m < half; m++) {
+      const a = t * 10000 ** (-m / half);
+      cos[t * half + m] = Math.cos(a);
+      sin[t * half + m] = Math.sin(a);
+    }
+    options.rotaryCos = hostTensor(cos, [maxPos, half], 'f32');
+    options.rotarySin = hostTensor(sin, [maxPos, half], 'f32');
+    if (s.rotary.interleaved) options.rotaryInterleaved = true;
+  }
   // Describe the call on placeholder caches to get the address rule, then fill the live rows.
   const p0 = describeKVCacheProblem(q, hostTensor(kv, cacheShape, s.dtype), hostTensor(vv, cacheShape, s.dtype), { ...options, cacheSeqlens: lens, ...(table ? { blockTable: table } : {}) });
   for (let b = 0; b < B; b++) {
-    for (let t = 0; t < lens[b]; t++) {
+    for (let t = s.leftpad ? s.leftpad[b] : 0; t < lens[b]; t++) {
       const o = kvCacheRow(p0, b, t) * w;
       kv.set(randomValues(rng, w, mag), o);
       vv.set(randomValues(rng, w), o);
@@ -249,6 +276,13 @@ export function kvCacheTemplates(): T[] {
     // head dim 512 (paged decode) and 576 (MLA's latent + rope width, contiguous)
     { seqlens: [40, 7], tnew: 1, blockSize: 16, d: 512, h: 4, hkv: 1 },
     { seqlens: [33], tnew: 1, d: 576, h: 4, hkv: 1, sinks: true },
+    // FlashAttention-2's extras: left padding, cache rows by batch index, rotary inside the call
+    { seqlens: [20, 9, 31], tnew: 1, leftpad: [5, 0, 30], d: 32, h: 4, hkv: 2 },
+    { seqlens: [12, 30], tnew: 3, tq: 3, causal: true, window: [6, 0], alibi: 'H', leftpad: [4, 11], d: 16, h: 2 },
+    { seqlens: [7, 18, 0], tnew: 2, batchIdx: [3, 0, 1], d: 32, h: 2, hkv: 1 },
+    { seqlens: [25, 40], tnew: 1, rotary: { dim: 32 }, d: 64, h: 4, hkv: 2 },
+    { seqlens: [14, 3], tnew: 4, tq: 4, causal: true, blockSize: 8, rotary: { dim: 16, interleaved: true }, leftpad: [6, 1], d: 16, h: 2, sinks: true },
+    { seqlens: [9, 21], tq: 2, rotary: { dim: 40 }, batchIdx: [1, 2], leftpad: [2, 20], d: 40, h: 2 },
   ];
   // lengths and tables as the engine's index tensors
   const onDevice = [base[0], base[1], base[12], base[13], base[19]].map((t) => ({ ...t, deviceIndex: true }));

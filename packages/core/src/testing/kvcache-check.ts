@@ -10,7 +10,7 @@ import type { DType } from '../dtype.js';
 import { keyRange } from '../mask.js';
 import { naiveForward } from '../naive.js';
 import { appendKVCacheHost, kvCacheAsVarlen, referenceKVCache } from '../kvcache-host.js';
-import { describeKVCacheProblem, kvCacheRow, kvKeys, type DeviceIndexTensor, type IndexInput, type KVCacheOptions, type KVCacheProblem } from '../kvcache.js';
+import { describeKVCacheProblem, kvAttended, kvCacheRow, kvKeys, type DeviceIndexTensor, type IndexInput, type KVCacheOptions, type KVCacheProblem } from '../kvcache.js';
 import { allocHost, type HostData, type HostTensor, type Tensor } from '../tensor.js';
 import type { CaseResult, CheckOptions } from './check.js';
 import { kvCacheCaseInputs, makeKVCacheCase, type KVCacheCase, type KVCacheInputs } from './kvcache-cases.js';
@@ -63,7 +63,7 @@ export function compareCache(p: KVCacheProblem, what: string, got: HostTensor, w
 /** Rows that see no key must have out exactly 0. */
 function emptyRowsZero(p: KVCacheProblem, out: ArrayLike<number>): string | undefined {
   for (let b = 0; b < p.batch; b++) {
-    const tk = kvKeys(p, b);
+    const tk = kvAttended(p, b);
     for (let i = 0; i < p.tq; i++) {
       const [lo, hi] = keyRange(p, i, p.tq, tk);
       if (lo <= hi) continue;
@@ -184,7 +184,7 @@ export async function checkKVCacheCase(backend: AttentionBackend, c: KVCacheCase
     stage = 'cache readback';
     const wantK = cloneHost(x.kCache);
     const wantV = cloneHost(x.vCache);
-    appendKVCacheHost(p, wantK, wantV, x.kNew, x.vNew);
+    appendKVCacheHost(p, wantK, wantV, x.kNew, x.vNew); // (it writes the keys rotated when the call has rotary tables)
     for (const [nm, t, want] of [['kCache', call.kCache, wantK], ['vCache', call.vCache, wantV]] as const) {
       const bad = compareCache(p, nm, await backend.read(t), want);
       if (bad) problems.push(bad);
