@@ -71,7 +71,7 @@ interface FixtureCase {
   features?: string[];
 }
 /** What each host engine declines today (issue 26): its fixture cases are skipped there, by name. */
-const DECLINES: Record<string, readonly string[]> = {};
+const DECLINES: Record<string, readonly string[]> = { wasm: ['leftpad'], native: ['leftpad'] };
 const { cases } = JSON.parse(readFileSync(join(FIX, 'cases.json'), 'utf8')) as { cases: FixtureCase[] };
 
 // out, dq, dk, dv come back in the compute dtype (then widened): its rounding bounds their error.
@@ -102,7 +102,7 @@ describe('fa run on NumPy fixtures', () => {
   it('covers every option flag', () => {
     const flags = new Set(cases.flatMap((c) => c.args.filter((a) => a.startsWith('--'))));
     for (const f of ['--causal', '--window', '--softcap', '--scale', '--alibi', '--sinks', '--dropout', '--seed', '--dropout-offset', '--cu-seqlens-q', '--cu-seqlens-k', '--dtype', '--dout']) expect(flags).toContain(f);
-    for (const f of ['--k-cache', '--v-cache', '--block-table', '--cache-seqlens', '--k-new', '--v-new']) expect(flags).toContain(f);
+    for (const f of ['--k-cache', '--v-cache', '--block-table', '--cache-seqlens', '--k-new', '--v-new', '--cache-batch-idx', '--cache-leftpad', '--rotary-cos', '--rotary-sin', '--rotary-interleaved']) expect(flags).toContain(f);
     expect(cases.some((c) => c.dtype === 'bf16')).toBe(true);
   });
 
@@ -176,6 +176,7 @@ describe('fa run on NumPy fixtures', () => {
 
 describe('fa: bad invocations print one line "fa: E_CODE: message" and exit non-zero', () => {
   const run = (...a: string[]) => ['run', '--q', 'q.npy', '--k', 'k.npy', '--v', 'v.npy', '--out', join(tmp, 'bad-out'), ...a];
+  const contig = ['run', '--q', 'q1.npy', '--k-cache', 'kc_contig.npy', '--v-cache', 'vc_contig.npy', '--cache-seqlens', 'lens_decode.npy', '--out', join(tmp, 'bad-out')];
   const kv = (...a: string[]) => ['run', '--q', 'q1.npy', '--k-cache', 'kc_paged.npy', '--v-cache', 'vc_paged.npy', '--out', join(tmp, 'bad-out'), ...a];
   const table: [string, string[], string][] = [
     ['no command', [], 'E_ARG'],
@@ -229,6 +230,10 @@ describe('fa: bad invocations print one line "fa: E_CODE: message" and exit non-
     ['dropout p negative', run('--dropout', '-0.1', '--seed', '3'), 'E_ARG'],
     ['a fractional seed', run('--dropout', '0.1', '--seed', '2.5'), 'E_ARG'],
     ['--dropout-offset alone', run('--dropout-offset', '3'), 'E_ARG'],
+    ['a batch index outside the cache', [...contig, '--cache-batch-idx', 'bad/batch_idx_out.npy'], 'E_ARG'],
+    ['leftpad past a length', [...contig, '--cache-leftpad', 'bad/leftpad_past.npy'], 'E_ARG'],
+    ['--rotary-cos alone', kv('--cache-seqlens', 'lens_decode.npy', '--rotary-cos', 'rope_cos.npy'), 'E_ARG'],
+    ['rotary on a dense call', run('--rotary-cos', 'rope_cos.npy', '--rotary-sin', 'rope_sin.npy'), 'E_ARG'],
     ['dropout in a KV-cache call', kv('--cache-seqlens', 'lens_decode.npy', '--dropout', '0.1', '--seed', '1'), 'E_ARG'],
     ['output directory under a file', ['run', '--q', 'q.npy', '--k', 'k.npy', '--v', 'v.npy', '--out', join(FIX, 'cases.json', 'sub')], 'E_IO'],
     // KV cache

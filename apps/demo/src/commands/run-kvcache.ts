@@ -41,6 +41,8 @@ export interface KVRunInputs {
   /** The score options already parsed (causal, window, softcap, scale, alibi). */
   readonly options: Omit<KVCacheOptions, 'cacheSeqlens'>;
   readonly describeOptions: string;
+  /** Reads a float32 table (rotary cos/sin) as an f32 host tensor, unrounded. */
+  readonly readTable: (path: string, what: string) => Promise<HostTensor>;
 }
 
 export async function runKVCache(x: KVRunInputs, io: Io): Promise<number> {
@@ -69,7 +71,21 @@ export async function runKVCache(x: KVRunInputs, io: Io): Promise<number> {
   const blockTable = btPath === undefined ? undefined : await readIndex(btPath, '--block-table', 2, 'an int32 table [B, maxBlocksPerSeq]');
   const kNew = knPath === undefined ? undefined : await x.readFloat(knPath, '--k-new');
   const vNew = vnPath === undefined ? undefined : await x.readFloat(vnPath, '--v-new');
-  const opts: KVCacheOptions = { ...x.options, cacheSeqlens, ...(blockTable ? { blockTable } : {}), ...(kNew ? { kNew, vNew } : {}) };
+  // FlashAttention-2's extras: cache rows by batch index, left padding, rotary inside the call
+  const extra: Partial<KVCacheOptions> = {};
+  const bi = p.strings.get('cache-batch-idx');
+  if (bi !== undefined) extra.cacheBatchIdx = await readIndex(bi, '--cache-batch-idx', 1, 'int32 cache rows [B]');
+  const lp = p.strings.get('cache-leftpad');
+  if (lp !== undefined) extra.cacheLeftpad = await readIndex(lp, '--cache-leftpad', 1, 'int32 left padding [B]');
+  const rc = p.strings.get('rotary-cos'), rs = p.strings.get('rotary-sin');
+  if ((rc === undefined) !== (rs === undefined)) throw argError('--rotary-cos and --rotary-sin must be given together');
+  if (p.booleans.has('rotary-interleaved') && rc === undefined) throw argError('--rotary-interleaved needs --rotary-cos and --rotary-sin');
+  if (rc !== undefined && rs !== undefined) {
+    extra.rotaryCos = await x.readTable(rc, '--rotary-cos');
+    extra.rotarySin = await x.readTable(rs, '--rotary-sin');
+    if (p.booleans.has('rotary-interleaved')) extra.rotaryInterleaved = true;
+  }
+  const opts: KVCacheOptions = { ...x.options, ...extra, cacheSeqlens, ...(blockTable ? { blockTable } : {}), ...(kNew ? { kNew, vNew } : {}) };
   const problem = describeKVCacheProblem(q, kCache, vCache, opts);
 
   // auto: the first engine whose supportsKVCache() accepts the call (and its dtype), with a note
@@ -91,7 +107,7 @@ export async function runKVCache(x: KVRunInputs, io: Io): Promise<number> {
   owned.push(lens);
   const table = blockTable ? await backend.uploadIndex(blockTable, [problem.batch, problem.maxBlocksPerSeq]) : undefined;
   if (table) owned.push(table);
-  const r = await backend.forwardWithKVCache(qd, kd, vd, { ...x.options, cacheSeqlens: lens, ...(table ? { blockTable: table } : {}), ...(kNew ? { kNew: await up(kNew), vNew: await up(vNew!) } : {}) });
+  const r = await backend.forwardWithKVCache(qd, kd, vd, { ...x.options, ...extra, cacheSeqlens: lens, ...(table ? { blockTable: table } : {}), ...(kNew ? { kNew: await up(kNew), vNew: await up(vNew!) } : {}) });
   owned.push(r.out, r.lse);
   const files: [string, NpyArray][] = [
     ['out.npy', x.toNpy(await toHost(backend, r.out))],

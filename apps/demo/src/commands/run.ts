@@ -47,6 +47,11 @@ const SPEC: FlagSpec = {
   'cache-seqlens': { type: 'string', value: 'L.npy', help: 'KV cache: int32 [B] tokens already cached per sequence' },
   'k-new': { type: 'string', value: 'KN.npy', help: 'KV cache: new keys [B, Tnew, Hkv, D], appended in place (with --v-new)' },
   'v-new': { type: 'string', value: 'VN.npy', help: 'KV cache: new values, the new keys\' shape' },
+  'cache-batch-idx': { type: 'string', value: 'I.npy', help: 'KV cache (contiguous): int32 [B], the cache row each sequence uses' },
+  'cache-leftpad': { type: 'string', value: 'P.npy', help: 'KV cache: int32 [B], keys before it are not attended; positions count from it' },
+  'rotary-cos': { type: 'string', value: 'C.npy', help: 'KV cache: float32 [maxPos, rotaryDim / 2], rotary applied to the new keys and q inside the call (with --rotary-sin)' },
+  'rotary-sin': { type: 'string', value: 'S.npy', help: 'KV cache: float32 [maxPos, rotaryDim / 2] (with --rotary-cos)' },
+  'rotary-interleaved': { type: 'boolean', help: 'KV cache: rotary pairs dims (2m, 2m+1) (GPT-J) instead of (m, m + rotaryDim/2)' },
   dtype: { type: 'string', value: 'f32|f16|bf16', help: 'compute dtype; inputs are rounded to it (default f32)' },
   out: { type: 'string', value: 'DIR', help: 'output directory (created if needed)' },
   help: { type: 'boolean', short: 'h', help: 'show this help' },
@@ -57,7 +62,9 @@ export const runHelp = `usage: fa run --backend cpu|wasm|native|webgpu|cuda|auto
               [--dropout P --seed N [--dropout-offset O]]
               [--cu-seqlens-q CQ.npy --cu-seqlens-k CK.npy] [--dtype f32|f16|bf16] --out DIR
        fa run ... --q Q.npy --k-cache KC.npy --v-cache VC.npy [--block-table BT.npy]
-              --cache-seqlens L.npy [--k-new KN.npy --v-new VN.npy] [options] --out DIR
+              --cache-seqlens L.npy [--k-new KN.npy --v-new VN.npy] [--cache-batch-idx I.npy]
+              [--cache-leftpad P.npy] [--rotary-cos C.npy --rotary-sin S.npy [--rotary-interleaved]]
+              [options] --out DIR
 
 Reads float32 .npy inputs (float16 files are accepted too; int32 for cu_seqlens), rounds them to
 --dtype, computes attention with the engine, and writes float32 out.npy and lse.npy (and with
@@ -145,7 +152,7 @@ async function runKVCacheCommand(p: Parsed, io: Io): Promise<number> {
   if (sinks !== undefined) opts.sinks = await readSinks(sinks);
   for (const f of ['dropout', 'seed', 'dropout-offset']) if (p.strings.has(f)) throw argError(`--${f} does not apply to a KV-cache call (inference has no backward); leave it out`);
   return runKVCache(
-    { p, backendName: p.strings.get('backend') ?? 'auto', dtype, outDir, readFloat: (path, what) => readFloatTensor(path, what, dtype), toNpy: asFloat32, options: opts, describeOptions: describeOptions(opts) },
+    { p, backendName: p.strings.get('backend') ?? 'auto', dtype, outDir, readFloat: (path, what) => readFloatTensor(path, what, dtype), readTable: (path, what) => readFloatTensor(path, what, 'f32'), toNpy: asFloat32, options: opts, describeOptions: describeOptions(opts) },
     io,
   );
 }
@@ -157,6 +164,9 @@ export async function runCommand(args: readonly string[], io: Io): Promise<numbe
     return 0;
   }
   if (isKVCacheRun(p)) return runKVCacheCommand(p, io);
+  for (const f of ['cache-batch-idx', 'cache-leftpad', 'rotary-cos', 'rotary-sin', 'rotary-interleaved']) {
+    if (p.strings.has(f) || p.booleans.has(f)) throw argError(`--${f} applies to a KV-cache call (--k-cache …)`);
+  }
   const qPath = requireFlag(p, 'q', 'run', 'Q.npy');
   const kPath = requireFlag(p, 'k', 'run', 'K.npy');
   const vPath = requireFlag(p, 'v', 'run', 'V.npy');
