@@ -274,8 +274,9 @@ static void kv_rows(const fa_kv *kv, int32_t b, int32_t j0, int32_t nc, int32_t 
   const int32_t bs = kv->block_size, w = kv->base.hkv * kv->base.d;
   const int32_t es = kv->dtype == FA_F32 ? 4 : 2;
   const int32_t *tb = kv->table + b * kv->max_blocks;
+  const int32_t lp = kv->leftpad ? kv->leftpad[b] : 0; /* key j is row j + leftpad (core's kvFirstKey) */
   for (int32_t r = 0; r < nc4; r++) {
-    const int32_t t = j0 + (r < nc ? r : nc - 1);
+    const int32_t t = lp + j0 + (r < nc ? r : nc - 1);
     const int32_t blk = t / bs;
     const int64_t off = ((int64_t)tb[blk] * bs + (t - blk * bs)) * w;
     krow[r] = (const uint8_t *)kv->k_cache + off * es;
@@ -416,7 +417,7 @@ static kv_head kv_head_at(const fa_kv *kv, const kv_scratch *w, int32_t i, int32
 FA_EXPORT(fa_kv_unit) void fa_kv_unit(const fa_kv *kv, float *scratch, int32_t b, int32_t kvh0, int32_t kvh1, int32_t t, int32_t c, int32_t slot0) {
   const fa_problem *p = &kv->base;
   const int32_t g = p->h / p->hkv, d = p->d, dp = fa_dp(d), tq = p->tq;
-  const int32_t tk = kv->lens[b] + kv->tnew;
+  const int32_t tk = kv->lens[b] + kv->tnew - (kv->leftpad ? kv->leftpad[b] : 0); /* keys attended (core's kvAttended) */
   const int32_t i0 = t * kv->qt, nq = fa_min(kv->qt, tq - i0), R = g * nq;
   const int32_t es = kv->dtype == FA_F32 ? 4 : 2;
   kv_scratch w = kv_layout(kv, scratch);

@@ -21,11 +21,12 @@ typedef struct fa_kv {
   const int32_t *table;           /* [batch * max_blocks] */
   const void *k_cache, *v_cache;  /* [num_blocks, block_size, hkv, d] in dtype */
   float *pm, *pl, *pacc;          /* partial states: [slots][rows], [slots][rows], [slots][rows][dp] */
+  const int32_t *leftpad;         /* [batch] cacheLeftpad (keys start at that row), or 0 */
 } fa_kv;
 
 /* src/params.ts writeKVProblem writes this struct field by field: keep the two in step. */
 #ifdef __wasm__
-_Static_assert(sizeof(fa_kv) == 204, "fa_kv layout changed: update src/params.ts");
+_Static_assert(sizeof(fa_kv) == 208, "fa_kv layout changed: update src/params.ts");
 _Static_assert(__builtin_offsetof(fa_kv, lens) == 176, "fa_kv layout changed: update src/params.ts");
 #endif
 

@@ -69,7 +69,7 @@ export function usedBlocks(p: KVCacheProblem): UsedBlocks {
 export function kvCallBytes(p: KVCacheProblem, plan: KVCachePlan, threads: number, scratchPerThread: number): number {
   const nq = p.batch * p.tq * p.h * p.d;
   const partials = plan.slots * plan.rows * (2 + dp(p.d));
-  const indices = p.batch * (1 + p.maxBlocksPerSeq) + (p.alibi ? p.alibi.length : 0) + (p.sinks ? p.h : 0);
+  const indices = p.batch * (2 + p.maxBlocksPerSeq) + (p.alibi ? p.alibi.length : 0) + (p.sinks ? p.h : 0);
   return F * (nq + p.batch * p.h * p.tq + partials + indices) + KV_PROBLEM_BYTES + (threads + 1) * scratchPerThread;
 }
 
@@ -164,6 +164,7 @@ export async function runKVCall(e: KVEngine, p: KVCacheProblem, q: Tensor, kCach
   let alibi = 0;
   if (p.alibi) alibi = a.alloc(4 * p.alibi.length, 'the ALiBi slopes');
   const sinks = p.sinks ? a.alloc(4 * p.h, 'the sinks') : 0;
+  const leftpad = p.leftpad ? a.alloc(4 * p.batch, 'cacheLeftpad') : 0;
   const lse = a.alloc(4 * p.batch * p.h * p.tq, 'the lse');
   const nPartial = plan.slots * plan.rows;
   const pm = a.alloc(4 * nPartial, 'the split-KV partial states');
@@ -185,6 +186,7 @@ export async function runKVCall(e: KVEngine, p: KVCacheProblem, q: Tensor, kCach
   a.i32(table, src.table.length).set(src.table);
   if (p.alibi) a.f32(alibi, p.alibi.length).set(p.alibi);
   if (p.sinks) a.f32(sinks, p.h).set(p.sinks);
+  if (p.leftpad) a.i32(leftpad, p.batch).set(p.leftpad);
   const base: ProblemFields = {
     batch: p.batch, h: p.h, hkv: p.hkv, d: p.d, tq: p.tq, tk: p.tk, totalQ: p.batch * p.tq, totalK: p.totalK, varlen: false,
     windowLeft: p.windowLeft, windowRight: p.windowRight, br: 0, bc: 0, scale: p.scale, softcap: p.softcap,
@@ -194,7 +196,7 @@ export async function runKVCall(e: KVEngine, p: KVCacheProblem, q: Tensor, kCach
   const grouped = groupUnits(p, plan, pooled ? e.threads : 1);
   writeKVProblem(e.memory.buffer, ptr, base, {
     dtype: DTYPE_CODE[p.dtype], blockSize: p.blockSize, maxBlocks: p.maxBlocksPerSeq, tnew: p.tnew,
-    qt: plan.qt, rows: plan.rows, chunk: plan.chunk, heads: grouped.heads, lens, table, kCache: src.k, vCache: src.v, pm, pl, pacc,
+    qt: plan.qt, rows: plan.rows, chunk: plan.chunk, heads: grouped.heads, lens, table, kCache: src.k, vCache: src.v, pm, pl, pacc, leftpad,
   });
   const scratch = e.kvScratchBytes(ptr);
   const tiles = e.tiles(grouped.units.length / KV_GROUP_UNIT, scratch, pooled);

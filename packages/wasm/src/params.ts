@@ -73,7 +73,7 @@ export function writeProblem(buffer: ArrayBufferLike, ptr: number, f: ProblemFie
 }
 
 /** csrc/kvcache.c's fa_kv: an fa_problem, then the cache fields (kvcache.c checks the layout). */
-export const KV_PROBLEM_BYTES = 204;
+export const KV_PROBLEM_BYTES = 208;
 
 export interface KVFields {
   /** Cache element type: 0 f32, 1 f16, 2 bf16. */
@@ -93,10 +93,12 @@ export interface KVFields {
   pm: number;
   pl: number;
   pacc: number;
+  /** cacheLeftpad [batch] (int32), or 0. */
+  leftpad: number;
 }
 
 const KV_INT_FIELDS = ['dtype', 'blockSize', 'maxBlocks', 'tnew', 'qt', 'rows', 'chunk', 'heads'] as const;
-const KV_PTR_FIELDS = ['lens', 'table', 'kCache', 'vCache', 'pm', 'pl', 'pacc'] as const;
+const KV_PTR_FIELDS = ['lens', 'table', 'kCache', 'vCache', 'pm', 'pl', 'pacc', 'leftpad'] as const;
 
 export function writeKVProblem(buffer: ArrayBufferLike, ptr: number, base: ProblemFields, kv: KVFields): void {
   writeProblem(buffer, ptr, base);

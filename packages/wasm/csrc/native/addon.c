@@ -56,9 +56,9 @@ _Static_assert(sizeof(wire_problem) == 144, "wire_problem must match src/params.
 typedef struct {
   wire_problem base;
   int32_t dtype, block_size, max_blocks, tnew, qt, rows, chunk, heads;
-  uint32_t lens, table, k_cache, v_cache, pm, pl, pacc;
+  uint32_t lens, table, k_cache, v_cache, pm, pl, pacc, leftpad;
 } wire_kv;
-_Static_assert(sizeof(wire_kv) == 204, "wire_kv must match src/params.ts KV_PROBLEM_BYTES");
+_Static_assert(sizeof(wire_kv) == 208, "wire_kv must match src/params.ts KV_PROBLEM_BYTES");
 
 #define AT(base, off) ((off) ? (void *)((base) + (uint32_t)(off)) : (void *)0)
 
@@ -82,7 +82,7 @@ static void read_kv(uint8_t *m, uint32_t at, fa_kv *kv) {
   kv->dtype = w->dtype, kv->block_size = w->block_size, kv->max_blocks = w->max_blocks, kv->tnew = w->tnew;
   kv->qt = w->qt, kv->rows = w->rows, kv->chunk = w->chunk, kv->heads = w->heads;
   kv->lens = AT(m, w->lens), kv->table = AT(m, w->table), kv->k_cache = AT(m, w->k_cache), kv->v_cache = AT(m, w->v_cache);
-  kv->pm = AT(m, w->pm), kv->pl = AT(m, w->pl), kv->pacc = AT(m, w->pacc);
+  kv->pm = AT(m, w->pm), kv->pl = AT(m, w->pl), kv->pacc = AT(m, w->pacc), kv->leftpad = AT(m, w->leftpad);
 }
 
 /* ---- argument reading: a call's arguments as int32 (i), offsets (u) and floats (f) ---- */
