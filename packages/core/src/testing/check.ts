@@ -269,6 +269,27 @@ function result(name: string, problems: string[], t0: number, okText: string): C
   return { name, pass, metrics: [], message: pass ? `ok: ${okText}` : `FAIL ${name}\n  ${problems.join('\n  ')}`, ms: now() - t0 };
 }
 
+/** An upload that records the device tensors it makes in `owned` (host tensors pass as they are without `upload`). */
+function uploader(backend: AttentionBackend, upload: boolean | undefined, owned: Tensor[]): (t: HostTensor) => Promise<Tensor> {
+  return async (t) => {
+    if (!upload) return t;
+    const d = await backend.upload(t);
+    owned.push(d);
+    return d;
+  };
+}
+
+/** Frees what a check made; a failing dispose must not hide the check's result. */
+function disposeAll(backend: AttentionBackend, owned: readonly Tensor[]): void {
+  for (const t of owned) {
+    try {
+      backend.disposeTensor(t);
+    } catch {
+      /* ignore */
+    }
+  }
+}
+
 export const NAN_CHECK_NAME = 'extra: NaN in q, k or v propagates to the rows that see it, and only there';
 
 /**
@@ -302,12 +323,7 @@ export async function checkNaNPropagation(backend: AttentionBackend, opts: { upl
   const problems: string[] = [];
   const owned: Tensor[] = [];
   try {
-    const up = async (t: HostTensor) => {
-      if (!opts.upload) return t;
-      const d = await backend.upload(t);
-      owned.push(d);
-      return d;
-    };
+    const up = uploader(backend, opts.upload, owned);
     const fwd = await backend.forward(await up(q), await up(k), await up(v), options);
     owned.push(fwd.out, fwd.lse);
     const out = tensorValues(await backend.read(fwd.out));
@@ -337,13 +353,7 @@ export async function checkNaNPropagation(backend: AttentionBackend, opts: { upl
   } catch (e) {
     problems.push(`forward threw ${describeError(e)} on inputs containing NaN (NaN must propagate, not be rejected)`);
   } finally {
-    for (const t of owned) {
-      try {
-        backend.disposeTensor(t);
-      } catch {
-        /* ignore */
-      }
-    }
+    disposeAll(backend, owned);
   }
   return result(name, problems.slice(0, 8), t0, 'NaN reached exactly the rows that see it');
 }
@@ -566,12 +576,7 @@ export async function checkDropoutMask(backend: AttentionBackend, opts: { upload
   const problems: string[] = [];
   const owned: Tensor[] = [];
   try {
-    const up = async (t: HostTensor) => {
-      if (!opts.upload) return t;
-      const d = await backend.upload(t);
-      owned.push(d);
-      return d;
-    };
+    const up = uploader(backend, opts.upload, owned);
     const f = await backend.forward(await up(q), await up(k), await up(v), options);
     owned.push(f.out, f.lse);
     const out = tensorValues(await backend.read(f.out));
@@ -599,13 +604,7 @@ export async function checkDropoutMask(backend: AttentionBackend, opts: { upload
   } catch (e) {
     problems.push(`forward threw ${describeError(e)}`);
   } finally {
-    for (const t of owned) {
-      try {
-        backend.disposeTensor(t);
-      } catch {
-        /* ignore */
-      }
-    }
+    disposeAll(backend, owned);
   }
   return result(name, problems, t0, "out's zeros are philox's dropped entries");
 }
