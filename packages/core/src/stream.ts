@@ -245,11 +245,14 @@ class QueuedStream implements StreamCalls {
     const ikn = opts.kNew ? this.#input(opts.kNew, 'kNew') : undefined, ivn = opts.vNew ? this.#input(opts.vNew, 'vNew') : undefined;
     const lens = this.#index(opts.cacheSeqlens, 'cacheSeqlens'), table = this.#index(opts.blockTable, 'blockTable');
     const alibi = opts.alibiSlopes ? Float32Array.from(opts.alibiSlopes) : undefined;
-    const sinks = opts.sinks ? Float32Array.from(opts.sinks) : undefined; // (copies: the caller may change theirs before the call runs)
+    // (copies: the caller may change theirs before the call runs)
+    const sinks = opts.sinks ? Float32Array.from(opts.sinks) : undefined;
+    const leftpad = opts.cacheLeftpad ? Int32Array.from(opts.cacheLeftpad) : undefined;
+    const batchIdx = opts.cacheBatchIdx ? Int32Array.from(opts.cacheBatchIdx) : undefined;
     const what = this.#name('forwardWithKVCache');
     const out = this.#out(p.dtype, p.qShape, what), lse = this.#out('f32', p.lseShape, what);
     this.#queue(what, [out, lse], async () => {
-      const o: KVCacheOptions = { ...opts, cacheSeqlens: lens()!, blockTable: table(), kNew: ikn?.(), vNew: ivn?.(), alibiSlopes: alibi, sinks };
+      const o: KVCacheOptions = { ...opts, cacheSeqlens: lens()!, blockTable: table(), kNew: ikn?.(), vNew: ivn?.(), alibiSlopes: alibi, sinks, cacheLeftpad: leftpad, cacheBatchIdx: batchIdx };
       const r = await this.backend.forwardWithKVCache(iq(), ik(), iv(), o);
       return [r.out, r.lse];
     });
