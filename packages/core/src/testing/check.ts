@@ -525,6 +525,14 @@ function badInputs(backend: AttentionBackend, dtype: DType): BadCall[] {
     { what: 'q that is not a tensor', code: 'E_ARG', call: () => fwd({}, k, v) },
     { what: 'backward with lse of the wrong shape', code: 'E_SHAPE', call: () => backend.backward(q, k, v, q, q, hostTensor(new Float32Array(8), [1, 1, 8], 'f32')) },
     { what: 'backward with dOut of the wrong shape', code: 'E_SHAPE', call: () => backend.backward(q, k, v, q, t([1, 8, 2, 8]), lse) },
+    // the options since FlashAttention-2 (issue 26)
+    { what: 'sinks of length 3 for H = 2', code: 'E_SHAPE', call: () => fwd(q, k, v, { sinks: [0.5, 1, 2] }) },
+    { what: 'a NaN sink', code: 'E_ARG', call: () => fwd(q, k, v, { sinks: [0.5, NaN] }) },
+    { what: 'dropout p = 1', code: 'E_ARG', call: () => fwd(q, k, v, { dropout: { p: 1, seed: 3 } }) },
+    { what: 'dropout p = -0.1', code: 'E_ARG', call: () => fwd(q, k, v, { dropout: { p: -0.1, seed: 3 } }) },
+    { what: 'a dropout seed of 1.5', code: 'E_ARG', call: () => fwd(q, k, v, { dropout: { p: 0.1, seed: 1.5 } }) },
+    { what: 'v with other heads than k (a head dim of its own is fine, nothing else)', code: 'E_SHAPE', call: () => fwd(q, k, t([1, 8, 1, 16])) },
+    { what: "backward with dOut of q's shape when v has its own head dim", code: 'E_SHAPE', call: () => backend.backward(q, k, t([1, 8, 2, 8]), t([1, 8, 2, 8]), q, lse) },
   ];
 }
 
