@@ -30,6 +30,18 @@ import { describeBackward, describeProblem, type AttentionOptions } from './prob
 import { allocHost, checkHostData, isDeviceTensor, isHostTensor, type DeviceTensor, type HostTensor, type Tensor } from './tensor.js';
 
 /** The stream-ordered calls of one engine. */
+
+/** A call's options with its arrays copied, for a call that runs after the caller's code moves on. */
+function frozenOptions(o: AttentionOptions): AttentionOptions {
+  return {
+    ...o,
+    ...(o.sinks ? { sinks: Float32Array.from(o.sinks) } : {}),
+    ...(o.alibiSlopes ? { alibiSlopes: Float32Array.from(o.alibiSlopes) } : {}),
+    ...(o.dropout ? { dropout: { ...o.dropout } } : {}),
+    ...(o.cuSeqlensQ ? { cuSeqlensQ: Int32Array.from(o.cuSeqlensQ) } : {}),
+    ...(o.cuSeqlensK ? { cuSeqlensK: Int32Array.from(o.cuSeqlensK) } : {}),
+  };
+}
 export interface StreamCalls {
   /** The engine the calls run on. */
   readonly backend: AttentionBackend;
@@ -209,6 +221,7 @@ class QueuedStream implements StreamCalls {
     this.#declined(this.backend.supports(p));
     const ins = [this.#input(q, 'q'), this.#input(k, 'k'), this.#input(v, 'v')];
     const what = this.#name('forward');
+    opts = frozenOptions(opts); // (the call runs later: the caller may change its arrays meanwhile)
     const out = this.#out(p.dtype, p.outShape, what), lse = this.#out('f32', p.lseShape, what);
     this.#queue(what, [out, lse], async () => {
       const [a, b, c] = ins.map((f) => f());
@@ -225,6 +238,7 @@ class QueuedStream implements StreamCalls {
     const ins = [q, k, v, out, dOut, lse].map((t, i) => this.#input(t, names[i]));
     const what = this.#name('backward');
     const dq = this.#out(p.dtype, p.qShape, what), dk = this.#out(p.dtype, p.kShape, what), dv = this.#out(p.dtype, p.vShape, what);
+    opts = frozenOptions(opts);
     const dsinks = p.sinks ? this.#out('f32', [p.h], what) : undefined;
     this.#queue(what, dsinks ? [dq, dk, dv, dsinks] : [dq, dk, dv], async () => {
       const [a, b, c, d, e, f] = ins.map((g) => g());

@@ -25,6 +25,7 @@ import {
   describeKVCacheProblem,
   type RingEvent,
   type Tensor,
+  type HostTensor,
 } from '../dist/index.js';
 import { checkCase, conformanceCases, defineConformanceSuite, hostTensor, makeCase, tensorValues } from '../dist/testing/index.js';
 
@@ -145,6 +146,22 @@ describe('the ring algorithm', async () => {
     expect(((errs[0] as PromiseRejectedResult).reason as FAError).message).toMatch(/rank 0 holds 20 query and 20 key tokens/);
     // rank 1 had valid shards; the failed rank aborted the ring, so it fails instead of waiting
     expect(errs[1].status).toBe('rejected');
+  });
+
+  it('called directly, refuses dropout on every rank (blocks would drop another mask), and gives each rank its share of dsinks', async () => {
+    const s = shards(2);
+    const comms = createLocalRing(2, hostShardOps);
+    const errs = await Promise.allSettled(comms.map((comm, r) => ringForward({ engine: cpu, ops: hostShardOps, comm, layout: s.layout }, s.qs[r], s.ks[r], s.vs[r], { causal: true, dropout: { p: 0.5, seed: 7 } })));
+    for (const e of errs) expect(e.status === 'rejected' && (e.reason as FAError).code).toBe('E_UNSUPPORTED');
+    const opts = { causal: true, sinks: [1.5, -0.5] };
+    const c2 = createLocalRing(2, hostShardOps);
+    const fw = await Promise.all(c2.map((comm, r) => ringForward({ engine: cpu, ops: hostShardOps, comm, layout: s.layout }, s.qs[r], s.ks[r], s.vs[r], opts)));
+    const c3 = createLocalRing(2, hostShardOps);
+    const bw = await Promise.all(c3.map((comm, r) => ringBackward({ engine: cpu, ops: hostShardOps, comm, layout: s.layout }, s.qs[r], s.ks[r], s.vs[r], fw[r].out, s.dOs[r], fw[r].lse, opts)));
+    const whole = await cpu.backward(s.q, s.k, s.v, (await cpu.forward(s.q, s.k, s.v, opts)).out, s.dO, (await cpu.forward(s.q, s.k, s.v, opts)).lse, opts);
+    const sum = [0, 1].map((h) => bw.reduce((a, g) => a + ((g.dsinks as HostTensor).data as Float32Array)[h], 0));
+    const want = (whole.dsinks as HostTensor).data as Float32Array;
+    for (let h = 0; h < 2; h++) expect(Math.abs(sum[h] - want[h])).toBeLessThan(1e-5 * (1 + Math.abs(want[h])));
   });
 
   it('refuses an engine whose backward recomputes out and lse from the block (CPU exactRowStats)', async () => {

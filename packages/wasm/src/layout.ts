@@ -26,7 +26,8 @@ export function keyTiles(p: AttentionProblem, bc: number): Int32Array {
 export function scratchBound(p: AttentionProblem, t: TileSizes): number {
   const c = bc8(t.bc);
   const r = t.br;
-  return F * (3 * r * c + 2 * c * dp(p.d) + 2 * p.d * c + r * dp(p.d) + 2 * r + 16) + STACK_BYTES;
+  // (5 score-sized tiles: S, dP, the softcap derivative, and dropout's multipliers and P∘M)
+  return F * (5 * r * c + 2 * c * dp(p.d) + 2 * p.d * c + r * dp(p.d) + 2 * r + 16) + STACK_BYTES;
 }
 
 export function forwardBytes(p: AttentionProblem, t: TileSizes, threads: number): number {

@@ -60,6 +60,7 @@ function attentionBackwardDevice(e: DeviceEngine, q: DeviceArray, k: DeviceArray
       return null;
     };
     let ds: Data | null = null;
+    if (o.sinks && !r.dsinks) throw new FAError('E_DEVICE', `attention: ${e.name} returned no dsinks for a call with sinks`);
     if (r.dsinks) {
       // the gradient lives where the sinks tensor does: on the engine, or read back for a host one
       if (!needs[3] || !sinks) e.disposeTensor(r.dsinks);
@@ -161,6 +162,7 @@ function backendBackward(be: AttentionBackend, q: HostTensor, k: HostTensor, v: 
     const dq = await toFloat32(be, r.dq, 'dq', dtype);
     const dk = await toFloat32(be, r.dk, 'dk', dtype);
     const dv = await toFloat32(be, r.dv, 'dv', dtype);
+    if (opts.sinks && !r.dsinks) throw new FAError('E_DEVICE', `attention: backend ${be.name} returned no dsinks for a call with sinks`);
     const ds = r.dsinks ? await toFloat32(be, r.dsinks, 'dsinks', 'f32') : null;
     return [needs[0] ? dq : null, needs[1] ? dk : null, needs[2] ? dv : null, needs[3] ? ds : null];
   };

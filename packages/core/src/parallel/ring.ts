@@ -26,7 +26,9 @@ import type { AttentionBackend, BackwardResult, ForwardResult } from '../backend
 import type { DType } from '../dtype.js';
 import { check, FAError } from '../errors.js';
 import { describeProblem, type AttentionOptions, type AttentionProblem } from '../problem.js';
-import type { DeviceTensor, Tensor } from '../tensor.js';
+import { isHostTensor, type DeviceTensor, type HostTensor, type Tensor } from '../tensor.js';
+import { sinkGradientsFromOutputs } from '../sinks.js';
+import { optionSupport } from '../option-support.js';
 import type { Communicator } from './communicator.js';
 import { checkLayout, rangeRows, type ShardLayout } from './layout.js';
 import type { ShardOps } from './ops.js';
@@ -103,10 +105,18 @@ function prepare(ctx: RingContext, qIn: unknown, kIn: unknown, vIn: unknown, opt
   gq[ax] = layout.tq;
   gk[ax] = layout.tk;
   const p = describeProblem(virtual(q.dtype, gq), virtual(k.dtype, gk), virtual(v.dtype, gk), opts);
+  // (callOptions leaves the options the ring does not split out of the blocks: refuse those here)
+  const opt = optionSupport(p, 'ring', { sinks: true });
+  if (!opt.ok) throw new FAError('E_UNSUPPORTED', `context parallelism: ${opt.reason}`);
   check(engine.dtypes.includes(p.dtype), 'E_UNSUPPORTED', `engine ${engine.name} does not compute ${p.dtype} (it has ${engine.dtypes.join(', ')})`);
   const plan = planRing(p, layout, rank);
   const reps = varlen ? 1 : p.batch;
   const packQ = [plan.rowsQ, p.h, p.d];
+  if (p.sinks) {
+    const sp = describeProblem(virtual(p.dtype, packQ), virtual(p.dtype, [0, p.hkv, p.d]), virtual(p.dtype, [0, p.hkv, p.d]), sinkBlockOptions(p, plan.rowsQ));
+    const s = engine.supports(sp);
+    if (!s.ok) throw new FAError('E_UNSUPPORTED', `context parallelism: engine ${engine.name} declines the sinks' block: ${s.reason}`);
+  }
   for (const st of plan.steps) {
     for (const call of st.calls) {
       const cp = describeProblem(virtual(p.dtype, packQ), virtual(p.dtype, [plan.rowsK[st.src], p.hkv, p.d]), virtual(p.dtype, [plan.rowsK[st.src], p.hkv, p.d]), callOptions(p, call));
@@ -179,6 +189,16 @@ async function startKv(ctx: RingContext, s: Setup, step: number, kv: readonly Te
  * Returns this rank's out (q's shape and dtype) and LSE ([B, H, n] or [H, n]), equal to the
  * rows of single-engine attention over the whole sequence.
  */
+/** This rank's share of dsinks (core's sinks.ts over its rows: out, dOut [rows, H, D], lse [H, rows]). */
+function rankSinkGradients(p: AttentionProblem, rows: number, out: Tensor, dOut: Tensor, lse: Tensor): HostTensor {
+  for (const [what, t] of [['out', out], ['dOut', dOut], ['lse', lse]] as const) {
+    check(isHostTensor(t), 'E_UNSUPPORTED', `context parallelism: dsinks are formed from host tensors; ${what} is a device tensor`);
+  }
+  const rowP = describeProblem(virtual(p.dtype, [rows, p.h, p.d]), virtual(p.dtype, [0, p.hkv, p.d]), virtual(p.dtype, [0, p.hkv, p.d]), sinkBlockOptions(p, rows));
+  const ds = sinkGradientsFromOutputs(rowP, out as HostTensor, dOut as HostTensor, (lse as HostTensor).data as Float32Array);
+  return { kind: 'host', dtype: 'f32', shape: [p.h], data: ds };
+}
+
 /** The options of the sinks' block: this rank's rows as one sequence that sees no key. */
 export function sinkBlockOptions(p: AttentionProblem, rows: number): AttentionOptions {
   return { cuSeqlensQ: [0, rows], cuSeqlensK: [0, 0], sinks: p.sinks };
@@ -325,7 +345,9 @@ async function backward(ctx: RingContext, q: Tensor, k: Tensor, v: Tensor, out: 
     const dk = owned.add(await ops.convert(acc[0], p.dtype));
     const dv = owned.add(await ops.convert(acc[1], p.dtype));
     for (const t of [dq, dk, dv]) owned.keep(t);
-    return { dq: ops.view(dq, q.shape), dk: ops.view(dk, k.shape), dv: ops.view(dv, k.shape) };
+    const grads = { dq: ops.view(dq, q.shape), dk: ops.view(dk, k.shape), dv: ops.view(dv, k.shape) };
+    // dsinks: this rank's rows' share (sum it over the ranks); host tensors only
+    return p.sinks ? { ...grads, dsinks: rankSinkGradients(p, s.plan.rowsQ, outP, dOutP, lseP) } : grads;
   } finally {
     owned.freeAll();
   }
