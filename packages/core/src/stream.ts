@@ -31,6 +31,11 @@ import { allocHost, checkHostData, isDeviceTensor, isHostTensor, type DeviceTens
 
 /** The stream-ordered calls of one engine. */
 
+/** A host tensor with its data copied (a queued call's rotary tables). */
+function copyHost(t: HostTensor): HostTensor {
+  return { ...t, shape: [...t.shape], data: t.data.slice() as HostTensor['data'] };
+}
+
 /** A call's options with its arrays copied, for a call that runs after the caller's code moves on. */
 function frozenOptions(o: AttentionOptions): AttentionOptions {
   return {
@@ -263,10 +268,13 @@ class QueuedStream implements StreamCalls {
     const sinks = opts.sinks ? Float32Array.from(opts.sinks) : undefined;
     const leftpad = opts.cacheLeftpad ? Int32Array.from(opts.cacheLeftpad) : undefined;
     const batchIdx = opts.cacheBatchIdx ? Int32Array.from(opts.cacheBatchIdx) : undefined;
+    const rotary = opts.rotaryCos && opts.rotarySin && isHostTensor(opts.rotaryCos) && isHostTensor(opts.rotarySin)
+      ? { rotaryCos: copyHost(opts.rotaryCos), rotarySin: copyHost(opts.rotarySin) }
+      : {};
     const what = this.#name('forwardWithKVCache');
     const out = this.#out(p.dtype, p.qShape, what), lse = this.#out('f32', p.lseShape, what);
     this.#queue(what, [out, lse], async () => {
-      const o: KVCacheOptions = { ...opts, cacheSeqlens: lens()!, blockTable: table(), kNew: ikn?.(), vNew: ivn?.(), alibiSlopes: alibi, sinks, cacheLeftpad: leftpad, cacheBatchIdx: batchIdx };
+      const o: KVCacheOptions = { ...opts, cacheSeqlens: lens()!, blockTable: table(), kNew: ikn?.(), vNew: ivn?.(), alibiSlopes: alibi, sinks, cacheLeftpad: leftpad, cacheBatchIdx: batchIdx, ...rotary };
       const r = await this.backend.forwardWithKVCache(iq(), ik(), iv(), o);
       return [r.out, r.lse];
     });
