@@ -8,10 +8,9 @@
 import { check } from './errors.js';
 import { describeKVCacheProblem, kvAttended, kvCacheRow, kvFirstKey, kvLseIndex, type KVCacheOptions, type KVCacheProblem } from './kvcache.js';
 import { referenceForward, type ReferenceOptions } from './reference.js';
-import { requireHost } from './reference-util.js';
+import { hostValues, requireHost } from './reference-util.js';
 import type { AttentionOptions } from './problem.js';
 import { allocHost, isHostTensor, tensor, type HostData, type HostTensor } from './tensor.js';
-import { hostValues } from './reference-util.js';
 import { encode } from './dtype.js';
 
 function hostOf(t: unknown, what: string, fn: string): HostTensor {

@@ -23,10 +23,9 @@
  */
 import { check, FAError } from './errors.js';
 import type { DType } from './dtype.js';
-import type { Tensor } from './tensor.js';
+import type { HostTensor, Tensor } from './tensor.js';
 import { describeValue } from './tensor.js';
 import { boundWindows, checkTensorLike, resolveScores, sameShape, shapeOnlyTensor, shapeStr, toInt32, type ResolvedScores } from './validate.js';
-import type { HostTensor } from './tensor.js';
 
 /**
  * An engine's copy of an int32 index array (cache lengths, a block table), made with

@@ -71,7 +71,7 @@ export function dropoutKeepRow(d: DropoutSpec, bh: number, i: number, j0: number
 
 /** Whether entry (i, j) of stream bh is kept (one Philox call; for references and tests). */
 export function dropoutKeeps(d: DropoutSpec, bh: number, i: number, j: number): boolean {
-  const w = new Uint32Array(4);
-  philox4x32(j >>> 2, i, bh, d.offset, d.k0, d.k1, w);
-  return w[j & 3] >= d.threshold;
+  const keep = new Uint8Array(1);
+  dropoutKeepRow(d, bh, i, j, j + 1, keep);
+  return keep[0] === 1;
 }

@@ -185,8 +185,9 @@ function resolveDropout(x: unknown): DropoutSpec | undefined {
   check(typeof seed === 'number' && Number.isSafeInteger(seed) && seed >= 0, 'E_ARG', () => `dropout.seed must be an integer in [0, 2^53), got ${String(seed)}`);
   check(typeof offset === 'number' && Number.isInteger(offset) && offset >= 0 && offset < 2 ** 32, 'E_ARG', () => `dropout.offset must be an integer in [0, 2^32), got ${String(offset)}`);
   // p below 2^-32 drops nothing (threshold 0) and scales by less than float32 resolves: none, as in the kernels
-  if (Math.floor(p * 2 ** 32) === 0) return undefined;
-  return { p, threshold: Math.floor(p * 2 ** 32), keepScale: 1 / (1 - p), k0: seed % 2 ** 32, k1: Math.floor(seed / 2 ** 32), offset };
+  const threshold = Math.floor(p * 2 ** 32);
+  if (threshold === 0) return undefined;
+  return { p, threshold, keepScale: 1 / (1 - p), k0: seed % 2 ** 32, k1: Math.floor(seed / 2 ** 32), offset };
 }
 
 /**

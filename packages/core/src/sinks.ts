@@ -40,7 +40,7 @@ export function sinkGradients(p: AttentionProblem, lse: ArrayLike<number>, dvec:
 export function sinkGradientsFromOutputs(p: AttentionProblem, out: HostTensor, dOut: HostTensor, lse: ArrayLike<number>): Float32Array {
   const O = hostValues(out);
   const G = hostValues(dOut);
-  const D = O.length / (p.totalQ * p.h); // out's head dim (V's)
+  const D = p.vDim; // out's head dim (V's)
   const dvec = new Float64Array(p.h * p.totalQ);
   for (let b = 0; b < p.batch; b++) {
     const { q0, tq } = segment(p, b);

@@ -30,23 +30,6 @@ import { describeBackward, describeProblem, type AttentionOptions } from './prob
 import { allocHost, checkHostData, isDeviceTensor, isHostTensor, type DeviceTensor, type HostTensor, type Tensor } from './tensor.js';
 
 /** The stream-ordered calls of one engine. */
-
-/** A host tensor with its data copied (a queued call's rotary tables). */
-function copyHost(t: HostTensor): HostTensor {
-  return { ...t, shape: [...t.shape], data: t.data.slice() as HostTensor['data'] };
-}
-
-/** A call's options with its arrays copied, for a call that runs after the caller's code moves on. */
-function frozenOptions(o: AttentionOptions): AttentionOptions {
-  return {
-    ...o,
-    ...(o.sinks ? { sinks: Float32Array.from(o.sinks) } : {}),
-    ...(o.alibiSlopes ? { alibiSlopes: Float32Array.from(o.alibiSlopes) } : {}),
-    ...(o.dropout ? { dropout: { ...o.dropout } } : {}),
-    ...(o.cuSeqlensQ ? { cuSeqlensQ: Int32Array.from(o.cuSeqlensQ) } : {}),
-    ...(o.cuSeqlensK ? { cuSeqlensK: Int32Array.from(o.cuSeqlensK) } : {}),
-  };
-}
 export interface StreamCalls {
   /** The engine the calls run on. */
   readonly backend: AttentionBackend;
@@ -263,18 +246,11 @@ class QueuedStream implements StreamCalls {
     const ik = cache(kCache, 'kCache'), iv = cache(vCache, 'vCache');
     const ikn = opts.kNew ? this.#input(opts.kNew, 'kNew') : undefined, ivn = opts.vNew ? this.#input(opts.vNew, 'vNew') : undefined;
     const lens = this.#index(opts.cacheSeqlens, 'cacheSeqlens'), table = this.#index(opts.blockTable, 'blockTable');
-    const alibi = opts.alibiSlopes ? Float32Array.from(opts.alibiSlopes) : undefined;
-    // (copies: the caller may change theirs before the call runs)
-    const sinks = opts.sinks ? Float32Array.from(opts.sinks) : undefined;
-    const leftpad = opts.cacheLeftpad ? Int32Array.from(opts.cacheLeftpad) : undefined;
-    const batchIdx = opts.cacheBatchIdx ? Int32Array.from(opts.cacheBatchIdx) : undefined;
-    const rotary = opts.rotaryCos && opts.rotarySin && isHostTensor(opts.rotaryCos) && isHostTensor(opts.rotarySin)
-      ? { rotaryCos: copyHost(opts.rotaryCos), rotarySin: copyHost(opts.rotarySin) }
-      : {};
+    const frozen = frozenOptions(opts); // (the call runs later: the caller may change its arrays meanwhile)
     const what = this.#name('forwardWithKVCache');
     const out = this.#out(p.dtype, p.qShape, what), lse = this.#out('f32', p.lseShape, what);
     this.#queue(what, [out, lse], async () => {
-      const o: KVCacheOptions = { ...opts, cacheSeqlens: lens()!, blockTable: table(), kNew: ikn?.(), vNew: ivn?.(), alibiSlopes: alibi, sinks, cacheLeftpad: leftpad, cacheBatchIdx: batchIdx, ...rotary };
+      const o: KVCacheOptions = { ...frozen, cacheSeqlens: lens()!, blockTable: table(), kNew: ikn?.(), vNew: ivn?.() };
       const r = await this.backend.forwardWithKVCache(iq(), ik(), iv(), o);
       return [r.out, r.lse];
     });
@@ -367,4 +343,29 @@ function realIndex(t: StreamIndexTensor, what: string): DeviceIndexTensor {
   if (t.real === undefined) throw new FAError('E_DEVICE', `${what}: the index tensor was used before its upload ran (a stream-order bug)`);
   if (t.real instanceof FAError) throw new FAError(t.real.code, `${what}: its upload failed: ${t.real.message}`);
   return t.real;
+}
+
+/** A host tensor with its data copied (a queued call's rotary tables). */
+function copyHost(t: HostTensor): HostTensor {
+  return { ...t, shape: [...t.shape], data: t.data.slice() as HostTensor['data'] };
+}
+
+/**
+ * A call's options with their arrays copied, for a call that runs after the caller's code moves
+ * on (and may change its arrays meanwhile): dense and KV-cache options alike.
+ */
+function frozenOptions<O extends AttentionOptions | KVCacheOptions>(o: O): O {
+  const a = o as AttentionOptions & KVCacheOptions;
+  const host = (t: Tensor | undefined) => (t && isHostTensor(t) ? copyHost(t) : t);
+  return {
+    ...o,
+    ...(a.sinks ? { sinks: Float32Array.from(a.sinks) } : {}),
+    ...(a.alibiSlopes ? { alibiSlopes: Float32Array.from(a.alibiSlopes) } : {}),
+    ...(a.dropout ? { dropout: { ...a.dropout } } : {}),
+    ...(a.cuSeqlensQ ? { cuSeqlensQ: Int32Array.from(a.cuSeqlensQ) } : {}),
+    ...(a.cuSeqlensK ? { cuSeqlensK: Int32Array.from(a.cuSeqlensK) } : {}),
+    ...(a.cacheLeftpad ? { cacheLeftpad: Int32Array.from(a.cacheLeftpad) } : {}),
+    ...(a.cacheBatchIdx ? { cacheBatchIdx: Int32Array.from(a.cacheBatchIdx) } : {}),
+    ...(a.rotaryCos ? { rotaryCos: host(a.rotaryCos), rotarySin: host(a.rotarySin) } : {}),
+  };
 }

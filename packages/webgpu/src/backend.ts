@@ -55,7 +55,6 @@ import { GEMM_FLAGS, GEMM_TILE, gemmWGSL } from './wgsl/gemm.js';
 import { type DeviceGemmCall, checkDeviceGemm } from './gemm.js';
 import { WebGPUDeviceOps } from './model-ops.js';
 import { BWD, DELTA, deltaWGSL, dkdvWGSL, dqWGSL, packWGSL, SINKS, sinkGradWGSL } from './wgsl/backward.js';
-
 export type { WebGPUBackendOptions } from './options.js';
 export type { WebGPUTensorHandle } from './tensor.js';
 export type { MemoryStats } from './memory.js';
@@ -64,6 +63,10 @@ export type { MemoryStats } from './memory.js';
 function encodable(rec: Recording | undefined): void {
   if (rec && !rec.open) throw new FAError('E_ARG', 'this call was made during a recording whose encoder was submitted before the call encoded its work; await each call before submitting the encoder');
 }
+
+
+/** What the kernels compute beyond FlashAttention-2's options (core's option-support.ts). */
+const OPTIONS = { sinks: true, kvSinks: true, kvBatchIdx: true } as const;
 
 export class WebGPUBackend implements AttentionBackend {
   readonly name = 'webgpu';
@@ -197,7 +200,7 @@ export class WebGPUBackend implements AttentionBackend {
   }
 
   supports(p: AttentionProblem): Support {
-    const opt = optionSupport(p, 'webgpu', { sinks: true, kvSinks: true, kvBatchIdx: true });
+    const opt = optionSupport(p, 'webgpu', OPTIONS);
     if (!opt.ok) return opt;
     return supportOf(p, this.acq.device.limits, (kind) => this.specFor(kind, p), this.outF32(p));
   }
@@ -345,7 +348,7 @@ export class WebGPUBackend implements AttentionBackend {
   }
 
   supportsKVCache(p: KVCacheProblem): Support {
-    const opt = optionSupport(p, 'webgpu', { sinks: true, kvSinks: true, kvBatchIdx: true });
+    const opt = optionSupport(p, 'webgpu', OPTIONS);
     if (!opt.ok) return opt;
     return kvSupport(p, this.acq.device.limits, this.kvPlan(p));
   }
@@ -385,7 +388,7 @@ export class WebGPUBackend implements AttentionBackend {
     const p = describeKVCacheProblem(q, kCache, vCache, opts, this.name);
     const recAtCall = this.current(); // (the recording open when the call is made)
     await this.ready();
-    const opt = optionSupport(p, 'webgpu', { sinks: true, kvSinks: true, kvBatchIdx: true });
+    const opt = optionSupport(p, 'webgpu', OPTIONS);
     if (!opt.ok) throw unsupportedError(opt);
     const plan = this.kvPlan(p);
     const s = kvSupport(p, this.acq.device.limits, plan);

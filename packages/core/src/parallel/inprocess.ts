@@ -135,8 +135,8 @@ export class InProcessRing implements RingRunner {
     return (await this.run('forward', layout, shards, opts)).map((r) => ({ out: r.out, lse: r.lse }));
   }
 
-  async backward(layout: ShardLayout, shards: readonly RankShards[], opts: AttentionOptions): Promise<{ dq: HostTensor; dk: HostTensor; dv: HostTensor }[]> {
-    return (await this.run('backward', layout, shards, opts)).map((r) => ({ dq: r.dq, dk: r.dk, dv: r.dv }));
+  async backward(layout: ShardLayout, shards: readonly RankShards[], opts: AttentionOptions): Promise<{ dq: HostTensor; dk: HostTensor; dv: HostTensor; dsinks?: HostTensor }[]> {
+    return (await this.run('backward', layout, shards, opts)).map((r) => ({ dq: r.dq, dk: r.dk, dv: r.dv, ...(r.dsinks ? { dsinks: r.dsinks } : {}) }));
   }
 
   async dispose(): Promise<void> {

@@ -8,7 +8,6 @@
  * or N concurrent tasks on one engine with createLocalRing (createLocalRingBackend: also for a
  * GPU engine on one device), or given communicators (a single-rank NCCL ring).
  */
-import { sinkGradientsFromOutputs } from '../sinks.js';
 import { optionSupport } from '../option-support.js';
 import type { AttentionBackend, BackwardResult, ForwardResult, Support } from '../backend.js';
 import type { DType } from '../dtype.js';
@@ -37,7 +36,8 @@ export interface RankShards {
 /** Runs every rank's part of a ring pass; results are host tensors, one entry per rank. */
 export interface RingRunner {
   forward(layout: ShardLayout, shards: readonly RankShards[], opts: AttentionOptions): Promise<{ out: HostTensor; lse: HostTensor }[]>;
-  backward(layout: ShardLayout, shards: readonly RankShards[], opts: AttentionOptions): Promise<{ dq: HostTensor; dk: HostTensor; dv: HostTensor }[]>;
+  /** With sinks, each rank's result also has its rows' share of dsinks (ring.ts ringBackward). */
+  backward(layout: ShardLayout, shards: readonly RankShards[], opts: AttentionOptions): Promise<{ dq: HostTensor; dk: HostTensor; dv: HostTensor; dsinks?: HostTensor }[]>;
   dispose(): Promise<void>;
 }
 
@@ -138,10 +138,15 @@ export function createRingBackend(o: RingBackendOptions): AttentionBackend {
         dk: joinShards(res.map((x) => x.dk), layout, 'k'),
         dv: joinShards(res.map((x) => x.dv), layout, 'k'),
       };
-      // the blocks' backward needs nothing of the sinks but the global lse; dsinks is global too
+      // the blocks' backward needs nothing of the sinks but the global lse; dsinks sums the ranks' shares
       if (!p.sinks) return grads;
-      const lh = host(lse, 'lse');
-      return { ...grads, dsinks: tensor(sinkGradientsFromOutputs(p, host(out, 'out'), host(dOut, 'dOut'), lh.data as Float32Array), [p.h], 'f32') };
+      const sum = new Float32Array(p.h);
+      for (const x of res) {
+        if (!x.dsinks) throw new FAError('E_DEVICE', `${o.name}: a rank returned no dsinks for a call with sinks`);
+        const part = x.dsinks.data as Float32Array;
+        for (let h = 0; h < p.h; h++) sum[h] += part[h];
+      }
+      return { ...grads, dsinks: tensor(sum, [p.h], 'f32') };
     },
     supportsKVCache: () => ({ ok: false, reason: KV_REASON }),
     async forwardWithKVCache(q, kCache, vCache, opts) {
@@ -226,8 +231,8 @@ export function createLocalRingBackend(o: LocalRingBackendOptions): AttentionBac
       return res.map(([out, lse]) => ({ out, lse }));
     },
     async backward(layout, shards, opts) {
-      const res = await run(shards, (comm, u) => ringBackward({ engine, ops, comm, layout }, u.q, u.k, u.v, u.out, u.dOut, u.lse, opts), (r) => [r.dq, r.dk, r.dv]);
-      return res.map(([dq, dk, dv]) => ({ dq, dk, dv }));
+      const res = await run(shards, (comm, u) => ringBackward({ engine, ops, comm, layout }, u.q, u.k, u.v, u.out, u.dOut, u.lse, opts), (r) => (r.dsinks ? [r.dq, r.dk, r.dv, r.dsinks] : [r.dq, r.dk, r.dv]));
+      return res.map(([dq, dk, dv, dsinks]) => ({ dq, dk, dv, ...(dsinks ? { dsinks } : {}) }));
     },
     async dispose() {},
   };
