@@ -26,21 +26,21 @@
 #include "gemm.h"
 
 typedef struct {
-  float *kt, *vt;   /* [d][bc8] */
-  float *dk, *dv;   /* [bc8][dp] */
+  float *kt, *vt;   /* [d][bc8], [dv][bc8] */
+  float *dk, *dv;   /* [bc8][dp], [bc8][dvp] */
   float *s, *dp, *dcap; /* [br][bc8] */
   float *dq;        /* [br][dp] */
   float *mk, *pd;   /* dropout: the tile's multipliers and P (mask) / (1 - p), [br][bc8] */
 } bwd_scratch;
 
 static bwd_scratch bwd_layout(const fa_problem *p, float *base) {
-  const int32_t br = p->br, bc8 = fa_bc8(p->bc), d = p->d, dp = fa_dp(d);
+  const int32_t br = p->br, bc8 = fa_bc8(p->bc), d = p->d, dp = fa_dp(d), dv = p->dv_dim, dvp = fa_dp(dv);
   bwd_scratch w;
   w.kt = base;
   w.vt = w.kt + d * bc8;
-  w.dk = w.vt + d * bc8;
+  w.dk = w.vt + dv * bc8;
   w.dv = w.dk + bc8 * dp;
-  w.s = w.dv + bc8 * dp;
+  w.s = w.dv + bc8 * dvp;
   w.dp = w.s + br * bc8;
   w.dcap = w.dp + br * bc8;
   w.dq = w.dcap + br * bc8;
@@ -50,16 +50,16 @@ static bwd_scratch bwd_layout(const fa_problem *p, float *base) {
 }
 
 FA_EXPORT(fa_backward_scratch_bytes) int32_t fa_backward_scratch_bytes(const fa_problem *p) {
-  const int32_t br = p->br, bc8 = fa_bc8(p->bc), d = p->d, dp = fa_dp(d);
-  return (2 * d * bc8 + 2 * bc8 * dp + 5 * br * bc8 + br * dp) * 4;
+  const int32_t br = p->br, bc8 = fa_bc8(p->bc), d = p->d, dp = fa_dp(d), dv = p->dv_dim, dvp = fa_dp(dv);
+  return ((d + dv) * bc8 + bc8 * (dp + dvp) + 5 * br * bc8 + br * dp) * 4;
 }
 
 /*
  * Dvec[row] = sum_c dO[row, c] * O[row, c] for every query row and head, into p->dvec (laid out
- * like lse), accumulated in float64. `out` has q's layout.
+ * like lse), accumulated in float64. `out` and dO are [rows, h, dv].
  */
 FA_EXPORT(fa_dvec) void fa_dvec(const fa_problem *p, const float *out) {
-  const int32_t d = p->d, qs = p->h * d;
+  const int32_t d = p->dv_dim, qs = p->h * d;
   float *dvec = (float *)p->dvec;
   for (int32_t b = 0; b < p->batch; b++) {
     const int32_t q0 = p->cu_q[b], tq = p->cu_q[b + 1] - q0;
@@ -132,8 +132,8 @@ void fa_backward_unit(const fa_problem *p, float *scratch, int32_t b, int32_t kv
   const int32_t q0 = p->cu_q[b], tq = p->cu_q[b + 1] - q0;
   const int32_t k0 = p->cu_k[b], tk = p->cu_k[b + 1] - k0;
   if (tq == 0 || tk == 0) return;
-  const int32_t br = p->br, bc = p->bc, bc8 = fa_bc8(bc), d = p->d, dp = fa_dp(d);
-  const int32_t g = p->h / p->hkv, qs = p->h * d, ks = p->hkv * d;
+  const int32_t br = p->br, bc = p->bc, bc8 = fa_bc8(bc), d = p->d, dp = fa_dp(d), dv = p->dv_dim, dvp = fa_dp(dv);
+  const int32_t g = p->h / p->hkv, qs = p->h * d, ks = p->hkv * d, os = p->h * dv, vs = p->hkv * dv;
   float *dq = dq_private ? dq_private : p->dq + (int64_t)q0 * qs + kvh * g * d;
   const int32_t dq_stride = dq_private ? g * d : qs;
   bwd_scratch w = bwd_layout(p, scratch);
@@ -143,11 +143,11 @@ void fa_backward_unit(const fa_problem *p, float *scratch, int32_t b, int32_t kv
     const int32_t j0 = kt * bc, nc = fa_min(bc, tk - j0);
     if (nc <= 0) break;
     const float *krow = p->k + (int64_t)(k0 + j0) * ks + kvh * d;
-    const float *vrow = p->v + (int64_t)(k0 + j0) * ks + kvh * d;
+    const float *vrow = p->v + (int64_t)(k0 + j0) * vs + kvh * dv;
     fa_transpose_rows(krow, ks, nc, d, w.kt, bc8, bc8);
-    fa_transpose_rows(vrow, ks, nc, d, w.vt, bc8, bc8);
+    fa_transpose_rows(vrow, vs, nc, dv, w.vt, bc8, bc8);
     fa_zero(w.dk, bc8 * dp);
-    fa_zero(w.dv, bc8 * dp);
+    fa_zero(w.dv, bc8 * dvp);
     /* queries that see some key of the tile (mask.ts queryRange, monotone in j) */
     int32_t qlo, qhi, x0, x1;
     fa_query_range(p, j0, tq, tk, &qlo, &x1);
@@ -159,7 +159,7 @@ void fa_backward_unit(const fa_problem *p, float *scratch, int32_t b, int32_t kv
         for (int32_t qt = qlo / br; qt <= qhi / br; qt++) {
           const int32_t i0 = qt * br, nr = fa_min(br, tq - i0);
           const float *qrow = p->q + (int64_t)(q0 + i0) * qs + h * d;
-          const float *dorow = p->dout + (int64_t)(q0 + i0) * qs + h * d;
+          const float *dorow = p->dout + (int64_t)(q0 + i0) * os + h * dv;
           for (int32_t r = 0; r < nr; r++) {
             const int32_t li = fa_lse_index(p, b, h, i0 + r);
             lse[r] = p->lse[li];
@@ -172,12 +172,12 @@ void fa_backward_unit(const fa_problem *p, float *scratch, int32_t b, int32_t kv
             /* out was (P M / (1 - p)) V: dV takes that P, and dS masks dP the same way (philox.h) */
             fa_dropout_tile(p, b * p->h + h, i0, nr, j0, nc, w.mk, bc8);
             for (int32_t x = 0; x < nr * bc8; x++) w.pd[x] = w.s[x] * w.mk[x];
-            f32_mm_tn_acc(bc8, dp, nr, w.pd, bc8, dorow, qs, w.dv, dp);
-            f32_mm_nn_set(nr, bc8, d, dorow, qs, w.vt, bc8, w.dp, bc8);
+            f32_mm_tn_acc(bc8, dvp, nr, w.pd, bc8, dorow, os, w.dv, dvp);
+            f32_mm_nn_set(nr, bc8, dv, dorow, os, w.vt, bc8, w.dp, bc8);
             for (int32_t x = 0; x < nr * bc8; x++) w.dp[x] *= w.mk[x];
           } else {
-            f32_mm_tn_acc(bc8, dp, nr, w.s, bc8, dorow, qs, w.dv, dp);
-            f32_mm_nn_set(nr, bc8, d, dorow, qs, w.vt, bc8, w.dp, bc8);
+            f32_mm_tn_acc(bc8, dvp, nr, w.s, bc8, dorow, os, w.dv, dvp);
+            f32_mm_nn_set(nr, bc8, dv, dorow, os, w.vt, bc8, w.dp, bc8);
           }
           dscores(w.s, w.dp, dcap, bc8, nr, bc8, dvec);
           f32_mm_tn_acc(bc8, dp, nr, w.dp, bc8, qrow, qs, w.dk, dp);
@@ -187,6 +187,6 @@ void fa_backward_unit(const fa_problem *p, float *scratch, int32_t b, int32_t kv
       }
     }
     fa_store_rows(w.dk, dp, nc, d, p->dk + (int64_t)(k0 + j0) * ks + kvh * d, ks);
-    fa_store_rows(w.dv, dp, nc, d, p->dv + (int64_t)(k0 + j0) * ks + kvh * d, ks);
+    fa_store_rows(w.dv, dvp, nc, dv, p->dv + (int64_t)(k0 + j0) * vs + kvh * dv, vs);
   }
 }

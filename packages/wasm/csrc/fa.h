@@ -27,7 +27,7 @@ typedef struct fa_problem {
   const int32_t *cu_q, *cu_k;   /* batch + 1 offsets (synthesised when not varlen) */
   const float *alibi;           /* [batch * h] slopes, or 0 */
   /* forward */
-  float *q;                     /* queries; the forward overwrites each row with its output */
+  float *q;                     /* queries (scaled); read only, unless o == q */
   const float *k, *v;
   const float *kt;              /* K^T tiles: [hkv][tile][d][bc8], tile = kt_first[b] + kt */
   const float *vp;              /* V tiles: [hkv][tile][bc][dp], zero-padded */
@@ -44,12 +44,16 @@ typedef struct fa_problem {
   /* dropout (philox.h): on when dropout_threshold > 0; kept entries scale by dropout_scale = 1/(1 - p) */
   uint32_t dropout_threshold, dropout_k0, dropout_k1, dropout_offset;
   float dropout_scale;
+  /* V's head dim (v, out, dO, dV rows; q and k rows have d), and where the forward writes out:
+   * [rows, h, dv] (it may be q itself when dv == d, the in-place case above) */
+  int32_t dv_dim;
+  float *o;
 } fa_problem;
 
 /* src/params.ts writes this struct field by field: keep the two in step. (The native build has
- * 64-bit pointers: its addon, native/addon.c, reads these same 144 bytes and rebuilds the struct.) */
+ * 64-bit pointers: its addon, native/addon.c, reads these same 152 bytes and rebuilds the struct.) */
 #ifdef __wasm__
-_Static_assert(sizeof(fa_problem) == 144, "fa_problem layout changed: update src/params.ts");
+_Static_assert(sizeof(fa_problem) == 152, "fa_problem layout changed: update src/params.ts");
 _Static_assert(__builtin_offsetof(fa_problem, scale) == 52, "fa_problem layout changed: update src/params.ts");
 _Static_assert(__builtin_offsetof(fa_problem, cu_q) == 60, "fa_problem layout changed: update src/params.ts");
 _Static_assert(__builtin_offsetof(fa_problem, dq) == 116, "fa_problem layout changed: update src/params.ts");

@@ -26,8 +26,8 @@ typedef struct fa_kv {
 
 /* src/params.ts writeKVProblem writes this struct field by field: keep the two in step. */
 #ifdef __wasm__
-_Static_assert(sizeof(fa_kv) == 208, "fa_kv layout changed: update src/params.ts");
-_Static_assert(__builtin_offsetof(fa_kv, lens) == 176, "fa_kv layout changed: update src/params.ts");
+_Static_assert(sizeof(fa_kv) == 216, "fa_kv layout changed: update src/params.ts");
+_Static_assert(__builtin_offsetof(fa_kv, lens) == 184, "fa_kv layout changed: update src/params.ts");
 #endif
 
 

@@ -78,7 +78,7 @@ const MAIN_STACK_BYTES = 64 * 1024;
 const UNIT_SIZE: Record<WasmJob['kind'], number> = { forward: FWD_UNIT, backward: BWD_UNIT, kvcache: KV_GROUP_UNIT, copy: 2, pack: 2, gemm: 14 };
 
 /** What the kernels compute beyond FlashAttention-2's options (core's option-support.ts). */
-const OPTIONS = { sinks: true, kvSinks: true, dropout: true, kvBatchIdx: true, kvRotary: true, kvLeftpad: true } as const;
+const OPTIONS = { sinks: true, vDim: true, kvSinks: true, dropout: true, kvBatchIdx: true, kvRotary: true, kvLeftpad: true } as const;
 
 /** Copy-loop methods of copyLoop(): a SIMD128 load/store loop, or memory.copy (csrc/copy.c). */
 export type CopyMethod = 'simd' | 'memcpy';
@@ -316,7 +316,7 @@ export class WasmBackend implements AttentionBackend {
     const fields: ProblemFields = {
       batch: p.batch, h: p.h, hkv: p.hkv, d: p.d, tq: p.tq, tk: p.tk, totalQ: p.totalQ, totalK: p.totalK, varlen: p.varlen,
       windowLeft: p.windowLeft, windowRight: p.windowRight, br: t.br, bc: t.bc, scale: p.scale, softcap: p.softcap,
-      cuQ, cuK, alibi, q: 0, k: 0, v: 0, kt: 0, vp: 0, ktFirst: 0, lse: 0, dout: 0, dvec: 0, dk: 0, dv: 0, dq: 0, sinks,
+      cuQ, cuK, alibi, q: 0, k: 0, v: 0, kt: 0, vp: 0, ktFirst: 0, lse: 0, dout: 0, dvec: 0, dk: 0, dv: 0, dq: 0, sinks, dvDim: p.vDim, o: 0,
       ...(drop ? { dropoutThreshold: drop.threshold, dropoutK0: drop.k0, dropoutK1: drop.k1, dropoutOffset: drop.offset, dropoutScale: drop.keepScale } : {}),
     };
     return { ptr, fields };
@@ -398,10 +398,10 @@ export class WasmBackend implements AttentionBackend {
     const p = describeProblem(q, k, v, opts);
     this.checkOptions(p);
     this.checkInputs([[q, 'q'], [k, 'k'], [v, 'v']]);
-    const outs = this.outputsFor(q, [{ dtype: p.dtype, shape: p.qShape }, { dtype: 'f32', shape: p.lseShape }]);
+    const outs = this.outputsFor(q, [{ dtype: p.dtype, shape: p.outShape }, { dtype: 'f32', shape: p.lseShape }]);
     return this.call(outs, async (dev) => {
       const a = this.arena;
-      const t = this.tileSizes(p.d, 'forward');
+      const t = this.tileSizes(Math.max(p.d, p.vDim), 'forward');
       const { ptr, fields } = this.problemBlock(p, t);
       const first = keyTiles(p, t.bc);
       fields.ktFirst = a.alloc(4 * first.length, 'the key tile index');
@@ -411,7 +411,9 @@ export class WasmBackend implements AttentionBackend {
       fields.v = this.input(v, p.dtype, 'v');
       const tileRows = p.hkv * first[p.batch] * ((t.bc + 7) & ~7);
       fields.kt = a.alloc(4 * tileRows * p.d, 'the K^T tiles');
-      fields.vp = a.alloc(4 * tileRows * ((p.d + 7) & ~7), 'the V tiles');
+      fields.vp = a.alloc(4 * tileRows * ((p.vDim + 7) & ~7), 'the V tiles');
+      // out overwrites q row by row when it has q's head dim (forward.c); else a buffer of its own
+      fields.o = p.vDim === p.d ? fields.q : a.alloc(4 * p.totalQ * p.h * p.vDim, 'the output');
       fields.lse = a.alloc(4 * p.h * p.totalQ, 'the lse');
       writeProblem(this.memory.buffer, ptr, fields);
       const units = planForward(p, t.br);
@@ -423,7 +425,7 @@ export class WasmBackend implements AttentionBackend {
       for (let b = 0, i = 0; b < p.batch; b++) for (let g = 0; g < p.hkv; g++, i += 2) (packs[i] = b), (packs[i + 1] = g);
       await this.execute('pack', ptr, packs, [], 0, pooled, tiles);
       await this.execute('forward', ptr, units, [], 0, pooled, tiles);
-      return { out: this.output(fields.q, p.qShape, p.dtype, dev?.[0]), lse: this.output(fields.lse, p.lseShape, 'f32', dev?.[1]) };
+      return { out: this.output(fields.o, p.outShape, p.dtype, dev?.[0]), lse: this.output(fields.lse, p.lseShape, 'f32', dev?.[1]) };
     });
   }
 
@@ -433,14 +435,15 @@ export class WasmBackend implements AttentionBackend {
     this.checkOptions(p);
     this.checkInputs([[q, 'q'], [k, 'k'], [v, 'v'], [out, 'out'], [dOut, 'dOut'], [lse, 'lse']]);
     const outs = this.outputsFor(q, [
-      { dtype: p.dtype, shape: p.qShape }, { dtype: p.dtype, shape: p.kShape }, { dtype: p.dtype, shape: p.kShape },
+      { dtype: p.dtype, shape: p.qShape }, { dtype: p.dtype, shape: p.kShape }, { dtype: p.dtype, shape: p.vShape },
       ...(p.sinks ? [{ dtype: 'f32' as const, shape: [p.h] }] : []),
     ]);
     return this.call(outs, async (dev) => {
       const a = this.arena;
-      const t = this.tileSizes(p.d, 'backward');
+      const t = this.tileSizes(Math.max(p.d, p.vDim), 'backward');
       const { ptr, fields } = this.problemBlock(p, t);
       const nq = p.totalQ * p.h * p.d;
+      const no = p.totalQ * p.h * p.vDim;
       const nl = p.h * p.totalQ;
       fields.q = this.scaledInput(q, p.dtype, p.scale, 'q');
       fields.k = fields.dk = this.input(k, p.dtype, 'k');
@@ -449,7 +452,8 @@ export class WasmBackend implements AttentionBackend {
       fields.lse = this.input(lse, 'f32', 'lse');
       fields.dvec = a.alloc(4 * nl, 'Dvec');
       // Dvec = rowsum(dO ∘ out), with out staged where the dQ accumulator goes next
-      fields.dq = this.input(out, p.dtype, 'out');
+      fields.dq = a.alloc(4 * Math.max(nq, no), 'the dQ accumulator');
+      copyIn(a, dataOf(this.memory, out), p.dtype, fields.dq);
       writeProblem(this.memory.buffer, ptr, fields);
       this.kernels.fa_dvec(ptr, fields.dq);
       // dsinks from Dvec and the lse (core's sinks.ts): nothing else of the backward changes
@@ -472,13 +476,14 @@ export class WasmBackend implements AttentionBackend {
         const s = segment(p, b);
         if (s.tq > 0 || s.tk === 0) continue;
         const row = p.hkv * p.d;
+        const vrow = p.hkv * p.vDim;
         a.f32(fields.dk + 4 * s.k0 * row, s.tk * row).fill(0);
-        a.f32(fields.dv + 4 * s.k0 * row, s.tk * row).fill(0);
+        a.f32(fields.dv + 4 * s.k0 * vrow, s.tk * vrow).fill(0);
       }
       return {
         dq: this.output(fields.dq, p.qShape, p.dtype, dev?.[0]),
         dk: this.output(fields.dk, p.kShape, p.dtype, dev?.[1]),
-        dv: this.output(fields.dv, p.kShape, p.dtype, dev?.[2]),
+        dv: this.output(fields.dv, p.vShape, p.dtype, dev?.[2]),
         ...(dsinks ? { dsinks: this.outputOf(dsinks, [p.h], dev?.[3]) } : {}),
       };
     });

@@ -191,6 +191,7 @@ export async function runKVCall(e: KVEngine, p: KVCacheProblem, q: Tensor, kCach
     batch: p.batch, h: p.h, hkv: p.hkv, d: p.d, tq: p.tq, tk: p.tk, totalQ: p.batch * p.tq, totalK: p.totalK, varlen: false,
     windowLeft: p.windowLeft, windowRight: p.windowRight, br: 0, bc: 0, scale: p.scale, softcap: p.softcap,
     cuQ: 0, cuK: 0, alibi, q: out, k: 0, v: 0, kt: 0, vp: 0, ktFirst: 0, lse, dout: 0, dvec: 0, dk: 0, dv: 0, dq: 0, sinks,
+    dvDim: p.d, o: out,
   };
   const pooled = e.willUseWorkers(plan.units.length / KV_UNIT, 4 * p.h * p.tq * p.totalK * p.d);
   const grouped = groupUnits(p, plan, pooled ? e.threads : 1);

@@ -4,7 +4,7 @@
  * few offsets with _Static_assert; test/kernels.test.ts checks fa_problem's byte count against
  * the binary's fa_problem_bytes()).
  */
-export const PROBLEM_BYTES = 144;
+export const PROBLEM_BYTES = 152;
 
 /** The fields of fa_problem; pointers are byte addresses in the engine's memory (0 = none). */
 export interface ProblemFields {
@@ -46,6 +46,9 @@ export interface ProblemFields {
   dropoutK1?: number;
   dropoutOffset?: number;
   dropoutScale?: number;
+  /** V's head dim (v, out, dO, dV rows), and where the forward writes out ([rows, h, dvDim]; q itself when dvDim = d). */
+  dvDim: number;
+  o: number;
 }
 
 const INT_FIELDS = ['batch', 'h', 'hkv', 'd', 'tq', 'tk', 'totalQ', 'totalK', 'varlen', 'windowLeft', 'windowRight', 'br', 'bc'] as const;
@@ -70,10 +73,12 @@ export function writeProblem(buffer: ArrayBufferLike, ptr: number, f: ProblemFie
     o += 4;
   }
   view.setFloat32(o, f.dropoutScale ?? 1, true);
+  view.setInt32(o + 4, f.dvDim, true);
+  view.setUint32(o + 8, f.o, true);
 }
 
 /** csrc/kvcache.c's fa_kv: an fa_problem, then the cache fields (kvcache.c checks the layout). */
-export const KV_PROBLEM_BYTES = 208;
+export const KV_PROBLEM_BYTES = 216;
 
 export interface KVFields {
   /** Cache element type: 0 f32, 1 f16, 2 bf16. */

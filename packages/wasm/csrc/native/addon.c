@@ -11,8 +11,8 @@
  * caller keeps the memory alive while it uses the functions (the engine holds it), and passes only
  * offsets the engine computed: unlike WebAssembly, nothing here checks them against the memory.
  *
- * fa_problem and fa_kv are written by src/params.ts in the wasm layout (32-bit pointers, 120 and
- * 180 bytes); read_problem / read_kv rebuild them with real pointers before every call.
+ * fa_problem and fa_kv are written by src/params.ts in the wasm layout (32-bit pointers, 152 and
+ * 216 bytes); read_problem / read_kv rebuild them with real pointers before every call.
  *
  * Node-API is a stable C ABI: the few declarations used are written out in napi.h instead of
  * depending on Node's headers being installed. The model ops' direct entries (direct.c), which
@@ -50,15 +50,17 @@ typedef struct {
   uint32_t cu_q, cu_k, alibi, q, k, v, kt, vp, kt_first, lse, dout, dvec, dk, dv, dq, sinks;
   uint32_t dropout_threshold, dropout_k0, dropout_k1, dropout_offset;
   float dropout_scale;
+  int32_t dv_dim;
+  uint32_t o;
 } wire_problem;
-_Static_assert(sizeof(wire_problem) == 144, "wire_problem must match src/params.ts PROBLEM_BYTES");
+_Static_assert(sizeof(wire_problem) == 152, "wire_problem must match src/params.ts PROBLEM_BYTES");
 
 typedef struct {
   wire_problem base;
   int32_t dtype, block_size, max_blocks, tnew, qt, rows, chunk, heads;
   uint32_t lens, table, k_cache, v_cache, pm, pl, pacc, leftpad;
 } wire_kv;
-_Static_assert(sizeof(wire_kv) == 208, "wire_kv must match src/params.ts KV_PROBLEM_BYTES");
+_Static_assert(sizeof(wire_kv) == 216, "wire_kv must match src/params.ts KV_PROBLEM_BYTES");
 
 #define AT(base, off) ((off) ? (void *)((base) + (uint32_t)(off)) : (void *)0)
 
@@ -74,6 +76,7 @@ static void read_problem(uint8_t *m, uint32_t at, fa_problem *p) {
   p->dk = AT(m, w->dk), p->dv = AT(m, w->dv), p->dq = AT(m, w->dq), p->sinks = AT(m, w->sinks);
   p->dropout_threshold = w->dropout_threshold, p->dropout_k0 = w->dropout_k0, p->dropout_k1 = w->dropout_k1;
   p->dropout_offset = w->dropout_offset, p->dropout_scale = w->dropout_scale;
+  p->dv_dim = w->dv_dim, p->o = AT(m, w->o);
 }
 
 static void read_kv(uint8_t *m, uint32_t at, fa_kv *kv) {
