@@ -44,6 +44,7 @@ import { Ledger, type MemoryStats, Scope } from './memory.js';
 import type { WebGPUBackendOptions } from './options.js';
 import { PipelineCache } from './pipelines.js';
 import { supportOf, unsupportedError } from './support.js';
+import { encodeResize, kernelProblem, type ResizeEnv } from './head-dims.js';
 import { WGIndexTensor, WGTensor } from './tensor.js';
 import { type Bound, type ExportedBuffer, type WrapOptions, Recording, bindError, bufferOf, checkWrap, offsetOf } from './external.js';
 import { appendHostCaches, encodeKVCache, kvSupport, type KVEnv } from './kvcache.js';
@@ -66,7 +67,7 @@ function encodable(rec: Recording | undefined): void {
 
 
 /** What the kernels compute beyond FlashAttention-2's options (core's option-support.ts). */
-const OPTIONS = { sinks: true, kvSinks: true, kvBatchIdx: true } as const;
+const OPTIONS = { sinks: true, vDim: true, kvSinks: true, kvBatchIdx: true } as const;
 
 export class WebGPUBackend implements AttentionBackend {
   readonly name = 'webgpu';
@@ -202,7 +203,8 @@ export class WebGPUBackend implements AttentionBackend {
   supports(p: AttentionProblem): Support {
     const opt = optionSupport(p, 'webgpu', OPTIONS);
     if (!opt.ok) return opt;
-    return supportOf(p, this.acq.device.limits, (kind) => this.specFor(kind, p), this.outF32(p));
+    const kp = kernelProblem(p); // (Dv ≠ D: the padded problem the kernels run, head-dims.ts)
+    return supportOf(kp, this.acq.device.limits, (kind) => this.specFor(kind, kp), this.outF32(kp));
   }
 
   private checkSupported(p: AttentionProblem): void {
@@ -572,6 +574,31 @@ export class WebGPUBackend implements AttentionBackend {
     return paramsBuffer(this.acq.device, scope, p, tile, this.outF32(p), this.consts, diOff);
   }
 
+  /** The resize passes' view of this backend (head-dims.ts), for buffers of `scope`. */
+  private resizeEnv(scope: Scope): ResizeEnv {
+    return {
+      device: this.acq.device,
+      pipeline: (key, code) => this.pipeline(key, code),
+      bind: (pipe, buffers) => this.bind(pipe, buffers),
+      uniform: (values) => {
+        const ub = this.createBuffer(scope, values.byteLength, BufferUsage.UNIFORM | BufferUsage.COPY_DST, 'resize params');
+        this.acq.device.queue.writeBuffer(ub, 0, values);
+        return ub;
+      },
+    };
+  }
+
+  /**
+   * `b` (rows of `from` elements) resized to rows of `to` in a new buffer of the scope, encoded
+   * into `enc`; `b` itself when the widths agree (head-dims.ts).
+   */
+  private async resized(enc: GPUCommandEncoder, scope: Scope, dtype: DType, b: Bound, rows: number, from: number, to: number, what: string, usage = BufferUsage.STORAGE): Promise<Bound> {
+    if (from === to) return b;
+    const dst = this.createBuffer(scope, rows * to * bytesPerElement(dtype), usage, what);
+    await encodeResize(this.resizeEnv(scope), enc, dtype, b, dst, rows, from, to);
+    return dst;
+  }
+
   private bind(pipe: GPUComputePipeline, buffers: (GPUBuffer | GPUBufferBinding | undefined)[]): GPUBindGroup {
     return this.recycler.bind(this.acq.device, pipe, buffers);
   }
@@ -691,31 +718,41 @@ export class WebGPUBackend implements AttentionBackend {
     const body = async () => {
         rec = this.liveRec(rec);
         if (!rec) this.flushBatch();
-        const choice = this.specFor('fwd', p) as Choice;
+        // Dv ≠ D: the kernels run the problem padded to one head dim (head-dims.ts)
+        const kp = kernelProblem(p);
+        const choice = this.specFor('fwd', kp) as Choice;
         const spec = choice.spec;
         this.lastSpecs = [spec];
         const pipe = await this.pipeline(specKey('fwd', spec), () => forwardWGSL(spec));
-        const qb = this.input(scope, q, 'q');
-        const kb = this.input(scope, k, 'k');
-        const vb = this.input(scope, v, 'v');
-        const nOut = p.totalQ * p.h * p.d;
+        const qIn = this.input(scope, q, 'q');
+        const kIn = this.input(scope, k, 'k');
+        const vIn = this.input(scope, v, 'v');
+        const qRows = p.totalQ * p.h;
+        const kRows = p.totalK * p.hkv;
+        const nOut = qRows * p.vDim;
+        const nWide = qRows * kp.d; // out as the kernel writes it
         const bpe = bytesPerElement(p.dtype);
         outBuf = this.createBuffer(scope, nOut * bpe, BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST, 'out');
         lseBuf = this.createBuffer(scope, p.totalQ * p.h * 4, BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST, 'lse');
-        const outF32 = this.outF32(p);
-        const o32 = outF32 ? this.createBuffer(scope, nOut * 4, BufferUsage.STORAGE, 'out f32') : outBuf;
-        const params = this.paramsBuffer(scope, p, spec.tile);
-        const meta = this.metaBuffer(scope, p);
+        const wide = nWide === nOut ? outBuf : this.createBuffer(scope, nWide * bpe, BufferUsage.STORAGE, 'out padded');
+        const outF32 = this.outF32(kp);
+        const o32 = outF32 ? this.createBuffer(scope, nWide * 4, BufferUsage.STORAGE, 'out f32') : wide;
+        const params = this.paramsBuffer(scope, kp, spec.tile);
+        const meta = this.metaBuffer(scope, kp);
         const enc = rec ? rec.encoder : dev.createCommandEncoder();
+        const qb = await this.resized(enc, scope, p.dtype, qIn, qRows, p.d, kp.d, 'q padded');
+        const kb = await this.resized(enc, scope, p.dtype, kIn, kRows, p.d, kp.d, 'k padded');
+        const vb = await this.resized(enc, scope, p.dtype, vIn, kRows, p.vDim, kp.d, 'v padded');
         const pass = enc.beginComputePass();
         pass.setPipeline(pipe);
         pass.setBindGroup(0, this.bind(pipe, [params, meta, qb, kb, vb, o32, lseBuf]));
         if (p.batch > 0 && p.tq > 0) pass.dispatchWorkgroups(Math.ceil(p.tq / spec.tile.nr), p.h, p.batch);
         pass.end();
-        if (outF32) await this.packPass(enc, scope, p.dtype as 'f16' | 'bf16', o32, outBuf, nOut);
+        if (outF32) await this.packPass(enc, scope, p.dtype as 'f16' | 'bf16', o32, wide, nWide);
+        if (wide !== outBuf) await encodeResize(this.resizeEnv(scope), enc, p.dtype, wide, outBuf, qRows, kp.d, p.vDim);
         if (!rec) dev.queue.submit([enc.finish()]);
-        if (onDevice) return { out: this.wrap(outBuf, p.dtype, p.qShape), lse: this.wrap(lseBuf, 'f32', p.lseShape) };
-        const out = await this.readBuffer(scope, outBuf, p.dtype, p.qShape);
+        if (onDevice) return { out: this.wrap(outBuf, p.dtype, p.outShape), lse: this.wrap(lseBuf, 'f32', p.lseShape) };
+        const out = await this.readBuffer(scope, outBuf, p.dtype, p.outShape);
         const lse = await this.readBuffer(scope, lseBuf, 'f32', p.lseShape);
         return { out, lse };
       };
@@ -736,25 +773,33 @@ export class WebGPUBackend implements AttentionBackend {
     const body = async () => {
         rec = this.liveRec(rec);
         if (!rec) this.flushBatch();
-        const sKV = (this.specFor('dkdv', p) as Choice).spec;
-        const sQ = (this.specFor('dq', p) as Choice).spec;
+        // Dv ≠ D: the kernels run the problem padded to one head dim (head-dims.ts)
+        const kp = kernelProblem(p);
+        const sKV = (this.specFor('dkdv', kp) as Choice).spec;
+        const sQ = (this.specFor('dq', kp) as Choice).spec;
         this.lastSpecs = [sKV, sQ];
         const io = encoding(sKV);
         const [pDelta, pKV, pQ, pSinks] = await Promise.all([
-          this.generic ? this.pipeline(`delta:dyn:${io}`, () => deltaWGSL(io, 0, true)) : this.pipeline(`delta:${io}:${p.d}`, () => deltaWGSL(io, p.d)),
+          this.generic ? this.pipeline(`delta:dyn:${io}`, () => deltaWGSL(io, 0, true)) : this.pipeline(`delta:${io}:${kp.d}`, () => deltaWGSL(io, kp.d)),
           this.pipeline(specKey('dkdv', sKV), () => dkdvWGSL(sKV)),
           this.pipeline(specKey('dq', sQ), () => dqWGSL(sQ)),
           p.sinks ? this.pipeline('sink-grad', () => sinkGradWGSL()) : Promise.resolve(undefined),
         ]);
-        const qb = this.input(scope, q, 'q');
-        const kb = this.input(scope, k, 'k');
-        const vb = this.input(scope, v, 'v');
-        const ob = this.input(scope, out, 'out');
-        const dob = this.input(scope, dOut, 'dOut');
+        const qIn = this.input(scope, q, 'q');
+        const kIn = this.input(scope, k, 'k');
+        const vIn = this.input(scope, v, 'v');
+        const oIn = this.input(scope, out, 'out');
+        const doIn = this.input(scope, dOut, 'dOut');
         const nRows = p.totalQ * p.h;
+        const kRows = p.totalK * p.hkv;
         // ld = [LSE (nRows) | Di (nRows)]
         const ld = this.createBuffer(scope, 8 * nRows, BufferUsage.STORAGE | BufferUsage.COPY_DST, 'lse+delta');
         const enc = rec ? rec.encoder : dev.createCommandEncoder();
+        const qb = await this.resized(enc, scope, p.dtype, qIn, nRows, p.d, kp.d, 'q padded');
+        const kb = await this.resized(enc, scope, p.dtype, kIn, kRows, p.d, kp.d, 'k padded');
+        const vb = await this.resized(enc, scope, p.dtype, vIn, kRows, p.vDim, kp.d, 'v padded');
+        const ob = await this.resized(enc, scope, p.dtype, oIn, nRows, p.vDim, kp.d, 'out padded');
+        const dob = await this.resized(enc, scope, p.dtype, doIn, nRows, p.vDim, kp.d, 'dOut padded');
         if (isHostTensor(lse)) {
           if (nRows > 0) {
             const w = writableBytes(lse.data);
@@ -765,22 +810,26 @@ export class WebGPUBackend implements AttentionBackend {
           if (nRows > 0) enc.copyBufferToBuffer(bufferOf(lb), offsetOf(lb), ld, 0, nRows * 4);
         }
         const bpe = bytesPerElement(p.dtype);
-        const nQ = p.totalQ * p.h * p.d;
-        const nK = p.totalK * p.hkv * p.d;
+        const nQ = nRows * kp.d; // the kernels' dq, dk and dv (one head dim)
+        const nK = kRows * kp.d;
         const usage = BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
-        const dq = this.createBuffer(scope, nQ * bpe, usage, 'dq');
-        const dk = this.createBuffer(scope, nK * bpe, usage, 'dk');
-        const dv = this.createBuffer(scope, nK * bpe, usage, 'dv');
+        const dq = this.createBuffer(scope, nRows * p.d * bpe, usage, 'dq');
+        const dk = this.createBuffer(scope, kRows * p.d * bpe, usage, 'dk');
+        const dv = this.createBuffer(scope, kRows * p.vDim * bpe, usage, 'dv');
         outs.push(dq, dk, dv);
+        const wideOf = (b: GPUBuffer, n: number, what: string) => (n === nK ? b : this.createBuffer(scope, nK * bpe, BufferUsage.STORAGE, what));
+        const dqW = kp.d === p.d ? dq : this.createBuffer(scope, nQ * bpe, BufferUsage.STORAGE, 'dq padded');
+        const dkW = wideOf(dk, kRows * p.d, 'dk padded');
+        const dvW = wideOf(dv, kRows * p.vDim, 'dv padded');
         const dsinks = pSinks ? this.createBuffer(scope, 4 * p.h, usage, 'dsinks') : undefined;
         if (dsinks) outs.push(dsinks);
-        const f32 = this.outF32(p);
-        const dq32 = f32 ? this.createBuffer(scope, nQ * 4, BufferUsage.STORAGE, 'dq f32') : dq;
-        const dk32 = f32 ? this.createBuffer(scope, nK * 4, BufferUsage.STORAGE, 'dk f32') : dk;
-        const dv32 = f32 ? this.createBuffer(scope, nK * 4, BufferUsage.STORAGE, 'dv f32') : dv;
-        const params = this.paramsBuffer(scope, p, sKV.tile, nRows);
-        const paramsQ = this.paramsBuffer(scope, p, sQ.tile, nRows);
-        const meta = this.metaBuffer(scope, p);
+        const f32 = this.outF32(kp);
+        const dq32 = f32 ? this.createBuffer(scope, nQ * 4, BufferUsage.STORAGE, 'dq f32') : dqW;
+        const dk32 = f32 ? this.createBuffer(scope, nK * 4, BufferUsage.STORAGE, 'dk f32') : dkW;
+        const dv32 = f32 ? this.createBuffer(scope, nK * 4, BufferUsage.STORAGE, 'dv f32') : dvW;
+        const params = this.paramsBuffer(scope, kp, sKV.tile, nRows);
+        const paramsQ = this.paramsBuffer(scope, kp, sQ.tile, nRows);
+        const meta = this.metaBuffer(scope, kp);
         const maxWG = dev.limits.maxComputeWorkgroupsPerDimension;
         const pass = enc.beginComputePass();
         if (nRows > 0) {
@@ -815,19 +864,22 @@ export class WebGPUBackend implements AttentionBackend {
         }
         pass.end();
         if (f32) {
-          await this.packPass(enc, scope, p.dtype as 'f16' | 'bf16', dq32, dq, nQ);
-          await this.packPass(enc, scope, p.dtype as 'f16' | 'bf16', dk32, dk, nK);
-          await this.packPass(enc, scope, p.dtype as 'f16' | 'bf16', dv32, dv, nK);
+          await this.packPass(enc, scope, p.dtype as 'f16' | 'bf16', dq32, dqW, nQ);
+          await this.packPass(enc, scope, p.dtype as 'f16' | 'bf16', dk32, dkW, nK);
+          await this.packPass(enc, scope, p.dtype as 'f16' | 'bf16', dv32, dvW, nK);
         }
+        if (dqW !== dq) await encodeResize(this.resizeEnv(scope), enc, p.dtype, dqW, dq, nRows, kp.d, p.d);
+        if (dkW !== dk) await encodeResize(this.resizeEnv(scope), enc, p.dtype, dkW, dk, kRows, kp.d, p.d);
+        if (dvW !== dv) await encodeResize(this.resizeEnv(scope), enc, p.dtype, dvW, dv, kRows, kp.d, p.vDim);
         if (!rec) dev.queue.submit([enc.finish()]);
         if (onDevice) {
-          const g = { dq: this.wrap(dq, p.dtype, p.qShape), dk: this.wrap(dk, p.dtype, p.kShape), dv: this.wrap(dv, p.dtype, p.kShape) };
+          const g = { dq: this.wrap(dq, p.dtype, p.qShape), dk: this.wrap(dk, p.dtype, p.kShape), dv: this.wrap(dv, p.dtype, p.vShape) };
           return dsinks ? { ...g, dsinks: this.wrap(dsinks, 'f32', [p.h]) } : g;
         }
         const g = {
           dq: await this.readBuffer(scope, dq, p.dtype, p.qShape),
           dk: await this.readBuffer(scope, dk, p.dtype, p.kShape),
-          dv: await this.readBuffer(scope, dv, p.dtype, p.kShape),
+          dv: await this.readBuffer(scope, dv, p.dtype, p.vShape),
         };
         return dsinks ? { ...g, dsinks: await this.readBuffer(scope, dsinks, 'f32', [p.h]) } : g;
       };

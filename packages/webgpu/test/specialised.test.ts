@@ -18,6 +18,9 @@ const specs: CaseSpec[] = [
   { dtype: 'f16', seqlensQ: [5, 0, 17, 9], seqlensK: [7, 0, 0, 33], d: 32, h: 4, hkv: 2, causal: true },
   // bf16 with an odd head dim (f32 staging, then the pack pass)
   { dtype: 'bf16', tq: 17, tk: 33, d: 5, h: 2 },
+  // a head dim of v's own, wider than q·k's and odd (head-dims.ts pads q and k to 12: 16-bit rows
+  // that start mid-word), causal
+  { dtype: 'f16', tq: 9, tk: 13, d: 5, dv: 12, h: 2, causal: true },
 ];
 const small = { nr: 16, nc: 16, tr: 8, tc: 8, dk: 8, kc: 8 };
 const vec = { nr: 32, nc: 32, tr: 8, tc: 8, dk: 8, kc: 8, vec: 1 };
