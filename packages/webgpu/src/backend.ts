@@ -67,7 +67,7 @@ function encodable(rec: Recording | undefined): void {
 
 
 /** What the kernels compute beyond FlashAttention-2's options (core's option-support.ts). */
-const OPTIONS = { sinks: true, vDim: true, kvSinks: true, kvBatchIdx: true } as const;
+const OPTIONS = { sinks: true, vDim: true, dropout: true, kvSinks: true, kvBatchIdx: true } as const;
 
 export class WebGPUBackend implements AttentionBackend {
   readonly name = 'webgpu';
@@ -192,7 +192,7 @@ export class WebGPUBackend implements AttentionBackend {
     const f16 = p.dtype === 'f16' && this.nativeF16;
     return chooseSpec(
       kind,
-      { storage: p.dtype, d: p.d, softcap: p.softcap > 0, alibi: p.alibi !== undefined, outF32: this.outF32(p), dynamic: this.generic, ...(f16 ? { f16 } : {}) },
+      { storage: p.dtype, d: p.d, softcap: p.softcap > 0, alibi: p.alibi !== undefined, outF32: this.outF32(p), dynamic: this.generic, ...(f16 ? { f16 } : {}), ...(p.dropout ? { dropout: true } : {}) },
       this.caps(),
       this.opts.tiles?.[kind] ?? this.opts.tile,
       this.opts.subgroups !== false,

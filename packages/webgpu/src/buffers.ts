@@ -112,7 +112,7 @@ export function paramsBuffer(dev: GPUDevice, scope: Scope, p: AttentionProblem, 
   const data = packParams({
     h: p.h, hkv: p.hkv, batch: p.batch, totalQ: p.totalQ, totalK: p.totalK, ...lse,
     scale: p.scale, softcap: p.softcap, wl: p.windowLeft, wr: p.windowRight, diOff,
-    d: p.d, dtype: p.dtype, outF32, alibi: p.alibi !== undefined, sinksOff: sinksOffset(p),
+    d: p.d, dtype: p.dtype, outF32, alibi: p.alibi !== undefined, sinksOff: sinksOffset(p), dropout: p.dropout,
     dp1: Math.ceil(p.d / tile.dk) * tile.dk, dp2: Math.ceil(p.d / (2 * tile.tc)) * 2 * tile.tc,
   });
   return consts.constant(dev, scope, new Uint8Array(data), BufferUsage.UNIFORM, 'params');

@@ -94,7 +94,7 @@ export interface Choice {
  * limits. Returns a reason when none does. `preferred` replaces PREFERRED_TILES[kind] (what a
  * benchmark measures before a tile becomes a default).
  */
-export function chooseSpec(kind: KernelKind, base: { storage: Storage; d: number; softcap: boolean; alibi: boolean; outF32: boolean; dynamic?: boolean; f16?: boolean }, caps: Caps, force?: Partial<Tile>, allowSubgroups = true, preferred: readonly Tile[] = PREFERRED_TILES[kind]): Choice | { reason: string } {
+export function chooseSpec(kind: KernelKind, base: { storage: Storage; d: number; softcap: boolean; alibi: boolean; outF32: boolean; dynamic?: boolean; f16?: boolean; dropout?: boolean }, caps: Caps, force?: Partial<Tile>, allowSubgroups = true, preferred: readonly Tile[] = PREFERRED_TILES[kind]): Choice | { reason: string } {
   // A forced tile's missing fields come from the plain candidates (no preferred layout flags).
   const list = base.dynamic ? GENERIC_TILE_CANDIDATES : force ? TILE_CANDIDATES : [...preferred, ...TILE_CANDIDATES];
   const cands = force ? list.map((t) => ({ ...t, ...force })) : list;

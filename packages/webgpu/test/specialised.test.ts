@@ -122,6 +122,19 @@ describe('webgpu specialised kernels', () => {
       await bs.dispose();
     }
   });
+  it('dropout on the plain, vec4 and swizzled + prefetched layouts (Philox quads along columns and along dkdv rows)', async () => {
+    const drop: CaseSpec = { dtype: 'f32', tq: 37, tk: 45, d: 16, h: 2, hkv: 1, causal: true, dropout: 0.3 };
+    for (const tile of [small, vec, swizzledPrefetch]) {
+      const bd = await createWebGPUBackend({ codegen: 'specialised', tile });
+      try {
+        const r = await checkCase(bd, makeCase(drop));
+        expect(r.pass, `${JSON.stringify(tile)}: ${r.message}`).toBe(true);
+        expect(bd.lastSpecs.every((x) => x.dropout === true && !x.dynamic)).toBe(true);
+      } finally {
+        await bd.dispose();
+      }
+    }
+  });
   const big = process.env.FA_WEBGPU_SPECIALISED_BIG === '1';
   (big ? it : it.skip)(`64×64 tiles (the H200's), f32 and f16, D=64 and 128${big ? '' : ' — skipped: set FA_WEBGPU_SPECIALISED_BIG=1 (minutes of compiling on a CPU driver)'}`, async () => {
     const bb = await createWebGPUBackend({ codegen: 'specialised' });

@@ -14,7 +14,8 @@ import { acc, declAcc, declOut, storeRows, zeroAcc } from './accumulators.js';
 import { header } from './header.js';
 import { PARAMS_WGSL } from './params.js';
 import { slopeLine } from './scores.js';
-import { type Encoding, type KernelSpec, dims, encoding, isSw, scoreCol } from './spec.js';
+import { dropoutMultipliers } from './dropout.js';
+import { type Encoding, type KernelSpec, dims, encoding, isSw, isVec, scoreCol } from './spec.js';
 import { Src } from './src-builder.js';
 import { dynLoader, dynLoaders, ld1, ld2, storageFns, tensorDecl } from './storage.js';
 import { pmul, productVars, rowdot, spStore } from './products.js';
@@ -146,6 +147,7 @@ export function dkdvWGSL(s: KernelSpec): string {
   declAcc(src, 'dp', RM, CN);
   src.open(`for (var hh = 0u; hh < group; hh = hh + 1u) {`);
   src.line(`let h = hk * group + hh;`);
+  if (s.dropout) src.line(`let bh = b * P.h + h; // dropout's Philox stream`);
   src.line(slopeLine(s));
   src.line(`if (lo > hi) { break; }`);
   src.open(`for (var qt = u32(lo) / ${NC}u; qt <= u32(hi) / ${NC}u; qt = qt + 1u) {`);
@@ -161,12 +163,18 @@ export function dkdvWGSL(s: KernelSpec): string {
   rowdot(src, s, { buf: 'k', tok0: '(k0 + j0)', n: 'nrows', head: 'hk', heads: 'P.hkv' }, { buf: 'q', tok0: '(q0 + i0)', n: 'ncols', head: 'h', heads: 'P.h' }, 's');
   rowdot(src, s, { buf: 'v', tok0: '(k0 + j0)', n: 'nrows', head: 'hk', heads: 'P.hkv' }, { buf: 'dout', tok0: '(q0 + i0)', n: 'ncols', head: 'h', heads: 'P.h' }, 'dp');
   src.line('// P = exp(S − LSE) on visible pairs; dS into the s registers, P to sp for dV += Pᵀ·dO.');
+  // dropout (dropout.ts): P∘M/(1 − p) for dV, and dS = P∘(M∘dP/(1 − p) − Di)
+  const drop = s.dropout
+    ? dropoutMultipliers(RM, CN, (_, j) => `i32(i0 + ${scoreCol(s, j)})`, (i) => `i32(j0 + tr * ${RM}u + ${i}u)`, isVec(s) ? 'rows' : undefined, (i) => `(j0 + tr * ${RM}u + ${i}u) >> 2u`)
+    : undefined;
+  if (drop) for (const x of drop.lines) src.line(x);
   for (let i = 0; i < RM; i++) {
     for (let j = 0; j < CN; j++) {
+      const mk = drop ? drop.mult(i, j) : '';
       src.line(
         `{ let c = ${scoreCol(s, j)}; let qi = i32(i0 + c); let kj = i32(j0 + tr * ${RM}u + ${i}u); let sc = score(${acc('s', i, j)}, qi, kj, off, slope); ` +
-          `let p = select(0.0, exp(sc.x - scol[c]), visible(qi, kj, i32(tq), i32(tk))); ${spStore(s, 'c', i, 'p')} ` +
-          `${acc('s', i, j)} = ${dsExpr(s, 'p', acc('dp', i, j), `scol[${NC}u + c]`, 'sc.y')}; }`,
+          `let p = select(0.0, exp(sc.x - scol[c]), visible(qi, kj, i32(tq), i32(tk))); ${drop ? `let mk = ${mk}; ` : ''}${spStore(s, 'c', i, drop ? 'p * mk' : 'p')} ` +
+          `${acc('s', i, j)} = ${dsExpr(s, 'p', drop ? `(${acc('dp', i, j)} * mk)` : acc('dp', i, j), `scol[${NC}u + c]`, 'sc.y')}; }`,
       );
     }
   }
@@ -206,6 +214,7 @@ export function dqWGSL(s: KernelSpec): string {
   src.line(slopeLine(s));
   src.line(`let tr = lid / ${TC}u; let tc = lid % ${TC}u;`);
   src.line(productVars(s));
+  if (s.dropout) src.line(`let bh = b * P.h + h; // dropout's Philox stream`);
   for (let i = 0; i < RM; i++) {
     src.line(`var lse${i} = 0.0; var di${i} = 0.0;`);
     src.line(`if (tr * ${RM}u + ${i}u < nrows) { let r = i0 + tr * ${RM}u + ${i}u; lse${i} = ld[P.lse_sh * h + P.lse_sb * b + P.lse_scu * q0 + r]; di${i} = ld[P.di_off + h * P.total_q + q0 + r]; }`);
@@ -223,12 +232,18 @@ export function dqWGSL(s: KernelSpec): string {
   zeroAcc(src, 'dp', RM, CN);
   rowdot(src, s, { buf: 'q', tok0: '(q0 + i0)', n: 'nrows', head: 'h', heads: 'P.h' }, { buf: 'k', tok0: '(k0 + j0)', n: 'ncols', head: 'hk', heads: 'P.hkv' }, 's');
   rowdot(src, s, { buf: 'dout', tok0: '(q0 + i0)', n: 'nrows', head: 'h', heads: 'P.h' }, { buf: 'v', tok0: '(k0 + j0)', n: 'ncols', head: 'hk', heads: 'P.hkv' }, 'dp');
+  // dropout (dropout.ts): dS = P∘(M∘dP/(1 − p) − Di)
+  const drop = s.dropout
+    ? dropoutMultipliers(RM, CN, (i) => `i32(i0 + tr * ${RM}u + ${i}u)`, (_, j) => `i32(j0 + ${scoreCol(s, j)})`, isVec(s) ? 'cols' : undefined, (_, j) => `(j0 + ${scoreCol(s, j)}) >> 2u`)
+    : undefined;
+  if (drop) for (const x of drop.lines) src.line(x);
   for (let i = 0; i < RM; i++) {
     for (let j = 0; j < CN; j++) {
+      const dp = drop ? `(${acc('dp', i, j)} * ${drop.mult(i, j)})` : acc('dp', i, j);
       src.line(
         `{ let c = ${scoreCol(s, j)}; let qi = i32(i0 + tr * ${RM}u + ${i}u); let kj = i32(j0 + c); let sc = score(${acc('s', i, j)}, qi, kj, off, slope); ` +
           `let p = select(0.0, exp(sc.x - lse${i}), visible(qi, kj, i32(tq), i32(tk))); ` +
-          `${spStore(s, 'c', i, dsExpr(s, 'p', acc('dp', i, j), `di${i}`, 'sc.y'))} }`,
+          `${spStore(s, 'c', i, dsExpr(s, 'p', dp, `di${i}`, 'sc.y'))} }`,
       );
     }
   }

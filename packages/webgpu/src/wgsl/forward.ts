@@ -8,7 +8,8 @@ import { acc, declAcc, declOut, scaleOut, storeRows, zeroAcc } from './accumulat
 import { header } from './header.js';
 import { rowReduce } from './row-reduce.js';
 import { slopeLine } from './scores.js';
-import { type KernelSpec, dims, encoding, isPipelined, isSw, scoreCol } from './spec.js';
+import { dropoutMultipliers } from './dropout.js';
+import { type KernelSpec, dims, encoding, isPipelined, isSw, isVec, scoreCol } from './spec.js';
 import { Src } from './src-builder.js';
 import { dynLoaders, tensorDecl } from './storage.js';
 import { pmul, productVars, rowdot, spStore, spStoreQuad } from './products.js';
@@ -42,6 +43,7 @@ export function forwardWGSL(s: KernelSpec): string {
   src.line(slopeLine(s));
   src.line(`let tr = lid / ${TC}u; let tc = lid % ${TC}u;`);
   src.line(`let neg_inf = P.neg_inf;`);
+  if (s.dropout) src.line(`let bh = b * P.h + h; // dropout's Philox stream`);
   src.line(productVars(s));
   src.line('// Keys visible from any row of this tile (the bounds are monotone in the row).');
   src.line(`var lo = 0; var hi = i32(tk) - 1;`);
@@ -71,6 +73,9 @@ export function forwardWGSL(s: KernelSpec): string {
   src.line('//   m′ = max(m, rowmax s);  α = e^(m − m′);  p = e^(s − m′);  l′ = α·l + Σp;  O′ = α·O + p·V');
   src.line('// A row that has seen only masked keys keeps m = −inf; it uses 0 as the shift so p = 0, α = 0.');
   src.line('// Each thread keeps l over its own columns; the sum over the row happens once, at the end.');
+  const drop = s.dropout
+    ? dropoutMultipliers(RM, CN, (i) => `i32(i0 + tr * ${RM}u + ${i}u)`, (_, j) => `i32(j0 + ${scoreCol(s, j)})`, isVec(s) ? 'cols' : undefined, (_, j) => `(j0 + ${scoreCol(s, j)}) >> 2u`)
+    : undefined;
   const mx: string[] = [];
   for (let i = 0; i < RM; i++) {
     let e = acc('s', i, 0);
@@ -82,10 +87,16 @@ export function forwardWGSL(s: KernelSpec): string {
     src.line(`{ let mn = max(m${i}, mx${i}); let mu = select(mn, 0.0, mn == neg_inf); let alpha = exp(m${i} - mu); m${i} = mn;`);
     const sum: string[] = [];
     for (let j = 0; j < CN; j++) {
-      src.line(`  ${acc('s', i, j)} = exp(${acc('s', i, j)} - mu);${isSw(s) ? '' : ' ' + spStore(s, scoreCol(s, j), i, acc('s', i, j))}`);
+      src.line(`  ${acc('s', i, j)} = exp(${acc('s', i, j)} - mu);`);
       sum.push(acc('s', i, j));
     }
     src.line(`  l${i} = l${i} * alpha + ${sum.join(' + ')};`);
+    if (drop) {
+      // dropout after l took the undropped weights: only P·V sees the mask (dropout.ts)
+      for (const x of drop.lines.filter((x) => x.startsWith(`let dm${i}_`))) src.line('  ' + x);
+      for (let j = 0; j < CN; j++) src.line(`  ${acc('s', i, j)} = ${acc('s', i, j)} * ${drop.mult(i, j)};`);
+    }
+    if (!isSw(s)) src.line('  ' + Array.from({ length: CN }, (_, j) => spStore(s, scoreCol(s, j), i, acc('s', i, j))).join(' '));
     scaleOut(src, s, 'o', i, 'alpha');
     src.line('}');
   }

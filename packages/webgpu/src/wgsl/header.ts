@@ -1,5 +1,6 @@
 /** The module-scope declarations every attention kernel starts with. */
 import { PARAMS_WGSL } from './params.js';
+import { dropoutFns } from './dropout.js';
 import { scoreFns } from './scores.js';
 import { type KernelSpec, encoding, isPipelined, isVec } from './spec.js';
 import { storageFns } from './storage.js';
@@ -24,5 +25,6 @@ export function header(s: KernelSpec, extraShared = ''): string {
     extraShared,
     storageFns(encoding(s), s.dynamic),
     scoreFns(s),
+    dropoutFns(s),
   ].join('\n');
 }

@@ -16,10 +16,12 @@ struct Params {
   neg_inf: f32, alibi_off: u32, di_off: u32, d: u32,
   dtype: u32, out_f32: u32, alibi_on: u32, zero: u32,
   dp1: u32, dp2: u32, nan: f32, sinks_off: u32,
+  drop_thr: u32, drop_k0: u32, drop_k1: u32, drop_off: u32,
+  drop_scale: f32, pad0: u32, pad1: u32, pad2: u32,
 }`;
 
 /** Byte size of Params. */
-export const PARAMS_BYTES = 96;
+export const PARAMS_BYTES = 128;
 
 export interface ParamValues {
   h: number; hkv: number; batch: number; totalQ: number; totalK: number;
@@ -35,6 +37,8 @@ export interface ParamValues {
   dp2?: number;
   /** Where the sinks' f32 bits start in `mt` (0: no sinks; cu_seqlens come first, so never 0 otherwise). */
   sinksOff?: number;
+  /** Dropout (dropout.ts): threshold 0 = none. */
+  dropout?: { readonly threshold: number; readonly k0: number; readonly k1: number; readonly offset: number; readonly keepScale: number };
 }
 
 export function packParams(p: ParamValues): ArrayBuffer {
@@ -48,5 +52,7 @@ export function packParams(p: ParamValues): ArrayBuffer {
   f[12] = -Infinity; u[13] = 2 * (p.batch + 1); u[14] = p.diOff ?? 0; u[15] = p.d;
   u[16] = p.dtype === 'f32' ? 0 : p.dtype === 'f16' ? 1 : 2; u[17] = +p.outF32; u[18] = +p.alibi; u[19] = 0;
   u[20] = p.dp1 ?? 0; u[21] = p.dp2 ?? 0; f[22] = NaN; u[23] = p.sinksOff ?? 0;
+  const dr = p.dropout;
+  if (dr) (u[24] = dr.threshold), (u[25] = dr.k0), (u[26] = dr.k1), (u[27] = dr.offset), (f[28] = dr.keepScale);
   return buf;
 }

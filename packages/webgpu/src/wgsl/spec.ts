@@ -57,6 +57,8 @@ export interface KernelSpec {
    * f16 → f32 is exact, and scores, max, exp, sums and accumulators are f32 as everywhere else.
    */
   readonly f16?: boolean;
+  /** Dropout's Philox mask where P meets V (dropout.ts); parameters in Params. */
+  readonly dropout?: boolean;
 }
 
 /** How a kernel reads and writes tensor elements: f32, packed pairs in u32, or native f16. */
@@ -69,10 +71,10 @@ export function encoding(s: KernelSpec): Encoding {
 export function specKey(kind: string, s: KernelSpec): string {
   const t = s.tile;
   // The f16 path is part of the key: native kernels (f16n) bind array<f16>, packed ones u32.
-  if (s.dynamic) return [kind, 'dyn', s.f16 ? 'f16n' : 'u32', s.d, t.nr, t.nc, t.tr, t.tc, t.dk, t.kc, +s.subgroups].join(':');
+  if (s.dynamic) return [kind, 'dyn', s.f16 ? 'f16n' : 'u32', s.d, t.nr, t.nc, t.tr, t.tc, t.dk, t.kc, +s.subgroups, +!!s.dropout].join(':');
   const enc = s.f16 ? 'f16n' : s.storage;
   const layout = isPipelined(s) ? 'vsp' : isSw(s) ? 'vs' : t.vec ? 'v' : 's';
-  return [kind, enc, s.d, t.nr, t.nc, t.tr, t.tc, t.dk, t.kc, layout, +s.softcap, +s.alibi, +s.subgroups, +s.outF32].join(':');
+  return [kind, enc, s.d, t.nr, t.nc, t.tr, t.tc, t.dk, t.kc, layout, +s.softcap, +s.alibi, +s.subgroups, +s.outF32, +!!s.dropout].join(':');
 }
 
 /** Derived sizes of a specialisation. */
