@@ -120,13 +120,21 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
   // cacheBatchIdx: a contiguous cache read through its table (one block of `capacity` rows per entry)
   const viaTable = p.paged || p.batchIdx !== undefined;
   const table = p.paged ? indexInput(env, scope, opts.blockTable, p.blockTable, 'blockTable') : p.batchIdx ? smallBuffer(env, scope, p.blockTable, 'cacheBatchIdx') : lens;
-  const slopes = p.alibi ? smallBuffer(env, scope, p.alibi, 'ALiBi slopes') : qb;
+  // ALiBi slopes [B·H], then cacheLeftpad [B] as i32 bits (wgsl/kvcache.ts FIRST_KEY)
+  const leftpadAt = p.alibi ? p.alibi.length : 0;
+  let slopes: Bound = qb;
+  if (p.alibi || p.leftpad) {
+    const words = new Float32Array(leftpadAt + (p.leftpad?.length ?? 0));
+    if (p.alibi) words.set(p.alibi);
+    if (p.leftpad) new Int32Array(words.buffer).set(p.leftpad, leftpadAt);
+    slopes = smallBuffer(env, scope, words, p.leftpad ? 'ALiBi slopes and cacheLeftpad' : 'ALiBi slopes');
+  }
   const sinks = p.sinks ? smallBuffer(env, scope, p.sinks, 'sinks') : qb;
   const base: Omit<KVParamValues, 'n'> = {
     batch: p.batch, tq: p.tq, h: p.h, hkv: p.hkv, d: p.d, tnew: p.tnew, bs: p.blockSize, maxBlocks: p.maxBlocksPerSeq,
     scale: p.scale, softcap: p.softcap, wl: p.windowLeft, wr: p.windowRight, alibi: p.alibi !== undefined,
     rows: plan.rows, chunk: plan.chunk, splits: plan.splits, rowTiles: plan.rowTiles, lanes: plan.lanes ?? 0, paged: viaTable,
-    sinks: p.sinks !== undefined,
+    sinks: p.sinks !== undefined, leftpad: p.leftpad !== undefined, leftpadAt,
   };
   // K rows start at multiples of D elements: 16-byte loads need D·bytes a multiple of 16
   const vec = (p.d * bytesPerElement(p.dtype)) % 16 === 0;

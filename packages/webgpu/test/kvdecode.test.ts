@@ -167,6 +167,9 @@ const cases: [string, KVCacheCaseSpec, object][] = [
   ['f32 D32 spread softmax 2×2 over 8 lanes, Tq 2 causal', { dtype: 'f32', seqlens: [77, 130], tnew: 2, tq: 2, causal: true, d: 32, h: 2, hkv: 2, magnitude: 4 }, { kvSoftmax: 'spread', kvKeysPerStep: 2 }],
   // f16 over 4 lanes: 2 rows × 2 keys, 64 threads, q in workgroup memory
   ['f16 D32 spread softmax 2×2 over 4 lanes, q shared, 64 threads', { dtype: 'f16', seqlens: [90, 20], tnew: 1, d: 32, h: 4, hkv: 2, blockSize: 8 }, { kvSoftmax: 'spread', kvKeysPerStep: 2, kvQShared: true, kvThreads: 64 }],
+  // cacheLeftpad (keys start at leftpad[b], positions from it): rows ahead + prefetch over splits, and element loads with a causal window
+  ['f32 D32 leftpad, rows ahead + prefetch, splits', { dtype: 'f32', seqlens: [300, 45], leftpad: [37, 45], tnew: 1, d: 32, h: 8, hkv: 2 }, { kvRowsAhead: true, kvPrefetch: true, kvMinChunk: 128 }],
+  ['bf16 D5 Tq3 leftpad causal window', { dtype: 'bf16', seqlens: [40, 3], leftpad: [11, 1], tnew: 3, tq: 3, causal: true, window: [9, 0], d: 5, h: 6, hkv: 1 }, {}],
   ['bf16 D32 8-byte chunks, transpose sums, one row', { dtype: 'bf16', seqlens: [90, 20], tnew: 1, d: 32, h: 2, hkv: 2, blockSize: 8 }, { kvChunkBytes: 8, kvTeamSum: 'transpose', kvLazyRescale: true }],
 ];
 

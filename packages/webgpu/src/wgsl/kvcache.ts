@@ -50,10 +50,11 @@ struct KVP {
   alibi_on: u32, nan: f32, rows: u32, chunk: u32,
   splits: u32, q_tiles: u32, n: u32, neg_inf: f32,
   vec: u32, lanes: u32, paged: u32, sinks_on: u32,
+  lp_on: u32, lp_off: u32, pad0: u32, pad1: u32,
 }
 @group(0) @binding(0) var<uniform> P: KVP;`;
 
-export const KVP_BYTES = 96;
+export const KVP_BYTES = 112;
 
 export interface KVParamValues {
   batch: number; tq: number; h: number; hkv: number; d: number; tnew: number; bs: number; maxBlocks: number;
@@ -70,6 +71,9 @@ export interface KVParamValues {
   paged: boolean;
   /** combine: the sinks binding holds one logit per query head. */
   sinks?: boolean;
+  /** cacheLeftpad: the attend kernels read it from the slopes binding, from word `leftpadAt` (as i32 bits). */
+  leftpad?: boolean;
+  leftpadAt?: number;
 }
 
 export function packKVParams(p: KVParamValues): ArrayBuffer {
@@ -87,6 +91,8 @@ export function packKVParams(p: KVParamValues): ArrayBuffer {
   u[21] = p.lanes ?? 0;
   u[22] = p.paged ? 1 : 0;
   u[23] = p.sinks ? 1 : 0;
+  u[24] = p.leftpad ? 1 : 0;
+  u[25] = p.leftpadAt ?? 0;
   return buf;
 }
 
@@ -117,6 +123,17 @@ fn cache_row(b: u32, t: u32) -> u32 {
   if (P.paged == 0u) { return b * P.bs + t; }
   let blk = t / P.bs;
   return u32(table[b * P.max_blocks + blk]) * P.bs + (t - blk * P.bs);
+}`;
+
+/**
+ * cacheLeftpad (DESIGN.md): sequence b attends rows leftpad[b] … len[b] + Tnew − 1, and its
+ * positions count from leftpad[b]: key j of the attention is token j + first_key(b). The values
+ * ride after the ALiBi slopes in the slopes binding (an attend kernel has no binding to spare).
+ */
+export const FIRST_KEY = /* wgsl */ `
+fn first_key(b: u32) -> u32 {
+  if (P.lp_on == 0u) { return 0u; }
+  return bitcast<u32>(slopes[P.lp_off + b]);
 }`;
 
 /** Mask and score, the WGSL copy of core's mask.ts (as in scores.ts): scale, softcap, ALiBi, then the window. */
@@ -188,13 +205,15 @@ var<workgroup> roff: array<u32, ${KV_TILE}>;
 var<workgroup> alpha: array<f32, ${rmax}>;
 ${unpackFn(enc)}
 ${CACHE_ROW}
+${FIRST_KEY}
 ${SCORE}
 
 @compute @workgroup_size(${KV_THREADS})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {${KV_WORKGROUP}
   let r0 = rtile * P.rows;
   let R = min(P.rows, g * P.tq - r0);
-  let tk = i32(u32(lens[b]) + P.tnew);
+  let lp = first_key(b);
+  let tk = i32(u32(lens[b]) + P.tnew - lp);
   let tq = i32(P.tq);
   let off = tk - tq;
   // q rows: row r is query (r0 + r) % Tq of head kvh·g + (r0 + r) / Tq
@@ -219,7 +238,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // scores: thread lid is key j0 + lid
     if (i32(lid) < nc) {
       let j = j0 + i32(lid);
-      let ro = cache_row(b, u32(j)) * w + kvh * d;
+      let ro = cache_row(b, u32(j) + lp) * w + kvh * d;
       roff[lid] = ro;
       var dots: array<f32, ${rmax}>;
       for (var r = 0u; r < R; r = r + 1u) { dots[r] = 0.0; }

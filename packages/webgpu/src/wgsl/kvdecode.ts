@@ -21,7 +21,7 @@
  * unrolled so the rows' q, acc, m, l live in registers. Generic (CPU adapters, whose compilers
  * take seconds per big body): the same code with loops, L from the uniform, R = 8.
  */
-import { CACHE_ROW, KV_WORKGROUP, KVP_WGSL, SCORE, type KVEncoding, elemType, load, unpackFn } from './kvcache.js';
+import { CACHE_ROW, FIRST_KEY, KV_WORKGROUP, KVP_WGSL, SCORE, type KVEncoding, elemType, load, unpackFn } from './kvcache.js';
 
 /** Threads per workgroup by default (kvThreads: 64 or 256 instead). */
 export const KVD_THREADS = 128;
@@ -240,14 +240,14 @@ export function kvDecodeWGSL(s: KVDecodeSpec): string {
   // the team's KB keys from j (past c1: the split's last key, masked later), raw chunks → kr, vr
   const chunkLoads = (kb: string) => Array.from({ length: C }, (_, c) => `kr[${kb} * ${C}u + ${c}u] = ld_k(ro, (ln + ${c}u * L) * ${E}u);\nvr[${kb} * ${C}u + ${c}u] = ld_v(ro, (ln + ${c}u * L) * ${E}u);`).join('\n');
   // rowsAhead: the keys from j and their row offsets → jo, rof; then the rows at rof → kr, vr (jo → jk)
-  const offsets = (j: string) => rep(KB, (kb) => `let j = ${j} + i32(${kb} * NT + team);\njo[${kb}] = j;\nrof[${kb}] = cache_row(b, u32(min(j, c1 - 1))) * w + kvo;`);
+  const offsets = (j: string) => rep(KB, (kb) => `let j = ${j} + i32(${kb} * NT + team);\njo[${kb}] = j;\nrof[${kb}] = cache_row(b, u32(min(j, c1 - 1)) + lp) * w + kvo;`);
   const loadAt = () => `jk = jo;\n${rep(KB, (kb) => `let ro = rof[${kb}];\n${chunkLoads(kb)}`)}`;
   const issue = (j: string) =>
     rep(
       KB,
       (kb) => `let j = ${j} + i32(${kb} * NT + team);
 jk[${kb}] = j;
-let ro = cache_row(b, u32(min(j, c1 - 1))) * w + kvo;
+let ro = cache_row(b, u32(min(j, c1 - 1)) + lp) * w + kvo;
 ${chunkLoads(kb)}`,
     );
   // before the key loop: what the first step's loads need (prefetch: the first step's rows too)
@@ -352,6 +352,7 @@ var<workgroup> wm: array<f32, ${(T / 4) * R}>;
 var<workgroup> wl: array<f32, ${(T / 4) * R}>;
 ${unpackFn(s.enc)}
 ${CACHE_ROW}
+${FIRST_KEY}
 ${SCORE}
 // −3e38 marks "no key"; max that keeps NaN (WGSL's max may drop it)
 const NEG = -3.0e38;
@@ -373,7 +374,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let team = lid / L;${KV_WORKGROUP}
   let r0 = rtile * ${R}u;
   let nrows = min(${R}u, g * P.tq - r0);
-  let tk = i32(u32(lens[b]) + P.tnew);
+  let lp = first_key(b);
+  let tk = i32(u32(lens[b]) + P.tnew - lp);
   let tq = i32(P.tq);
   let off = tk - tq;
   let w = P.hkv * d;
