@@ -30,7 +30,7 @@ import { grid1d } from './dispatch.js';
 import { writableBytes } from './buffers.js';
 import type { Bound } from './external.js';
 import { WGIndexTensor } from './tensor.js';
-import { KV_APPEND, KV_ATTEND, KV_COMBINE, KV_MAX_D, type KVEncoding, kvAppendWGSL, kvAttendWGSL, kvCombineWGSL, KVP_BYTES, packKVParams, type KVParamValues } from './wgsl/kvcache.js';
+import { KV_APPEND, KV_ATTEND, KV_COMBINE, KV_MAX_D, type KVEncoding, kvAppendWGSL, kvAttendCols, kvAttendWGSL, kvCombineWGSL, KVP_BYTES, packKVParams, type KVParamValues } from './wgsl/kvcache.js';
 import { KV_DECODE, kvDecodeKey, kvDecodeWGSL } from './wgsl/kvdecode.js';
 import type { KVPlan } from './kvplan.js';
 
@@ -49,6 +49,11 @@ export function kvSupport(p: KVCacheProblem, l: GPUSupportedLimits, plan: KVPlan
   }
   if (plan.splits > l.maxComputeWorkgroupsPerDimension) return { ok: false, reason: `the key range needs ${plan.splits} splits, above this adapter's maxComputeWorkgroupsPerDimension (${l.maxComputeWorkgroupsPerDimension})` };
   return { ok: true };
+}
+
+/** The tiled attend kernel with `cols` output columns per thread (the key of 2, D ≤ 256, as it always was). */
+function attendPipeline(env: KVEnv, enc: KVEncoding, cols: number): Promise<GPUComputePipeline> {
+  return env.pipeline(cols === 2 ? `kv-attend:${enc}` : `kv-attend:${enc}:${cols}`, () => kvAttendWGSL(enc, cols));
 }
 
 /** What the KV-cache call needs from its backend (all on the current device). */
@@ -105,7 +110,7 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
   }
   const dspec = plan.decode;
   const [pAttend, pCombine, pAppend] = await Promise.all([
-    dspec ? env.pipeline(kvDecodeKey(dspec), () => kvDecodeWGSL(dspec)) : env.pipeline(`kv-attend:${enc}`, () => kvAttendWGSL(enc)),
+    dspec ? env.pipeline(kvDecodeKey(dspec), () => kvDecodeWGSL(dspec)) : attendPipeline(env, enc, kvAttendCols(p.d)),
     env.pipeline(`kv-combine:${enc}`, () => kvCombineWGSL(enc)),
     p.tnew > 0 ? env.pipeline(`kv-append:${enc}`, () => kvAppendWGSL(enc)) : Promise.resolve(undefined),
   ]);

@@ -8,7 +8,7 @@
  * (wgsl/kvcache.ts: 16 rows per workgroup in workgroup memory, one key per thread).
  */
 import { FAError, type KVCacheProblem } from '@fa/core';
-import { KV_TILE, kvRowsFor } from './wgsl/kvcache.js';
+import { KV_DECODE_MAX_D, KV_TILE, kvRowsFor } from './wgsl/kvcache.js';
 import { KVD_MAX_ROW_KEYS, KVD_MAX_ROWS, KVD_THREADS, type KVDecodeSpec, kvdChunkElems, kvDecodeWorkgroupBytes } from './wgsl/kvdecode.js';
 
 /** Workgroups the split aims for: enough to fill a large GPU (an H200 has 132 SMs). */
@@ -135,7 +135,8 @@ export function decodeSpec(p: KVCacheProblem, caps: KVCaps, t: KVTuning = {}): {
 
 export function planKV(p: KVCacheProblem, caps: KVCaps, t: KVTuning = {}): KVPlan {
   const n = (p.h / p.hkv) * p.tq;
-  const kernel = t.kernel === 'tiled' || t.kernel === 'decode' ? t.kernel : n <= KV_DECODE_MAX_ROWS ? 'decode' : 'tiled';
+  // head dims past the decode kernel's take the tiled one, whatever kvKernel asks
+  const kernel = p.d > KV_DECODE_MAX_D ? 'tiled' : t.kernel === 'tiled' || t.kernel === 'decode' ? t.kernel : n <= KV_DECODE_MAX_ROWS ? 'decode' : 'tiled';
   const d = kernel === 'decode' ? decodeSpec(p, caps, t) : undefined;
   const rows = d ? d.spec.rows : kvRowsFor(p.d);
   const rowTiles = Math.max(1, Math.ceil(n / rows));

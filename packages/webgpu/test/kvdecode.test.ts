@@ -25,6 +25,10 @@ describe('webgpu KV plan (no GPU)', () => {
     expect(planKV(prefill, h200).kernel).toBe('tiled');
     expect(planKV(prefill, h200, { kernel: 'decode' }).kernel).toBe('decode');
     expect(planKV(decode, h200, { kernel: 'tiled' }).kernel).toBe('tiled');
+    // head dims past 256 (MLA's 576-wide latent rows): the tiled kernel, whatever kvKernel asks
+    const mla = problem({ dtype: 'bf16', seqlens: [40], tnew: 1, d: 576, h: 16, hkv: 1 });
+    expect(planKV(mla, h200).kernel).toBe('tiled');
+    expect(planKV(mla, h200, { kernel: 'decode' }).kernel).toBe('tiled');
   });
   it('decode specialisation: rows, lanes per row, 16-byte loads, subgroups where they are wide enough', () => {
     const s = decodeSpec(decode, h200).spec; // 4 rows, 16 bf16 lanes × 8 elements

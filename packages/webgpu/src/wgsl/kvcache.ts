@@ -17,16 +17,26 @@
  *     thread t: key t of the tile, its cache row through the table → roff[t];
  *               scores of every row (q from qs, a broadcast), scale/softcap/ALiBi/mask → ss
  *     thread r < R: the row's online-softmax update over the tile (ss becomes P, alpha[r])
- *     thread t: output columns t, t + KV_THREADS of every row: acc = alpha·acc + Σ P·V
- *               (consecutive threads read consecutive V elements)
+ *     thread t: output columns t, t + KV_THREADS, … (kvAttendCols of them) of every row:
+ *               acc = alpha·acc + Σ P·V (consecutive threads read consecutive V elements)
  *   (m, l, acc) of every row → the partial buffer
  */
 
 /** Threads per attend workgroup, keys per tile (one key per thread in the score phase). */
 export const KV_THREADS = 128;
 export const KV_TILE = 128;
-/** Head dims up to this are supported (two output columns per thread). */
-export const KV_MAX_D = 2 * KV_THREADS;
+/**
+ * Head dims up to this are supported: the tiled kernel gives each thread ceil(D / KV_THREADS)
+ * output columns (a pipeline per count; 2 up to D = 256), the decode kernel takes D ≤ KV_DECODE_MAX_D.
+ * 640 covers MLA decode's 576-wide latent rows.
+ */
+export const KV_MAX_D = 5 * KV_THREADS;
+/** The decode kernel's head dims (its merge holds rows of 256 columns). */
+export const KV_DECODE_MAX_D = 2 * KV_THREADS;
+/** Output columns per thread of the tiled kernel at head dim d. */
+export function kvAttendCols(d: number): number {
+  return Math.max(2, Math.ceil(d / KV_THREADS));
+}
 /** Most rows (queries × heads) one attend workgroup holds. */
 export const KV_MAX_ROWS = 16;
 /**
@@ -185,7 +195,7 @@ export const KV_WORKGROUP = /* wgsl */ `
   if (b >= P.batch) { return; }
   let d = P.d;`;
 
-export function kvAttendWGSL(enc: KVEncoding): string {
+export function kvAttendWGSL(enc: KVEncoding, cols = 2): string {
   const rmax = KV_MAX_ROWS;
   return /* wgsl */ `
 ${KVP_WGSL}
@@ -229,8 +239,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   var m = -3.0e38;
   var mneg = true; // m is −∞ (no visible key yet)
   var l = 0.0;
-  var acc: array<f32, ${2 * rmax}>;
-  for (var x = 0u; x < ${2 * rmax}u; x = x + 1u) { acc[x] = 0.0; }
+  var acc: array<f32, ${cols * rmax}>;
+  for (var x = 0u; x < ${cols * rmax}u; x = x + 1u) { acc[x] = 0.0; }
   let w = P.hkv * d;
   workgroupBarrier();
   for (var j0 = c0; j0 < c1; j0 = j0 + ${KV_TILE}) {
@@ -309,15 +319,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     workgroupBarrier();
     // acc = alpha·acc + P·V on this thread's columns
-    for (var k = 0u; k < 2u; k = k + 1u) {
+    for (var k = 0u; k < ${cols}u; k = k + 1u) {
       let c = lid + k * ${KV_THREADS}u;
       if (c < d) {
-        for (var r = 0u; r < R; r = r + 1u) { acc[r * 2u + k] = acc[r * 2u + k] * alpha[r]; }
+        for (var r = 0u; r < R; r = r + 1u) { acc[r * ${cols}u + k] = acc[r * ${cols}u + k] * alpha[r]; }
         for (var jj = 0; jj < nc; jj = jj + 1) {
           let vv = ${load('vc', enc, 'roff[jj] + c')};
           for (var r = 0u; r < R; r = r + 1u) {
             let p = ss[r * ${KV_TILE}u + u32(jj)];
-            if (p != 0.0) { acc[r * 2u + k] = acc[r * 2u + k] + p * vv; }
+            if (p != 0.0) { acc[r * ${cols}u + k] = acc[r * ${cols}u + k] + p * vv; }
           }
         }
       }
@@ -331,10 +341,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     part[pbase + lid * stride] = select(m, -3.0e38, mneg);
     part[pbase + lid * stride + 1u] = l;
   }
-  for (var k = 0u; k < 2u; k = k + 1u) {
+  for (var k = 0u; k < ${cols}u; k = k + 1u) {
     let c = lid + k * ${KV_THREADS}u;
     if (c < d) {
-      for (var r = 0u; r < R; r = r + 1u) { part[pbase + r * stride + 2u + c] = acc[r * 2u + k]; }
+      for (var r = 0u; r < R; r = r + 1u) { part[pbase + r * stride + 2u + c] = acc[r * ${cols}u + k]; }
     }
   }
 }`;
