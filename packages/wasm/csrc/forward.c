@@ -27,6 +27,7 @@ typedef struct {
   float *acc; /* output accumulator: [br][dvp] (dvp: V's head dim rounded up to 8) */
   float *m, *l;
   float *mk; /* dropout's multipliers of the tile [br][bc8] */
+  float *qp; /* the unit's q rows of one head, contiguous: [br][dp] */
 } fwd_scratch;
 
 static int32_t align4(int32_t n) { return (n + 3) & ~3; }
@@ -39,13 +40,14 @@ static fwd_scratch fwd_layout(const fa_problem *p, float *base) {
   w.m = w.acc + br * dvp;
   w.l = w.m + align4(br);
   w.mk = w.l + align4(br);
+  w.qp = w.mk + br * bc8;
   return w;
 }
 
 /* Bytes of per-thread scratch the forward needs (16-byte aligned regions). */
 FA_EXPORT(fa_forward_scratch_bytes) int32_t fa_forward_scratch_bytes(const fa_problem *p) {
   const int32_t br = p->br, bc8 = fa_bc8(p->bc), dvp = fa_dp(p->dv_dim);
-  return (2 * br * bc8 + br * dvp + 2 * align4(br)) * 4;
+  return (2 * br * bc8 + br * dvp + 2 * align4(br) + br * fa_dp(p->d)) * 4;
 }
 
 /* x[0..n) *= s: the engine scales q once as it copies it in, so that S = Q K^T is already scaled. */
@@ -78,7 +80,7 @@ FA_EXPORT(fa_pack_kv) void fa_pack_kv(const fa_problem *p, int32_t b, int32_t kv
 FA_EXPORT(fa_forward_unit) void fa_forward_unit(const fa_problem *p, float *scratch, int32_t b, int32_t kvh, int32_t qt) {
   const int32_t q0 = p->cu_q[b], tq = p->cu_q[b + 1] - q0;
   const int32_t tk = p->cu_k[b + 1] - p->cu_k[b];
-  const int32_t br = p->br, bc = p->bc, bc8 = fa_bc8(bc), d = p->d, dv = p->dv_dim, dvp = fa_dp(dv);
+  const int32_t br = p->br, bc = p->bc, bc8 = fa_bc8(bc), d = p->d, dp = fa_dp(d), dv = p->dv_dim, dvp = fa_dp(dv);
   const int32_t i0 = qt * br, nr = fa_min(br, tq - i0);
   if (nr <= 0) return;
   const int32_t g = p->h / p->hkv, qs = p->h * d, os = p->h * dv;
@@ -92,7 +94,10 @@ FA_EXPORT(fa_forward_unit) void fa_forward_unit(const fa_problem *p, float *scra
   for (int32_t hh = 0; hh < g; hh++) {
     const int32_t h = kvh * g + hh;
     const float slope = p->alibi ? p->alibi[b * p->h + h] : 0.0f;
-    float *qrow = p->q + (int64_t)(q0 + i0) * qs + h * d;
+    /* the q rows, H D floats apart in the caller's layout, fall into a few L1 sets (rows 2 KiB
+     * apart at H D = 512): copied once into a contiguous tile, read by every key tile */
+    fa_copy_rows(p->q + (int64_t)(q0 + i0) * qs + h * d, qs, nr, d, w.qp, dp);
+    const float *qrow = w.qp;
     /* a sink is read first, as a key with a zero value row: m = sink, l = 1 */
     const float m0 = p->sinks ? p->sinks[h] : -FA_INF, l0 = p->sinks ? 1.0f : 0.0f;
     for (int32_t r = 0; r < nr; r++) {
@@ -103,7 +108,7 @@ FA_EXPORT(fa_forward_unit) void fa_forward_unit(const fa_problem *p, float *scra
     for (int32_t kt = kt0; kt <= kt1; kt++) {
       const int32_t j0 = kt * bc, nc = fa_min(bc, tk - j0);
       const int64_t tile = kvh * ntiles + p->kt_first[b] + kt;
-      f32_mm_nn_set(nr, bc8, d, qrow, qs, p->kt + tile * d * bc8, bc8, w.s, bc8);
+      f32_mm_nn_set(nr, bc8, d, qrow, dp, p->kt + tile * d * bc8, bc8, w.s, bc8);
       fa_score_tile(p, w.s, bc8, nr, nc, bc8, i0, j0, tq, tk, slope, 0);
       fa_softmax_update(w.s, bc8, nr, bc8, w.m, w.l, w.acc, dvp);
       if (p->dropout_threshold) {

@@ -20,7 +20,7 @@ export function chooseWasmTiles(d: number): TileSizes {
  * +13–20 % at T = 4K, backward +13 %; T ≤ 2K within noise: KERNEL_NOTES.md, N7).
  */
 export function chooseNativeTiles(d: number): TileSizes {
-  return { br: 128, bc: d <= 128 ? 64 : 32 };
+  return { br: 128, bc: d <= 64 ? 128 : d <= 128 ? 64 : 32 };
 }
 
 export function checkWasmTiles(t: unknown, what: string): TileSizes {
