@@ -28,6 +28,20 @@ import { createCpuBackend, tensor } from '@fa/core';
 import { createWasmBackend } from '../dist/index.js';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
+
+/** The CPU's vendor, family/model and widest vector unit, from /proc/cpuinfo (Linux; else empty). */
+function cpuFacts() {
+  let info = '';
+  try {
+    info = readFileSync('/proc/cpuinfo', 'utf8');
+  } catch {
+    return 'no /proc/cpuinfo';
+  }
+  const field = (k) => new RegExp(`^${k}\\s*:\\s*(.*)$`, 'm').exec(info)?.[1]?.trim();
+  const flags = ` ${field('flags') ?? ''} `;
+  const isa = flags.includes(' avx512f ') ? 'AVX-512' : flags.includes(' avx2 ') ? 'AVX2' : 'no AVX2';
+  return `${field('vendor_id') ?? '?'} family ${field('cpu family') ?? '?'} model ${field('model') ?? '?'}, ${isa}${flags.includes(' amx_tile ') ? ', AMX' : ''}`;
+}
 const peers = createRequire(`${here}peers/`);
 const require = createRequire(import.meta.url);
 const env = process.env;
@@ -243,7 +257,7 @@ if (env.FA_BENCH_WRITE !== '0' && ortP) {
     `- Date: ${started}`,
     `- Commit: ${git('rev-parse --short HEAD')}${dirty}`,
     `- Load average (1, 5, 15 min) when the run started: ${startLoads}; when it ended: ${loads()} (the run itself accounts for ~2)`,
-    `- Machine: ${cpus()[0]?.model ?? 'cpu'} (family 26, Zen 5, AVX-512), ${cpus().length} cores, ${Math.round(totalmem() / 2 ** 30)} GiB RAM, Node ${process.versions.node}`,
+    `- Machine: ${cpus()[0]?.model ?? 'cpu'} (${cpuFacts()}), ${cpus().length} cores, ${Math.round(totalmem() / 2 ** 30)} GiB RAM, Node ${process.versions.node}`,
     `- Engines: backend "wasm", ${wasm.device}; backend "native" (the same engine and kernels compiled for x86-64, its matrix micro-kernels on 512-bit registers), ${native?.device ?? '(did not run)'}; default tiles`,
     `- Peers, same process, same inputs, calls alternating: onnxruntime-node ${ortP?.version ?? '(missing)'} CPU execution provider, \`com.microsoft.MultiHeadAttention\` (bench/models/, \`unidirectional=1\` for causal), 2 intra-op threads; onnxruntime-web ${ortW?.version ?? '(missing)'} (ORT's WebAssembly build, SIMD, 2 threads) on the same models; tfjs-backend-wasm ${tfw?.version ?? '(missing)'} naive attention (matMul, softmax, matMul); @fa/core's TypeScript cpu engine (2 worker threads)`,
     '',

@@ -367,13 +367,13 @@ export class WasmBackend implements AttentionBackend {
   }
 
   /** Runs a job's units: on the workers, or here. `tiles`: made before (tiles()), for a call that must not fail for memory past a point. */
-  private async execute(kind: WasmJob['kind'], problem: number, units: Int32Array, privates: number[], scratchBytes: number, pooled: boolean, tiles?: ThreadTiles): Promise<void> {
+  private async execute(kind: WasmJob['kind'], problem: number, units: Int32Array, privates: number[], scratchBytes: number, pooled: boolean, tiles?: ThreadTiles, pre?: Int32Array): Promise<void> {
     const unitSize = UNIT_SIZE[kind];
     const n = units.length / unitSize;
-    if (n === 0) return;
+    if (n === 0 && !pre?.length) return;
     const { threads, slotBytes, slots } = tiles ?? this.tiles(n, scratchBytes, pooled);
-    const counter = pooled ? new Int32Array(new SharedArrayBuffer(8)) : new Int32Array(2);
-    const job: WasmJob = { kind, problem, units, unitSize, privates, counter, slots, slotBytes };
+    const counter = pooled ? new Int32Array(new SharedArrayBuffer(16)) : new Int32Array(4);
+    const job: WasmJob = { kind, problem, units, unitSize, privates, counter, slots, slotBytes, ...(pre?.length ? { pre } : {}) };
     if (!pooled) {
       try {
         runJob(job, this.kernels, false);
@@ -420,11 +420,11 @@ export class WasmBackend implements AttentionBackend {
       const pooled = this.willUseWorkers(units.length / FWD_UNIT, problemFlops(p));
       const tiles = this.tiles(units.length / FWD_UNIT, this.kernels.fa_forward_scratch_bytes(ptr), pooled);
       // the key tiles of every (batch, kv head) are packed once, on the threads too (with many
-      // cores the calling thread's serial work is what limits the speed-up), then the units run
+      // cores the calling thread's serial work is what limits the speed-up), then the units run:
+      // one job (WasmJob.pre), so that the threads are woken once
       const packs = new Int32Array(2 * p.batch * p.hkv);
       for (let b = 0, i = 0; b < p.batch; b++) for (let g = 0; g < p.hkv; g++, i += 2) (packs[i] = b), (packs[i + 1] = g);
-      await this.execute('pack', ptr, packs, [], 0, pooled, tiles);
-      await this.execute('forward', ptr, units, [], 0, pooled, tiles);
+      await this.execute('forward', ptr, units, [], 0, pooled, tiles, packs);
       return { out: this.output(fields.o, p.outShape, p.dtype, dev?.[0]), lse: this.output(fields.lse, p.lseShape, 'f32', dev?.[1]) };
     });
   }

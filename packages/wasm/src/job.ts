@@ -23,8 +23,18 @@ export interface WasmJob {
   readonly unitSize: number;
   /** Backward: address of each private dQ accumulator (index = a unit's `private`). */
   readonly privates: readonly number[];
-  /** [0]: next unit (Atomics.add); [1]: next thread slot. */
+  /**
+   * [0]: next unit (Atomics.add); [1]: next thread slot; with `pre`, [2]: next pre unit and [3]:
+   * pre units done.
+   */
   readonly counter: Int32Array;
+  /**
+   * Forward: the (batch, kv head) pairs whose key tiles fa_pack_kv packs first, in the same job:
+   * every thread takes packs until none is left, waits until all are done, then takes units. One
+   * job instead of a 'pack' job and a 'forward' job: the threads are woken once a call (after an
+   * idle spell each wake-up costs ~0.8 ms on a VM's halted vCPUs).
+   */
+  readonly pre?: Int32Array;
   /** Per-thread slots: scratch at the start, the thread's stack growing down from the end. */
   readonly slots: number;
   readonly slotBytes: number;
@@ -79,6 +89,7 @@ export function runJob(job: WasmJob, k: Kernels, ownStack: boolean): void {
   const slot = Atomics.add(job.counter, 1, 1);
   const scratch = job.slots + slot * job.slotBytes;
   if (ownStack) k.fa_set_stack(scratch + job.slotBytes);
+  if (job.pre) packFirst(job, k);
   const U = job.units;
   const n = U.length / job.unitSize;
   for (;;) {
@@ -110,5 +121,31 @@ export function runJob(job: WasmJob, k: Kernels, ownStack: boolean): void {
         Atomics.notify(job.counter, 2);
         break;
     }
+  }
+}
+
+/**
+ * The pack phase of a forward job (WasmJob.pre): packs taken from counter[2], counted done in
+ * counter[3]; then a spin until every pack is done (packing is short, and every thread of the job
+ * is in it). A thread that fails still counts its packs done, so the others never wait forever.
+ */
+function packFirst(job: WasmJob, k: Kernels): void {
+  const pre = job.pre!;
+  const n = pre.length / 2;
+  let mine = 0;
+  try {
+    for (;;) {
+      const u = Atomics.add(job.counter, 2, 1);
+      if (u >= n) break;
+      mine++;
+      k.fa_pack_kv(job.problem, pre[2 * u], pre[2 * u + 1]);
+    }
+  } catch (e) {
+    Atomics.add(job.counter, 3, n); // (the call fails with this error; nobody waits for the rest)
+    throw e;
+  }
+  Atomics.add(job.counter, 3, mine);
+  while (Atomics.load(job.counter, 3) < n) {
+    /* spin: the other threads are packing their last pairs */
   }
 }
