@@ -76,7 +76,7 @@ export function createRingBackend(o: RingBackendOptions): AttentionBackend {
   const kind = o.layout ?? 'zigzag';
   const supports = (p: AttentionProblem): Support => {
     if (!o.dtypes.includes(p.dtype)) return { ok: false, reason: `the ranks' engine does not compute ${p.dtype}` };
-    const opt = optionSupport(p, 'ring', { sinks: true });
+    const opt = optionSupport(p, 'ring', { sinks: true, vDim: true });
     if (!opt.ok) return opt;
     try {
       const layout = layoutFor(p, o.ranks, kind);
@@ -85,14 +85,14 @@ export function createRingBackend(o: RingBackendOptions): AttentionBackend {
         if (p.sinks) {
           // ring.ts merges the sinks in as one more block: a call over no keys, with them
           const v = (s: number[]) => ({ kind: 'device' as const, backend: 'ring', dtype: p.dtype, shape: s, handle: null, disposed: false });
-          const sp = describeProblem(v([plan.rowsQ, p.h, p.d]), v([0, p.hkv, p.d]), v([0, p.hkv, p.d]), sinkBlockOptions(p, plan.rowsQ));
+          const sp = describeProblem(v([plan.rowsQ, p.h, p.d]), v([0, p.hkv, p.d]), v([0, p.hkv, p.vDim]), sinkBlockOptions(p, plan.rowsQ));
           const s = o.supportsBlock(sp);
           if (!s.ok) return { ok: false, reason: `the sinks' block of rank ${r} is declined by the ranks' engine: ${s.reason}` };
         }
         for (const st of plan.steps) {
           for (const call of st.calls) {
             const v = (s: number[]) => ({ kind: 'device' as const, backend: 'ring', dtype: p.dtype, shape: s, handle: null, disposed: false });
-            const cp = describeProblem(v([plan.rowsQ, p.h, p.d]), v([plan.rowsK[st.src], p.hkv, p.d]), v([plan.rowsK[st.src], p.hkv, p.d]), callOptions(p, call));
+            const cp = describeProblem(v([plan.rowsQ, p.h, p.d]), v([plan.rowsK[st.src], p.hkv, p.d]), v([plan.rowsK[st.src], p.hkv, p.vDim]), callOptions(p, call));
             const s = o.supportsBlock(cp);
             if (!s.ok) return { ok: false, reason: `a block of rank ${r} is declined by the ranks' engine: ${s.reason}` };
           }

@@ -61,6 +61,9 @@ interface Setup {
   readonly reps: number;
   readonly packQ: readonly number[];
   readonly packK: readonly number[];
+  /** v's packed shard shape, and out's (their head dim is Dv). */
+  readonly packV: readonly number[];
+  readonly packO: readonly number[];
   readonly lseShape: readonly number[];
 }
 
@@ -95,36 +98,41 @@ function prepare(ctx: RingContext, qIn: unknown, kIn: unknown, vIn: unknown, opt
   const varlen = opts.cuSeqlensQ !== undefined || opts.cuSeqlensK !== undefined;
   const rank4 = !varlen;
   check(q.shape.length === (rank4 ? 4 : 3) && k.shape.length === q.shape.length, 'E_SHAPE', `shards must have layout ${rank4 ? '[B, T, H, D]' : '[T, H, D] (varlen)'}; got q ${shapeStr(q.shape)}, k ${shapeStr(k.shape)}`);
-  check(shapeStr(k.shape) === shapeStr(v.shape), 'E_SHAPE', `k and v shards must have the same shape; got ${shapeStr(k.shape)} and ${shapeStr(v.shape)}`);
+  check(shapeStr(k.shape.slice(0, -1)) === shapeStr(v.shape.slice(0, -1)), 'E_SHAPE', `k and v shards must have the same shape but for the head dim; got ${shapeStr(k.shape)} and ${shapeStr(v.shape)}`);
   const nq = rangeRows(layout.q[rank]);
   const nk = rangeRows(layout.k[rank]);
   const ax = rank4 ? 1 : 0;
   check(q.shape[ax] === nq && k.shape[ax] === nk, 'E_SHAPE', `rank ${rank} holds ${nq} query and ${nk} key tokens in this layout; its shards have ${q.shape[ax]} and ${k.shape[ax]}`);
   const gq = [...q.shape];
   const gk = [...k.shape];
+  const gv = [...v.shape];
   gq[ax] = layout.tq;
   gk[ax] = layout.tk;
-  const p = describeProblem(virtual(q.dtype, gq), virtual(k.dtype, gk), virtual(v.dtype, gk), opts);
+  gv[ax] = layout.tk;
+  const p = describeProblem(virtual(q.dtype, gq), virtual(k.dtype, gk), virtual(v.dtype, gv), opts);
   // (callOptions leaves the options the ring does not split out of the blocks: refuse those here)
-  const opt = optionSupport(p, 'ring', { sinks: true });
+  const opt = optionSupport(p, 'ring', { sinks: true, vDim: true });
   if (!opt.ok) throw new FAError('E_UNSUPPORTED', `context parallelism: ${opt.reason}`);
   check(engine.dtypes.includes(p.dtype), 'E_UNSUPPORTED', `engine ${engine.name} does not compute ${p.dtype} (it has ${engine.dtypes.join(', ')})`);
   const plan = planRing(p, layout, rank);
   const reps = varlen ? 1 : p.batch;
   const packQ = [plan.rowsQ, p.h, p.d];
   if (p.sinks) {
-    const sp = describeProblem(virtual(p.dtype, packQ), virtual(p.dtype, [0, p.hkv, p.d]), virtual(p.dtype, [0, p.hkv, p.d]), sinkBlockOptions(p, plan.rowsQ));
+    const sp = describeProblem(virtual(p.dtype, packQ), virtual(p.dtype, [0, p.hkv, p.d]), virtual(p.dtype, [0, p.hkv, p.vDim]), sinkBlockOptions(p, plan.rowsQ));
     const s = engine.supports(sp);
     if (!s.ok) throw new FAError('E_UNSUPPORTED', `context parallelism: engine ${engine.name} declines the sinks' block: ${s.reason}`);
   }
   for (const st of plan.steps) {
     for (const call of st.calls) {
-      const cp = describeProblem(virtual(p.dtype, packQ), virtual(p.dtype, [plan.rowsK[st.src], p.hkv, p.d]), virtual(p.dtype, [plan.rowsK[st.src], p.hkv, p.d]), callOptions(p, call));
+      const cp = describeProblem(virtual(p.dtype, packQ), virtual(p.dtype, [plan.rowsK[st.src], p.hkv, p.d]), virtual(p.dtype, [plan.rowsK[st.src], p.hkv, p.vDim]), callOptions(p, call));
       const s = engine.supports(cp);
       if (!s.ok) throw new FAError('E_UNSUPPORTED', `context parallelism: engine ${engine.name} declines a block of ring step ${st.step}: ${s.reason}`);
     }
   }
-  return { p, plan, reps, packQ, packK: [plan.rowsK[rank], p.hkv, p.d], lseShape: varlen ? [p.h, nq] : [p.batch, p.h, nq] };
+  return {
+    p, plan, reps, packQ, packK: [plan.rowsK[rank], p.hkv, p.d], packV: [plan.rowsK[rank], p.hkv, p.vDim], packO: [plan.rowsQ, p.h, p.vDim],
+    lseShape: varlen ? [p.h, nq] : [p.batch, p.h, nq],
+  };
 }
 
 function emit(ctx: RingContext, what: RingEvent['what'], phase: RingEvent['phase'], step: number, pass: RingEvent['pass']): void {
@@ -176,7 +184,7 @@ async function startKv(ctx: RingContext, s: Setup, step: number, kv: readonly Te
   const { plan, p } = s;
   if (step + 1 >= plan.size) return undefined;
   const rows = plan.rowsK[plan.steps[step + 1].src];
-  const recv = [owned.add(await ctx.ops.alloc(p.dtype, [rows, p.hkv, p.d])), owned.add(await ctx.ops.alloc(p.dtype, [rows, p.hkv, p.d]))];
+  const recv = [owned.add(await ctx.ops.alloc(p.dtype, [rows, p.hkv, p.d])), owned.add(await ctx.ops.alloc(p.dtype, [rows, p.hkv, p.vDim]))];
   const done = ctx.comm.exchange(kv, recv);
   done.catch(() => undefined); // awaited after the step's compute; never an unhandled rejection meanwhile
   return { recv, done };
@@ -194,7 +202,7 @@ function rankSinkGradients(p: AttentionProblem, rows: number, out: Tensor, dOut:
   for (const [what, t] of [['out', out], ['dOut', dOut], ['lse', lse]] as const) {
     check(isHostTensor(t), 'E_UNSUPPORTED', `context parallelism: dsinks are formed from host tensors; ${what} is a device tensor`);
   }
-  const rowP = describeProblem(virtual(p.dtype, [rows, p.h, p.d]), virtual(p.dtype, [0, p.hkv, p.d]), virtual(p.dtype, [0, p.hkv, p.d]), sinkBlockOptions(p, rows));
+  const rowP = describeProblem(virtual(p.dtype, [rows, p.h, p.d]), virtual(p.dtype, [0, p.hkv, p.d]), virtual(p.dtype, [0, p.hkv, p.vDim]), sinkBlockOptions(p, rows));
   const ds = sinkGradientsFromOutputs(rowP, out as HostTensor, dOut as HostTensor, (lse as HostTensor).data as Float32Array);
   return { kind: 'host', dtype: 'f32', shape: [p.h], data: ds };
 }
@@ -215,8 +223,8 @@ async function forward(ctx: RingContext, q: Tensor, k: Tensor, v: Tensor, opts: 
   const owned = new Owned(ops);
   try {
     const qP = ops.view(q, s.packQ);
-    let kv: Tensor[] = [ops.view(k, s.packK), ops.view(v, s.packK)];
-    const accOut = owned.add(await ops.alloc('f32', s.packQ, 0));
+    let kv: Tensor[] = [ops.view(k, s.packK), ops.view(v, s.packV)];
+    const accOut = owned.add(await ops.alloc('f32', s.packO, 0));
     const accLse = owned.add(await ops.alloc('f32', [p.h, plan.rowsQ], -Infinity));
     for (const st of plan.steps) {
       const next = await startKv(ctx, s, st.step, kv, owned);
@@ -242,8 +250,9 @@ async function forward(ctx: RingContext, q: Tensor, k: Tensor, v: Tensor, opts: 
     if (p.sinks) {
       // The sinks join each row once, not once per visiting shard (callOptions leaves them out of
       // the blocks): a call over no keys, with them, gives out 0 and lse = s_h — merged like any part.
-      const empty = owned.add(await ops.alloc(p.dtype, [0, p.hkv, p.d]));
-      const r = await engine.forward(qP, empty, empty, sinkBlockOptions(p, plan.rowsQ));
+      const emptyK = owned.add(await ops.alloc(p.dtype, [0, p.hkv, p.d]));
+      const emptyV = p.vDim === p.d ? emptyK : owned.add(await ops.alloc(p.dtype, [0, p.hkv, p.vDim]));
+      const r = await engine.forward(qP, emptyK, emptyV, sinkBlockOptions(p, plan.rowsQ));
       try {
         await ops.mergeForward(accOut, accLse, r.out, r.lse);
       } finally {
@@ -260,7 +269,7 @@ async function forward(ctx: RingContext, q: Tensor, k: Tensor, v: Tensor, opts: 
     }
     owned.keep(out);
     owned.keep(lse);
-    return { out: ops.view(out, q.shape), lse };
+    return { out: ops.view(out, [...q.shape.slice(0, -1), p.vDim]), lse };
   } finally {
     owned.freeAll();
   }
@@ -278,9 +287,10 @@ async function backward(ctx: RingContext, q: Tensor, k: Tensor, v: Tensor, out: 
   const s = prepare(ctx, q, k, v, opts);
   const { engine, ops, comm } = ctx;
   const { p, plan } = s;
+  const outShape = [...q.shape.slice(0, -1), p.vDim];
   for (const [name, t] of [['out', out], ['dOut', dOut]] as const) {
     const x = tensorLike(t, name);
-    check(x.dtype === p.dtype && shapeStr(x.shape) === shapeStr(q.shape), 'E_SHAPE', `${name} must have q's shard shape ${shapeStr(q.shape)} and dtype ${p.dtype}; got ${x.dtype}${shapeStr(x.shape)}`);
+    check(x.dtype === p.dtype && shapeStr(x.shape) === shapeStr(outShape), 'E_SHAPE', `${name} must have ${p.vDim === p.d ? "q's shard shape" : "q's shard shape with v's head dim"} ${shapeStr(outShape)} and dtype ${p.dtype}; got ${x.dtype}${shapeStr(x.shape)}`);
   }
   const l = tensorLike(lse, 'lse');
   check(l.dtype === 'f32' && shapeStr(l.shape) === shapeStr(s.lseShape), 'E_SHAPE', `lse must be the f32 ${shapeStr(s.lseShape)} ringForward returned for this rank; got ${l.dtype}${shapeStr(l.shape)}`);
@@ -291,13 +301,14 @@ async function backward(ctx: RingContext, q: Tensor, k: Tensor, v: Tensor, out: 
   const owned = new Owned(ops);
   try {
     const qP = ops.view(q, s.packQ);
-    const outP = ops.view(out, s.packQ);
-    const dOutP = ops.view(dOut, s.packQ);
+    const outP = ops.view(out, s.packO);
+    const dOutP = ops.view(dOut, s.packO);
     const lseP = s.reps > 1 ? owned.add(await ops.transposeLse(lse, s.reps, 'packed')) : ops.view(lse, [p.h, plan.rowsQ]);
     const dqAcc = owned.add(await ops.alloc('f32', s.packQ, 0));
-    let kv: Tensor[] = [ops.view(k, s.packK), ops.view(v, s.packK)];
+    let kv: Tensor[] = [ops.view(k, s.packK), ops.view(v, s.packV)];
     const kShape = (src: number) => [plan.rowsK[src], p.hkv, p.d];
-    let acc: Tensor[] = [owned.add(await ops.alloc('f32', kShape(comm.rank), 0)), owned.add(await ops.alloc('f32', kShape(comm.rank), 0))];
+    const vShape = (src: number) => [plan.rowsK[src], p.hkv, p.vDim];
+    let acc: Tensor[] = [owned.add(await ops.alloc('f32', kShape(comm.rank), 0)), owned.add(await ops.alloc('f32', vShape(comm.rank), 0))];
     let incoming: Promise<void> = Promise.resolve();
     for (const st of plan.steps) {
       const next = await startKv(ctx, s, st.step, kv, owned);
@@ -325,7 +336,7 @@ async function backward(ctx: RingContext, q: Tensor, k: Tensor, v: Tensor, out: 
       if (!ready) await incoming;
       // pass the accumulator on with its shard; after the last step it reaches the owner
       const to = st.step + 1 < plan.size ? plan.steps[st.step + 1].src : comm.rank;
-      const recv = [owned.add(await ops.alloc('f32', kShape(to))), owned.add(await ops.alloc('f32', kShape(to)))];
+      const recv = [owned.add(await ops.alloc('f32', kShape(to))), owned.add(await ops.alloc('f32', vShape(to)))];
       const sent = acc;
       incoming = comm.exchange(sent, recv).then(() => {
         for (const t of sent) owned.free(t);
@@ -345,7 +356,7 @@ async function backward(ctx: RingContext, q: Tensor, k: Tensor, v: Tensor, out: 
     const dk = owned.add(await ops.convert(acc[0], p.dtype));
     const dv = owned.add(await ops.convert(acc[1], p.dtype));
     for (const t of [dq, dk, dv]) owned.keep(t);
-    const grads = { dq: ops.view(dq, q.shape), dk: ops.view(dk, k.shape), dv: ops.view(dv, k.shape) };
+    const grads = { dq: ops.view(dq, q.shape), dk: ops.view(dk, k.shape), dv: ops.view(dv, v.shape) };
     // dsinks: this rank's rows' share (sum it over the ranks); host tensors only
     return p.sinks ? { ...grads, dsinks: rankSinkGradients(p, s.plan.rowsQ, outP, dOutP, lseP) } : grads;
   } finally {
