@@ -20,6 +20,7 @@ import {
   FAError,
   appendKVCacheHost,
   bytesPerElement,
+  kvFirstKey,
   isDeviceIndexTensor,
   isDeviceTensor,
   isHostTensor,
@@ -32,6 +33,7 @@ import type { Bound } from './external.js';
 import { WGIndexTensor } from './tensor.js';
 import { KV_APPEND, KV_ATTEND, KV_COMBINE, KV_MAX_D, type KVEncoding, kvAppendWGSL, kvAttendCols, kvAttendWGSL, kvCombineWGSL, KVP_BYTES, packKVParams, type KVParamValues } from './wgsl/kvcache.js';
 import { KV_DECODE, kvDecodeKey, kvDecodeWGSL } from './wgsl/kvdecode.js';
+import { KV_ROTARY, kvRotaryWGSL, packRotaryParams } from './wgsl/kvrotary.js';
 import type { KVPlan } from './kvplan.js';
 
 /** Whether the adapter runs this KV-cache problem. */
@@ -163,12 +165,16 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
   outs.push(outBuf, lseBuf);
   const part = env.createBuffer(scope, plan.groups * plan.splits * plan.rows * (p.d + 2) * 4, BufferUsage.STORAGE, 'split-KV partial states');
   const cmd = into ?? dev.createCommandEncoder();
+  // 0. rotary inside the call: q and the new keys into rotated copies (wgsl/kvrotary.ts)
+  const rotate = p.rotary ? await rotaryPass(env, scope, p, cmd) : undefined;
+  const qIn = rotate ? rotate(qb, p.tq, p.h, p.windowLeft >= 0 || p.windowRight >= 0, 'q rotated') : qb;
   // 1. append: every sequence's rows before any sequence attends
   if (pAppend) {
     const n = nAppend;
     const g = new Array<GPUBuffer | GPUBufferBinding | undefined>(7);
+    const kn = env.input(scope, opts.kNew!, 'kNew');
     g[KV_APPEND.params] = params(0);
-    g[KV_APPEND.kn] = env.input(scope, opts.kNew!, 'kNew');
+    g[KV_APPEND.kn] = rotate ? rotate(kn, p.tnew, p.hkv, true, 'kNew rotated') : kn;
     g[KV_APPEND.vn] = env.input(scope, opts.vNew!, 'vNew');
     g[KV_APPEND.k] = kb; g[KV_APPEND.v] = vb; g[KV_APPEND.lens] = lens; g[KV_APPEND.table] = table;
     const pass = cmd.beginComputePass({ label: 'kv append' });
@@ -184,13 +190,13 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
     if (dspec) {
       g = new Array<GPUBuffer | GPUBufferBinding | undefined>(8);
       g[KV_DECODE.params] = params(1);
-      g[KV_DECODE.q] = qb; g[KV_DECODE.k] = kb; g[KV_DECODE.v] = vb; g[KV_DECODE.lens] = lens; g[KV_DECODE.table] = table;
+      g[KV_DECODE.q] = qIn; g[KV_DECODE.k] = kb; g[KV_DECODE.v] = vb; g[KV_DECODE.lens] = lens; g[KV_DECODE.table] = table;
       g[KV_DECODE.slopes] = slopes; g[KV_DECODE.part] = part;
     } else {
       g = new Array<GPUBuffer | GPUBufferBinding | undefined>(9);
       g[KV_ATTEND.params] = params(1);
       g[KV_ATTEND.k4] = kb;
-      g[KV_ATTEND.q] = qb; g[KV_ATTEND.k] = kb; g[KV_ATTEND.v] = vb; g[KV_ATTEND.lens] = lens; g[KV_ATTEND.table] = table;
+      g[KV_ATTEND.q] = qIn; g[KV_ATTEND.k] = kb; g[KV_ATTEND.v] = vb; g[KV_ATTEND.lens] = lens; g[KV_ATTEND.table] = table;
       g[KV_ATTEND.slopes] = slopes; g[KV_ATTEND.part] = part;
     }
     const pass = cmd.beginComputePass({ label: dspec ? 'kv decode' : 'kv attend' });
@@ -212,6 +218,41 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
   if (!into) dev.queue.submit([cmd.finish()]);
   if (isDeviceTensor(q)) return { out: env.wrap(outBuf, p.dtype, p.qShape), lse: env.wrap(lseBuf, 'f32', p.lseShape) };
   return { out: await env.readBuffer(scope, outBuf, p.dtype, p.qShape), lse: await env.readBuffer(scope, lseBuf, 'f32', p.lseShape) };
+}
+
+/**
+ * The rotary pass of a call (wgsl/kvrotary.ts): returns a function that encodes into `cmd` the
+ * rotation of a [B, T, heads, D] input into a new buffer and returns that buffer. Positions come
+ * from the host's lengths (cacheSeqlens' mirror, before the append) less cacheLeftpad; the
+ * tables are one constant buffer [cos | sin], reused while their bytes repeat (a decode loop).
+ */
+async function rotaryPass(env: KVEnv, scope: Scope, p: KVCacheProblem, cmd: GPUCommandEncoder): Promise<(x: Bound, t: number, heads: number, perToken: boolean, what: string) => GPUBuffer> {
+  const r = p.rotary!;
+  const pipe = await env.pipeline(`kv-rotary:${p.dtype}`, () => kvRotaryWGSL(p.dtype));
+  const base = Int32Array.from({ length: p.batch }, (_, b) => p.cacheSeqlens[b] - kvFirstKey(p, b));
+  const baseBuf = smallBuffer(env, scope, base, 'rotary positions');
+  const tables = new Float32Array(r.cos.length + r.sin.length);
+  tables.set(r.cos);
+  tables.set(r.sin, r.cos.length);
+  const tablesBuf = env.constant(scope, new Uint8Array(tables.buffer), BufferUsage.STORAGE, 'rotary tables');
+  const bpe = bytesPerElement(p.dtype);
+  const maxWG = env.device().limits.maxComputeWorkgroupsPerDimension;
+  return (x, t, heads, perToken, what) => {
+    const n = p.batch * t * heads * p.d;
+    const y = env.createBuffer(scope, n * bpe, BufferUsage.STORAGE, what);
+    if (n === 0) return y;
+    const ub = env.createBuffer(scope, 32, BufferUsage.UNIFORM | BufferUsage.COPY_DST, 'rotary params');
+    env.device().queue.writeBuffer(ub, 0, packRotaryParams({ n, d: p.d, heads, t, half: r.half, interleaved: r.interleaved, perToken, sinAt: r.cos.length }));
+    const g = new Array<GPUBuffer | GPUBufferBinding | undefined>(5);
+    g[KV_ROTARY.params] = ub; g[KV_ROTARY.x] = x; g[KV_ROTARY.y] = y; g[KV_ROTARY.base] = baseBuf; g[KV_ROTARY.tables] = tablesBuf;
+    const pass = cmd.beginComputePass({ label: 'kv rotary' });
+    pass.setPipeline(pipe);
+    pass.setBindGroup(0, env.bind(pipe, g));
+    const [gx, gy] = grid1d(Math.ceil((p.dtype === 'f32' ? n : Math.ceil(n / 2)) / 64), maxWG);
+    pass.dispatchWorkgroups(gx, gy);
+    pass.end();
+    return y;
+  };
 }
 
 /**
