@@ -56,6 +56,7 @@ export interface DeviceOps {
   scaleByNorm: Op;
   broadcast: Op;
   reduceTo: Op;
+  dropout: Op;
 }
 
 /** A shape padded with leading 1s to `rank` axes (NumPy broadcasting's alignment). */

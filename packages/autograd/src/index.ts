@@ -25,6 +25,7 @@ export { splitHeads, mergeHeads } from './ops/heads.js';
 export { layerNorm } from './ops/layernorm.js';
 export { rmsNorm } from './ops/rmsnorm.js';
 export { silu, swiglu } from './ops/silu.js';
+export { dropout, type DropoutOptions } from './ops/dropout.js';
 export { rotary, rotaryTables, type RotaryTables, type RotaryOptions } from './ops/rotary.js';
 export { gelu, type GeluApproximate } from './ops/gelu.js';
 export { erf } from '@fa/core';

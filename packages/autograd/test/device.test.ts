@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { FAError } from '@fa/core';
-import { AdamW, GPT, add, sub, Linear, Rng, SGD, Tensor, checkpoint, clipGradNorm, clipGradNormAsync, crossEntropy, matmul, permute, softmax, gelu, linear, isDeviceEngine, mean, scale, sum, mul, type DeviceEngine } from '@fa/autograd';
+import { AdamW, GPT, add, sub, dropout, Linear, Rng, SGD, Tensor, checkpoint, clipGradNorm, clipGradNormAsync, crossEntropy, matmul, permute, softmax, gelu, linear, isDeviceEngine, mean, scale, sum, mul, type DeviceEngine } from '@fa/autograd';
 import { relNormErr } from './helpers.js';
 
 let engine: DeviceEngine | undefined;
@@ -147,6 +147,20 @@ describe('autograd tensors on the webgpu engine', () => {
     await ld.backward();
     expect(Math.abs((await ld.value()) - lh.item()) / Math.abs(lh.item())).toBeLessThan(1e-5);
     for (const [hd, dd] of [[a, ad], [b, bd], [c, cd]] as const) expect(relNormErr((await dd.grad!.toHost()).data, hd.grad!.data)).toBeLessThan(1e-5);
+  });
+
+  it('dropout drops the host\'s elements on the device (one mask everywhere), forward and backward', async () => {
+    const x = new Tensor(Float32Array.from({ length: 1031 }, (_, i) => Math.cos(i * 0.37)), [1031], { requiresGrad: true });
+    const xd = await x.to(e, { requiresGrad: true });
+    const w = new Tensor(Float32Array.from({ length: 1031 }, (_, i) => Math.sin(i)), [1031]);
+    const wd = await w.to(e);
+    const lh = sum(mul(dropout(x, 0.4, { seed: 11, offset: 3 }), w)), ld = sum(mul(dropout(xd, 0.4, { seed: 11, offset: 3 }), wd));
+    await lh.backward();
+    await ld.backward();
+    expect(Math.abs((await ld.value()) - lh.item()) / Math.abs(lh.item())).toBeLessThan(1e-5);
+    const gh = x.grad!.data, gd = (await xd.grad!.toHost()).data;
+    for (let i = 0; i < gh.length; i++) expect(gd[i] === 0).toBe(gh[i] === 0);
+    expect(relNormErr(gd, gh)).toBeLessThan(1e-6);
   });
 
   it('add, sub and mul with NumPy broadcasting on both sides, forward and backward, as on the host', async () => {

@@ -3,7 +3,7 @@ import { describe, it } from 'vitest';
 import {
   add, sub, mul, scale, matmul, linear, reshape, permute, transpose, splitHeads, mergeHeads,
   layerNorm, gelu, softmax, crossEntropy, embedding, sum, mean, gradcheck, checkpoint, Tensor,
-  rmsNorm, silu, swiglu, rotary, rotaryTables,
+  rmsNorm, silu, swiglu, rotary, rotaryTables, dropout,
 } from '@fa/autograd';
 import { expectGradcheck, leaf } from './helpers.js';
 
@@ -74,6 +74,10 @@ describe('gradcheck: the ops of LLaMA-style models', () => {
     await check('silu', (t) => silu(t), [x]);
     await check('swiglu', (a, b) => swiglu(a, b), [leaf([3, 8], 145, { std: 2 }), leaf([3, 8], 146)]);
   });
+  it('dropout (the same mask forward and backward, drawn again from its key)', async () => {
+    await check('dropout p 0.3', (t) => dropout(t, 0.3, { seed: 7, offset: 2 }), [leaf([5, 9], 148)]);
+    await check('dropout p 0.9', (t) => dropout(t, 0.9, { seed: 2 ** 40 + 1 }), [leaf([37], 149)]);
+  });
   it('rotary: NeoX halves and GPT-J pairs, a partial rotary dim, an offset', async () => {
     const w = leaf([2, 3, 2, 8], 147, { requiresGrad: false });
     const full = rotaryTables(16, 8), part = rotaryTables(16, 4);
@@ -123,5 +127,40 @@ describe('gradcheck: composites', () => {
     const inputs = [leaf([2, 5, C], 60), leaf([C], 61), leaf([C], 62), leaf([C, C], 63, { std: 0.4 }), leaf([C / H, C], 64, { std: 0.4 }), leaf([C / H, C], 65, { std: 0.4 }), leaf([C, C], 66, { std: 0.4 }), leaf([16, C], 67, { std: 0.4 }), leaf([C, 16], 68, { std: 0.4 })];
     await check('attention block', block as (...xs: Tensor[]) => Promise<Tensor>, inputs);
     await check('checkpointed attention block', ((...xs: Tensor[]) => checkpoint(block as (...a: Tensor[]) => Promise<Tensor>, ...xs)) as (...xs: Tensor[]) => Promise<Tensor>, inputs);
+  });
+});
+
+describe('dropout on every host model engine', () => {
+  it('the same mask and values on cpu, wasm and native as in float64, p = 0 the identity, bad options refused', async () => {
+    const { setModelEngine, Tensor: T } = await import('@fa/autograd');
+    // (the wasm package's build, as device.test.ts reaches webgpu's: autograd does not depend on it)
+    const { createWasmBackend } = (await import(/* @vite-ignore */ new URL('../../wasm/dist/index.js', import.meta.url).href)) as { createWasmBackend: (o?: object) => Promise<{ name: string; dispose(): Promise<void> }> };
+    const x = new T(Float32Array.from({ length: 777 }, (_, i) => Math.sin(i) + 0.1), [777]);
+    const x64 = new T(Float64Array.from(x.data), [777]);
+    const want = dropout(x64, 0.25, { seed: 99 }).data;
+    const engines = [await createWasmBackend(), await createWasmBackend({ native: true })];
+    try {
+      for (const eng of [null, ...engines]) {
+        setModelEngine(eng as never);
+        const got = dropout(x, 0.25, { seed: 99 }).data;
+        for (let i = 0; i < got.length; i++) {
+          if ((got[i] === 0) !== (want[i] === 0)) throw new Error(`${eng?.name ?? 'cpu'}: element ${i} kept/dropped differently`);
+          if (Math.abs(got[i] - want[i]) > 1e-6 * Math.abs(want[i])) throw new Error(`${eng?.name ?? 'cpu'}: element ${i} ${got[i]} vs ${want[i]}`);
+        }
+      }
+    } finally {
+      setModelEngine(null);
+      for (const eng of engines) await eng.dispose();
+    }
+    if (dropout(x, 0, { seed: 1 }) !== x) throw new Error('p = 0 should return x itself');
+    for (const bad of [() => dropout(x, 1, { seed: 1 }), () => dropout(x, 0.5, { seed: -1 }), () => dropout(x, 0.5, undefined as never)]) {
+      let code = '';
+      try {
+        bad();
+      } catch (e) {
+        code = (e as { code?: string }).code ?? '';
+      }
+      if (code !== 'E_ARG') throw new Error(`expected E_ARG, got ${code || 'no error'}`);
+    }
   });
 });

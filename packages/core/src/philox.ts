@@ -75,3 +75,24 @@ export function dropoutKeeps(d: DropoutSpec, bh: number, i: number, j: number): 
   dropoutKeepRow(d, bh, i, j, j + 1, keep);
   return keep[0] === 1;
 }
+
+/** Counter word c2 of the element-wise mask: no attention stream (b·H + h) reaches it. */
+export const ELEMENT_STREAM = 0xffffffff;
+
+/**
+ * The model op dropout's mask (DESIGN.md, "Model ops"): element e of a flat tensor is kept iff
+ * word e mod 4 of Philox(counter (floor(e / 4) mod 2³², floor(e / 2³⁴), ELEMENT_STREAM, offset))
+ * is at least the threshold. keep[i] = 1 for kept elements e0 + i, i < keep.length.
+ */
+export function dropoutKeepElements(d: DropoutSpec, e0: number, keep: Uint8Array, words = new Uint32Array(4)): void {
+  let cached = -1;
+  for (let i = 0; i < keep.length; i++) {
+    const e = e0 + i;
+    const c = Math.floor(e / 4);
+    if (c !== cached) {
+      philox4x32(c % 2 ** 32, Math.floor(e / 2 ** 34), ELEMENT_STREAM, d.offset, d.k0, d.k1, words);
+      cached = c;
+    }
+    keep[i] = words[e % 4] >= d.threshold ? 1 : 0;
+  }
+}

@@ -177,7 +177,8 @@ export function describeProblem(qIn: unknown, kIn: unknown, vIn: unknown, opts: 
   };
 }
 
-function resolveDropout(x: unknown): DropoutSpec | undefined {
+/** A dropout option { p, seed, offset? } checked and resolved (undefined: no dropout), or a one-line E_ARG. */
+export function resolveDropout(x: unknown): DropoutSpec | undefined {
   if (x === undefined) return undefined;
   check(typeof x === 'object' && x !== null, 'E_ARG', () => `dropout must be { p, seed, offset? }, got ${String(x)}`);
   const { p, seed, offset = 0 } = x as { p?: unknown; seed?: unknown; offset?: unknown };

@@ -13,6 +13,7 @@
  */
 #include <stddef.h>
 #include "fa.h"
+#include "philox.h"
 #include "vmath.h"
 #include "vwide.h"
 
@@ -478,6 +479,24 @@ void fa_rotary_f32(const float *x, float *y, const float *cos_t, const float *si
         if (yr != xr)
           for (int32_t j = rotary_dim; j < dim; j++) yr[j] = xr[j];
       }
+    }
+  }
+}
+
+/*
+ * dropout (core's layer-ops.ts, philox.ts dropoutKeepElements): y (+)= x * scale where element e
+ * is kept, 0 where dropped; e's word is word e % 4 of Philox(counter (e / 4, 0, 0xffffffff,
+ * offset), key (k0, k1)), dropped iff below the threshold. n < 2^31, so counter word 1 is 0.
+ */
+FA_EXPORT(fa_dropout_f32)
+void fa_dropout_f32(const float *x, float *y, int32_t n, uint32_t threshold, uint32_t k0, uint32_t k1, uint32_t offset, float scale, int32_t accumulate) {
+  for (int32_t q = 0; q * 4 < n; q++) {
+    uint32_t w[4] = {(uint32_t)q, 0u, 0xffffffffu, offset};
+    fa_philox4x32(w, k0, k1);
+    const int32_t e0 = q * 4, e1 = e0 + 4 < n ? e0 + 4 : n;
+    for (int32_t e = e0; e < e1; e++) {
+      const float v = w[e - e0] >= threshold ? x[e] * scale : 0.0f;
+      y[e] = accumulate ? y[e] + v : v;
     }
   }
 }

@@ -76,6 +76,7 @@ export interface Kernels {
   readonly fa_silu_f32: (x: number, gate: number, y: number, n: number) => void;
   readonly fa_silu_backward_f32: (x: number, gate: number, dy: number, dx: number, dgate: number, n: number, accumulate: number) => void;
   readonly fa_rotary_f32: (x: number, y: number, cos: number, sin: number, batch: number, seq: number, heads: number, dim: number, rotaryDim: number, offset: number, interleaved: number, inverse: number) => void;
+  readonly fa_dropout_f32: (x: number, y: number, n: number, threshold: number, k0: number, k1: number, offset: number, scale: number, accumulate: number) => void;
   /** The native addon's direct model-op entries (native only; model-ops.ts). */
   readonly direct?: import('./native.js').DirectOps;
   readonly __heap_base: WebAssembly.Global;

@@ -16,7 +16,7 @@
  */
 import {
   checkAdamW, checkCrossEntropy, checkCrossEntropyBackward, checkGelu, checkGeluBackward, checkGemm, checkLayerNorm, checkLayerNormBackward, checkRmsNorm, checkRmsNormBackward,
-  checkRotary, checkSilu, checkSiluBackward, checkSumRows,
+  checkRotary, checkSilu, checkSiluBackward, checkSumRows, checkDropout, resolveDropout,
   FAError, type GemmCall, type HostModelOps,
 } from '@fa/core';
 import { runJob, type Kernels, type WasmJob } from './job.js';
@@ -256,6 +256,16 @@ export function createModelOps(e: ModelOpsEngine, kernel: string): HostModelOps 
       if (d) return guard('rotary', () => d.rotary(c.x, c.y, c.cos, c.sin, ...args));
       const inPlace = c.y === c.x;
       inScratch(e, 'rotary', [{ data: c.x, in: true, out: inPlace }, { data: inPlace ? null : c.y, out: true }, { data: c.cos, in: true }, { data: c.sin, in: true }], ([x, y, co, si]) => k.fa_rotary_f32(x, inPlace ? x : y, co, si, ...args));
+    },
+    dropout(c) {
+      checkDropout(c, `${e.name} dropout`);
+      e.alive();
+      // (p below 2^-32 resolves to none: threshold 0 keeps every element, scale 1)
+      const dr = resolveDropout({ p: c.p, seed: c.seed, offset: c.offset ?? 0 });
+      const args = [dr?.threshold ?? 0, dr?.k0 ?? 0, dr?.k1 ?? 0, dr?.offset ?? 0, dr ? Math.fround(dr.keepScale) : 1, c.accumulate ? 1 : 0] as const;
+      if (d) return guard('dropout', () => d.dropout(c.x, c.y, ...args));
+      const inPlace = c.y === c.x;
+      inScratch(e, 'dropout', [{ data: c.x, in: true, out: inPlace }, { data: inPlace ? null : c.y, in: !!c.accumulate, out: true }], ([x, y]) => k.fa_dropout_f32(x, inPlace ? x : y, c.x.length, ...args));
     },
   };
   return ops;

@@ -33,6 +33,7 @@ export interface DirectOps {
   silu(x: F32, gate: F32 | null, y: F32): void;
   siluBackward(x: F32, gate: F32 | null, dy: F32, dx: F32, dgate: F32 | null, accumulate: number): void;
   rotary(x: F32, y: F32, cos: F32, sin: F32, batch: number, seq: number, heads: number, dim: number, rotaryDim: number, offset: number, interleaved: number, inverse: number): void;
+  dropout(x: F32, y: F32, threshold: number, k0: number, k1: number, offset: number, scale: number, accumulate: number): void;
 }
 
 export interface NativeAddon {

@@ -9,7 +9,7 @@
  */
 import {
   type AdamWCall, type CrossEntropyBackwardCall, type CrossEntropyCall, type DeviceIndexTensor, type GeluBackwardCall, type GeluCall, type LayerNormBackwardCall,
-  type LayerNormCall, type RmsNormBackwardCall, type RmsNormCall, type RotaryCall, type SiluBackwardCall, type SiluCall, type SumRowsCall, type Tensor, FAError, isDeviceIndexTensor, numel,
+  type LayerNormCall, type RmsNormBackwardCall, type RmsNormCall, type RotaryCall, type SiluBackwardCall, type SiluCall, type SumRowsCall, type Tensor, type DropoutCall, FAError, isDeviceIndexTensor, numel, resolveDropout,
 } from '@fa/core';
 import { BufferUsage } from './gpu.js';
 import { grid1d } from './dispatch.js';
@@ -291,6 +291,33 @@ export class WebGPUDeviceOps {
       const p = this.params(s, [total, c.heads, c.seq, (c.interleaved ? 1 : 0) | (c.inverse ? 2 : 0)], [...bits]);
       const buffers: (Bound | undefined)[] = inPlace ? [p, this.at(s, y, y), this.at(s, cos, cos), this.at(s, sin, sin)] : [p, this.at(s, x, x), this.at(s, cos, cos), this.at(s, sin, sin), this.at(s, y, y)];
       await this.dispatch(enc, inPlace ? 'rotaryInPlace' : 'rotary', () => K.rotaryWGSL(inPlace), buffers, Math.ceil(total / 64));
+    });
+  }
+
+  /** y (+)= x·mask/(1 − p) (core's layer-ops.ts dropout; the backward is the same call on dy). */
+  async dropout(c: DeviceCall<DropoutCall>): Promise<void> {
+    const who = 'dropout';
+    obj(who, c);
+    const x = f32(who, 'x', c.x, numel((c.x as WGTensor | undefined)?.shape ?? [0]))!;
+    const n = numel(x.shape);
+    const y = f32(who, 'y', c.y, n)!;
+    let d;
+    try {
+      d = resolveDropout({ p: c.p, seed: c.seed, offset: c.offset ?? 0 });
+    } catch (e) {
+      throw new FAError('E_ARG', `${who}: ${(e as Error).message}`);
+    }
+    const inPlace = x === y;
+    if (inPlace && c.accumulate) throw new FAError('E_ARG', `${who}: accumulate into x itself would add x twice; give y a buffer of its own`);
+    if (!inPlace) apart(who, [['y', y]], [['x', x]]);
+    // (p below 2^-32 resolves to none: threshold 0 keeps every element, scale 1)
+    const u = new Uint32Array(K.LAYER_PARAMS_BYTES / 4);
+    u.set([n, d?.threshold ?? 0, d?.k0 ?? 0, c.accumulate ? 1 : 0, d?.k1 ?? 0, d?.offset ?? 0]);
+    new Float32Array(u.buffer, 24, 1)[0] = d ? d.keepScale : 1;
+    await this.env.run(who, async (enc, s) => {
+      const p = this.env.constant(s, new Uint8Array(u.buffer), BufferUsage.UNIFORM, 'dropout params');
+      const buffers: (Bound | undefined)[] = inPlace ? [p, this.at(s, y, y)] : [p, this.at(s, x, x), this.at(s, y, y)];
+      await this.dispatch(enc, inPlace ? 'dropoutInPlace' : 'dropout', () => K.dropoutWGSL(inPlace), buffers, Math.ceil(n / 64));
     });
   }
 

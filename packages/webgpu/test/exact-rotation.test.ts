@@ -23,7 +23,7 @@ const u32 = new Uint32Array(f32.buffer);
 const bitsOf = (x: number) => ((f32[0] = x), u32[0]);
 const valOf = (b: number) => ((u32[0] = b >>> 0), f32[0]);
 
-function cases(): Uint32Array {
+function cases(): Uint32Array<ArrayBuffer> {
   let s = 0x9e3779b9;
   const rnd = () => ((s = (Math.imul(s ^ (s >>> 15), 0x2c1b3c6d) + 0x6d2b79f5) >>> 0), s);
   const out: number[] = [];
@@ -60,7 +60,7 @@ function cases(): Uint32Array {
   for (const x of [0, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000, 1, 0x80000001, 0x00800000, 0x7f7fffff, 0xff7fffff]) {
     for (const y of [0, 0x80000000, 0x3f800000, 0xbf800000, 1, 0x7f7fffff, 0x00800000]) push(x, y, y, x), push(x, x, y, y);
   }
-  return Uint32Array.from(out);
+  return new Uint32Array(out);
 }
 
 describe('exact rotation in WGSL integers', () => {

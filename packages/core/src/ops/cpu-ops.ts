@@ -1,8 +1,8 @@
 /** The cpu engine's model ops: every op checked, then run by the TypeScript kernels. */
 import { gemmCpu } from './gemm-cpu.js';
 import { checkGemm, type GemmCall, type HostModelOps } from './model-ops.js';
-import { checkAdamW, checkCrossEntropy, checkCrossEntropyBackward, checkGelu, checkGeluBackward, checkLayerNorm, checkLayerNormBackward, checkRmsNorm, checkRmsNormBackward, checkRotary, checkSilu, checkSiluBackward, checkSumRows } from './layer-ops.js';
-import { adamwCpu, crossEntropyBackwardCpu, crossEntropyCpu, geluBackwardCpu, geluCpu, layerNormBackwardCpu, layerNormCpu, rmsNormBackwardCpu, rmsNormCpu, rotaryCpu, siluBackwardCpu, siluCpu, sumRowsCpu } from './layer-ops-cpu.js';
+import { checkAdamW, checkCrossEntropy, checkCrossEntropyBackward, checkGelu, checkGeluBackward, checkLayerNorm, checkLayerNormBackward, checkRmsNorm, checkRmsNormBackward, checkRotary, checkSilu, checkSiluBackward, checkSumRows, checkDropout } from './layer-ops.js';
+import { adamwCpu, crossEntropyBackwardCpu, crossEntropyCpu, geluBackwardCpu, geluCpu, layerNormBackwardCpu, layerNormCpu, rmsNormBackwardCpu, rmsNormCpu, rotaryCpu, siluBackwardCpu, siluCpu, sumRowsCpu, dropoutCpu } from './layer-ops-cpu.js';
 
 /** Adds bias [N] to every row of c (M×N): the product's epilogue. */
 export function addBiasRows(c: Float32Array | Float64Array, bias: Float32Array | Float64Array, M: number, N: number): void {
@@ -33,4 +33,5 @@ export const cpuModelOps: HostModelOps = {
   silu: (c) => (checkSilu(c), siluCpu(c)),
   siluBackward: (c) => (checkSiluBackward(c), siluBackwardCpu(c)),
   rotary: (c) => (checkRotary(c), rotaryCpu(c)),
+  dropout: (c) => (checkDropout(c), dropoutCpu(c)),
 };

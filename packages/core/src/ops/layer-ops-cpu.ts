@@ -3,7 +3,9 @@
  * arithmetic on float32 arrays, each result rounded once when stored. Plain loops, written to be
  * checked rather than to be fast; native and wasm (@fa/wasm) run SIMD kernels of the same ops.
  */
-import type { AdamWCall, CrossEntropyBackwardCall, CrossEntropyCall, GeluBackwardCall, GeluCall, LayerNormBackwardCall, LayerNormCall, RmsNormBackwardCall, RmsNormCall, RotaryCall, SiluBackwardCall, SiluCall, SumRowsCall } from './layer-ops.js';
+import type { AdamWCall, CrossEntropyBackwardCall, CrossEntropyCall, GeluBackwardCall, GeluCall, LayerNormBackwardCall, LayerNormCall, RmsNormBackwardCall, RmsNormCall, RotaryCall, SiluBackwardCall, SiluCall, SumRowsCall, DropoutCall } from './layer-ops.js';
+import { dropoutKeepElements } from '../philox.js';
+import { resolveDropout } from '../problem.js';
 
 const SQRT1_2 = Math.SQRT1_2;
 const INV_SQRT_2PI = 1 / Math.sqrt(2 * Math.PI);
@@ -235,6 +237,27 @@ export function rotaryCpu(c: RotaryCall): void {
         }
         if (y !== x) for (let j = rd; j < D; j++) y[o + j] = x[o + j];
       }
+    }
+  }
+}
+
+/** dropout: y (+)= x·m/(1 − p), the mask a block of 4096 elements at a time. */
+export function dropoutCpu(c: DropoutCall): void {
+  const d = resolveDropout({ p: c.p, seed: c.seed, offset: c.offset ?? 0 });
+  const n = c.x.length;
+  if (!d) {
+    for (let i = 0; i < n; i++) c.y[i] = c.accumulate ? c.y[i] + c.x[i] : c.x[i];
+    return;
+  }
+  const scale = Math.fround(d.keepScale);
+  const keep = new Uint8Array(Math.min(n, 4096));
+  const words = new Uint32Array(4);
+  for (let e0 = 0; e0 < n; e0 += keep.length) {
+    const m = keep.subarray(0, Math.min(keep.length, n - e0));
+    dropoutKeepElements(d, e0, m, words);
+    for (let i = 0; i < m.length; i++) {
+      const v = m[i] ? Math.fround(c.x[e0 + i] * scale) : 0;
+      c.y[e0 + i] = c.accumulate ? c.y[e0 + i] + v : v;
     }
   }
 }

@@ -15,11 +15,15 @@
  * - adamw is torch.optim.AdamW's update with decoupled weight decay, bias-corrected by `step`.
  * - rmsNorm: y = x·rstd·weight, rstd = 1/√(mean(x²) + eps) per row (LLaMA's RMSNorm).
  * - silu: y = x·σ(x), times `gate` when given (SwiGLU: silu(x W₁)·(x W₃)).
+ * - dropout: y = x·m/(1 − p) (y += with accumulate), m the element mask of philox.ts
+ *   (dropoutKeepElements: element e's Philox word, keyed by seed and offset, the same on every
+ *   engine); its backward is the same call on dy with the same seed and offset.
  * - rotary: DESIGN.md's rotation of the first rotaryDim dims of each head at position
  *   positionOffset + t: pairs (m, m + rd/2), or (2m, 2m + 1) when interleaved;
  *   x'_a = x_a·cos − x_b·sin, x'_b = x_b·cos + x_a·sin; `inverse` rotates by −θ (the backward).
  */
 import { FAError } from '../errors.js';
+import { resolveDropout } from '../problem.js';
 
 export type GeluApproximate = 'none' | 'tanh';
 
@@ -152,6 +156,17 @@ export interface SiluBackwardCall {
   dy: Float32Array;
   dx: Float32Array;
   dgate: Float32Array | null;
+  accumulate?: boolean;
+}
+
+/** y = x·m/(1 − p), or y += x·m/(1 − p) with accumulate (the backward: x = dy, y = dx). */
+export interface DropoutCall {
+  x: Float32Array;
+  y: Float32Array;
+  /** Drop probability in [0, 1); seed an integer below 2^53; offset below 2^32 (default 0). */
+  p: number;
+  seed: number;
+  offset?: number;
   accumulate?: boolean;
 }
 
@@ -370,4 +385,17 @@ export function checkRotary(c: RotaryCall, who = 'rotary'): void {
   if (c.seq > 0 && c.positionOffset + c.seq > maxPos) throw new FAError('E_SHAPE', `${who}: positions ${c.positionOffset} … ${c.positionOffset + c.seq - 1} need ${c.positionOffset + c.seq} rows of cos/sin, the tables have ${maxPos}`);
   if (typeof c.interleaved !== 'boolean' || typeof c.inverse !== 'boolean') throw new FAError('E_ARG', `${who}: interleaved and inverse must be booleans`);
   selfOrApart(who, 'y', c.y, 'x', c.x);
+}
+
+export function checkDropout(c: DropoutCall, who = 'dropout'): void {
+  obj(who, c, 'x, y, p, seed');
+  f32(who, 'x', c.x, (c.x as Float32Array | undefined)?.length ?? 0);
+  f32(who, 'y', c.y, c.x.length);
+  if (c.accumulate) separate(who, [['y', c.y]], [['x', c.x]]);
+  else selfOrApart(who, 'y', c.y, 'x', c.x);
+  try {
+    resolveDropout({ p: c.p, seed: c.seed, offset: c.offset ?? 0 });
+  } catch (e) {
+    throw new FAError('E_ARG', `${who}: ${(e as Error).message}`);
+  }
 }

@@ -6,7 +6,7 @@
  * (cpu, native, wasm) run them synchronously on float32 arrays in host memory.
  */
 import { FAError } from '../errors.js';
-import type { AdamWCall, CrossEntropyBackwardCall, CrossEntropyCall, GeluBackwardCall, GeluCall, LayerNormBackwardCall, LayerNormCall, RmsNormBackwardCall, RmsNormCall, RotaryCall, SiluBackwardCall, SiluCall, SumRowsCall } from './layer-ops.js';
+import type { AdamWCall, CrossEntropyBackwardCall, CrossEntropyCall, GeluBackwardCall, GeluCall, LayerNormBackwardCall, LayerNormCall, RmsNormBackwardCall, RmsNormCall, RotaryCall, SiluBackwardCall, SiluCall, SumRowsCall, DropoutCall } from './layer-ops.js';
 
 /**
  * One matrix product, row-major: C (M×N) = op(A)·op(B), or C += op(A)·op(B) with `accumulate`.
@@ -47,10 +47,12 @@ export interface HostModelOps {
   silu(c: SiluCall): void;
   siluBackward(c: SiluBackwardCall): void;
   rotary(c: RotaryCall): void;
+  /** y (+)= x·mask/(1 − p), the mask philox.ts's element keying (layer-ops.ts). */
+  dropout(c: DropoutCall): void;
 }
 
 /** The ops every HostModelOps carries (setModelEngine checks an object against this list). */
-export const MODEL_OP_NAMES = ['gemm', 'gelu', 'geluBackward', 'layerNorm', 'layerNormBackward', 'crossEntropy', 'crossEntropyBackward', 'adamw', 'sumRows', 'rmsNorm', 'rmsNormBackward', 'silu', 'siluBackward', 'rotary'] as const;
+export const MODEL_OP_NAMES = ['gemm', 'gelu', 'geluBackward', 'layerNorm', 'layerNormBackward', 'crossEntropy', 'crossEntropyBackward', 'adamw', 'sumRows', 'rmsNorm', 'rmsNormBackward', 'silu', 'siluBackward', 'rotary', 'dropout'] as const;
 
 const isDim = (x: unknown): x is number => Number.isSafeInteger(x) && (x as number) >= 0 && (x as number) < 2 ** 31;
 

@@ -46,7 +46,7 @@ class DeferredOps {
   private static readonly OUTS: Record<Op, readonly string[]> = {
     gemm: ['c'], gelu: ['y'], geluBackward: ['dx'], layerNorm: ['y', 'mean', 'rstd'], layerNormBackward: ['dx', 'dweight', 'dbias'],
     crossEntropy: ['lse'], crossEntropyBackward: ['dlogits'], adamw: ['param', 'm', 'v'], sumRows: ['out'], rmsNorm: ['y', 'rstd'],
-    rmsNormBackward: ['dx', 'dweight'], silu: ['y'], siluBackward: ['dx', 'dgate'], rotary: ['y'],
+    rmsNormBackward: ['dx', 'dweight'], silu: ['y'], siluBackward: ['dx', 'dgate'], rotary: ['y'], dropout: ['y'],
   };
 
   private call(name: Op, call: Record<string, unknown>): unknown {

@@ -8,6 +8,8 @@
 import { isFAError } from '../errors.js';
 import { normalCdf } from '../ops/erf.js';
 import type { HostModelOps } from '../ops/model-ops.js';
+import { dropoutKeepElements } from '../philox.js';
+import { resolveDropout } from '../problem.js';
 import { createRng, randomValues, type Rng } from './random.js';
 
 export const LAYER_OP_TOLERANCE = 1e-5;
@@ -375,6 +377,35 @@ export function layerOpCases(): LayerOpCase[] {
       },
     });
   }
+  // dropout: philox.ts's element mask (the same entries on every engine), kept values ·1/(1 − p);
+  // across a Philox quad boundary, past 2^32 / 4 counters' worth of seeds, accumulate, in place
+  for (const [n, p, seed, offset] of [[0, 0.5, 1, 0], [1, 0.5, 3, 0], [13, 0.1, 7, 2], [4099, 0.5, 2 ** 40 + 5, 9], [65537, 0.9, 11, 0], [1000, 0, 5, 0]] as const) {
+    for (const accumulate of [false, true]) {
+      cases.push({
+        name: `dropout n${n} p${p} seed${seed} offset${offset}${accumulate ? ' +=' : ''}`,
+        run(ops, rng) {
+          const x = randomValues(rng, n), y0 = randomValues(rng, n);
+          const y = accumulate ? Float32Array.from(y0) : new Float32Array(n).fill(Number.NaN);
+          ops.dropout({ x, y, p, seed, offset, accumulate });
+          const d = resolveDropout({ p, seed, offset });
+          const keep = new Uint8Array(n).fill(1);
+          if (d) dropoutKeepElements(d, 0, keep);
+          const scale = d ? 1 / (1 - p) : 1;
+          return [{ what: 'y', got: y, ref: Array.from(x, (v, i) => (accumulate ? y0[i] : 0) + (keep[i] ? v * scale : 0)) }];
+        },
+      });
+    }
+  }
+  cases.push({
+    name: 'dropout in place',
+    run(ops, rng) {
+      const x = randomValues(rng, 515), x0 = Float32Array.from(x);
+      ops.dropout({ x, y: x, p: 0.3, seed: 42 });
+      const keep = new Uint8Array(515);
+      dropoutKeepElements(resolveDropout({ p: 0.3, seed: 42 })!, 0, keep);
+      return [{ what: 'y', got: x, ref: Array.from(x0, (v, i) => (keep[i] ? v / 0.7 : 0)) }];
+    },
+  });
   return cases;
 }
 
@@ -434,6 +465,9 @@ export function badLayerOpCalls(): { name: string; code: string; outputs: () => 
     { name: 'siluBackward dgate without a gate', code: 'E_ARG', outputs: () => [f(4), f(4)], call: (o, [dx, dgate]) => o.siluBackward({ x: f(4), gate: null, dy: f(4), dx, dgate }) },
     { name: 'rotary rotaryDim odd', code: 'E_SHAPE', outputs: () => [f(8)], call: (o, [y]) => o.rotary({ batch: 1, seq: 2, heads: 1, dim: 4, rotaryDim: 3, x: f(8), y, cos: f(6), sin: f(6), positionOffset: 0, interleaved: false, inverse: false }) },
     { name: 'rotary positions past the tables', code: 'E_SHAPE', outputs: () => [f(8)], call: (o, [y]) => o.rotary({ batch: 1, seq: 2, heads: 1, dim: 4, rotaryDim: 4, x: f(8), y, cos: f(4), sin: f(4), positionOffset: 1, interleaved: false, inverse: false }) },
+    { name: 'dropout p = 1', code: 'E_ARG', outputs: () => [f(4)], call: (o, [y]) => o.dropout({ x: f(4), y, p: 1, seed: 1 }) },
+    { name: 'dropout seed fractional', code: 'E_ARG', outputs: () => [f(4)], call: (o, [y]) => o.dropout({ x: f(4), y, p: 0.5, seed: 1.5 }) },
+    { name: 'dropout y too short', code: 'E_SHAPE', outputs: () => [f(3)], call: (o, [y]) => o.dropout({ x: f(4), y, p: 0.5, seed: 1 }) },
     { name: 'gemm bias of the wrong length', code: 'E_SHAPE', outputs: () => [f(6)], call: (o, [c]) => o.gemm({ transA: false, transB: false, M: 2, N: 3, K: 1, a: f(2), b: f(3), c, bias: f(2) }) },
   ];
 }

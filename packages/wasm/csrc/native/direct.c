@@ -34,6 +34,7 @@ void fa_sum_rows_f32(const float *x, float *out, int32_t rows, int32_t cols, int
 void fa_rms_norm_f32(const float *x, const float *w, float *y, float *rstd, int32_t rows, int32_t cols, float eps);
 void fa_rms_norm_backward_f32(const float *x, const float *rstd, const float *w, const float *dy, float *dx, float *dw, int32_t rows, int32_t cols, double *ws);
 void fa_silu_f32(const float *x, const float *gate, float *y, int32_t n);
+void fa_dropout_f32(const float *x, float *y, int32_t n, uint32_t threshold, uint32_t k0, uint32_t k1, uint32_t offset, float scale, int32_t accumulate);
 void fa_silu_backward_f32(const float *x, const float *gate, const float *dy, float *dx, float *dgate, int32_t n, int32_t accumulate);
 void fa_rotary_f32(const float *x, float *y, const float *cos_t, const float *sin_t, int32_t batch, int32_t seq, int32_t heads, int32_t dim, int32_t rotary_dim,
                    int32_t offset, int32_t interleaved, int32_t inverse);
@@ -446,6 +447,22 @@ static napi_value d_rotary(napi_env env, napi_callback_info info) {
   return finish(&a);
 }
 
+/* dropout(x, y, threshold, k0, k1, offset, scale, accumulate) (integers as doubles: they reach 2^32 - 1) */
+static napi_value d_dropout(napi_env env, napi_callback_info info) {
+  dargs a;
+  if (!dargs_of(env, info, 8, &a)) return 0;
+  size_t n = 0;
+  { int type; void *d; napi_get_typedarray_info(env, a.argv[0], &type, &n, &d, 0, 0); }
+  const float *x = darr(&a, 0, FA_NAPI_FLOAT32, (int64_t)n, 0);
+  float *y = darr(&a, 1, FA_NAPI_FLOAT32, (int64_t)n, 0);
+  const uint32_t thr = (uint32_t)dd(&a, 2), k0 = (uint32_t)dd(&a, 3), k1 = (uint32_t)dd(&a, 4), off = (uint32_t)dd(&a, 5);
+  const float scale = (float)dd(&a, 6);
+  const int32_t acc = di(&a, 7);
+  if (!a.bad && n > 0x7fffffff) a.bad = "dropout: more than 2^31 - 1 values";
+  RUN_OP(fa_dropout_f32(x, y, (int32_t)n, thr, k0, k1, off, scale, acc));
+  return finish(&a);
+}
+
 static const struct {
   const char *name;
   napi_callback fn;
@@ -465,6 +482,7 @@ static const struct {
   {"silu", d_silu},
   {"siluBackward", d_silu_backward},
   {"rotary", d_rotary},
+  {"dropout", d_dropout},
 };
 
 /* exports.ops = { gemm, gelu, ... } */

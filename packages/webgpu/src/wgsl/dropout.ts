@@ -14,9 +14,8 @@
  */
 import type { KernelSpec } from './spec.js';
 
-export function dropoutFns(s: KernelSpec): string {
-  if (!s.dropout) return '';
-  return /* wgsl */ `
+/** Philox 4×32-10 on 32-bit integers: mulhi32 and philox4x32 (counter, key) → 4 words. */
+export const PHILOX_WGSL = /* wgsl */ `
 fn mulhi32(a: u32, b: u32) -> u32 {
   let a0 = a & 0xffffu; let a1 = a >> 16u; let b0 = b & 0xffffu; let b1 = b >> 16u;
   let p01 = a0 * b1; let p10 = a1 * b0;
@@ -32,7 +31,11 @@ fn philox4x32(c: vec4<u32>, key: vec2<u32>) -> vec4<u32> {
     k = k + vec2<u32>(0x9e3779b9u, 0xbb67ae85u);
   }
   return x;
-}
+}`;
+
+export function dropoutFns(s: KernelSpec): string {
+  if (!s.dropout) return '';
+  return /* wgsl */ `${PHILOX_WGSL}
 // Multipliers (0, or 1/(1 − p) for a kept entry) of keys 4·jq … 4·jq + 3 of query row i, stream bh.
 fn drop_quad(i: i32, jq: u32, bh: u32) -> vec4<f32> {
   let w = philox4x32(vec4<u32>(jq, u32(i), bh, P.drop_off), vec2<u32>(P.drop_k0, P.drop_k1));

@@ -11,6 +11,8 @@
  * looping over rows, so that a warp reads consecutive columns.
  */
 
+import { PHILOX_WGSL } from './dropout.js';
+
 const PARAMS = `struct Params { n: u32, rows: u32, cols: u32, flags: u32, f0: f32, f1: f32, f2: f32, f3: f32, f4: f32, f5: f32, f6: f32, f7: f32 }
 @group(0) @binding(0) var<uniform> p: Params;`;
 
@@ -676,5 +678,23 @@ ${EW_INDEX}
     s += g[off];
   }
   out[i] = p.f0 * s;
+}`;
+}
+
+/**
+ * dropout (core's layer-ops.ts; philox.ts dropoutKeepElements): y (+)= x·scale where element i
+ * is kept. One thread per element (each recomputes its quad's Philox words: n is a tensor's
+ * length, not T²). u32s: n, threshold, k0, flags (bit 0 accumulate); f0, f1, f2 as bits: k1,
+ * offset, scale. `inPlace`: one read-write binding for x and y.
+ */
+export function dropoutWGSL(inPlace: boolean): string {
+  return `${PARAMS}
+${inPlace ? '@group(0) @binding(1) var<storage, read_write> y: array<f32>;' : '@group(0) @binding(1) var<storage, read> x: array<f32>;\n@group(0) @binding(2) var<storage, read_write> y: array<f32>;'}
+${PHILOX_WGSL}
+${EW_MAIN}
+${EW_INDEX}
+  let w = philox4x32(vec4<u32>(i >> 2u, 0u, 0xffffffffu, bitcast<u32>(p.f1)), vec2<u32>(p.cols, bitcast<u32>(p.f0)));
+  let v = select(${inPlace ? 'y' : 'x'}[i] * p.f2, 0.0, w[i & 3u] < p.rows);
+  if ((p.flags & 1u) != 0u) { y[i] = y[i] + v; } else { y[i] = v; }
 }`;
 }
