@@ -3,7 +3,8 @@
 # repository root on the GPU machine with .fa-device/ sent along. Prepared with
 #   pnpm build && node packages/webgpu/bench/pack-tfjs.mjs /tmp/tfjs.bundle.mjs &&
 #   ../shared/device/prepare.sh --webgpu --run packages/cuda/bench/{host-cost,kv-stream-device,conformance,fuzz-lib}.mjs \
-#     --run packages/cuda/bench/peer_decode_stream.py --run packages/webgpu/bench/{per-call,gemm,train-gpt}.mjs --run /tmp/tfjs.bundle.mjs
+#     --run packages/cuda/bench/peer_decode_stream.py --run packages/webgpu/bench/{per-call,gemm,train-gpt}.mjs --run /tmp/tfjs.bundle.mjs &&
+#   bash scripts/device/slim.sh   (the call carries at most 64 MiB with the tracked tree)
 # Steps (default all): hostcost kv peer kit webgpu-calls gemm train. "inline" variants run with
 # FA_CUDA_STREAM_INLINE=1 beside the default. Each step is bounded; after DEADLINE s the rest is
 # skipped. Everything lands in $OUT.
