@@ -27,8 +27,7 @@ function hostOf(t: unknown, what: string, fn: string): HostTensor {
 export function appendKVCacheHost(p: KVCacheProblem, kCache: HostTensor, vCache: HostTensor, kNew0: HostTensor | undefined, vNew: HostTensor | undefined): void {
   if (p.tnew === 0 || !kNew0 || !vNew) return;
   const kNew = rotateKVInputs(p, undefined, kNew0).kNew!; // (the call's rotary embedding, if any: keys are written rotated)
-  const w = p.hkv * p.d;
-  for (const [cache, src] of [[kCache.data, kNew.data], [vCache.data, vNew.data]] as const) {
+  for (const [cache, src, w] of [[kCache.data, kNew.data, p.hkv * p.d], [vCache.data, vNew.data, p.hkv * p.vDim]] as const) {
     for (let b = 0; b < p.batch; b++) {
       const len = p.cacheSeqlens[b];
       for (let t = 0; t < p.tnew; t++) {
@@ -89,12 +88,11 @@ export interface GatheredKV {
  * appended positions are read from the cache too (a cache the append has already written).
  */
 export function gatherKVCache(p: KVCacheProblem, kCache: HostTensor, vCache: HostTensor, kNew?: HostTensor, vNew?: HostTensor): GatheredKV {
-  const w = p.hkv * p.d;
   const cu = new Int32Array(p.batch + 1);
   for (let b = 0; b < p.batch; b++) cu[b + 1] = cu[b] + kvAttended(p, b);
-  const k = allocHost(p.dtype, p.totalK * w);
-  const v = allocHost(p.dtype, p.totalK * w);
-  for (const [dst, cache, add] of [[k, kCache.data, kNew?.data], [v, vCache.data, vNew?.data]] as const) {
+  const k = allocHost(p.dtype, p.totalK * p.hkv * p.d);
+  const v = allocHost(p.dtype, p.totalK * p.hkv * p.vDim);
+  for (const [dst, cache, add, w] of [[k, kCache.data, kNew?.data, p.hkv * p.d], [v, vCache.data, vNew?.data, p.hkv * p.vDim]] as const) {
     for (let b = 0; b < p.batch; b++) {
       const len = p.cacheSeqlens[b];
       const lp = kvFirstKey(p, b); // (rows before the left padding are never read)
@@ -106,8 +104,11 @@ export function gatherKVCache(p: KVCacheProblem, kCache: HostTensor, vCache: Hos
       }
     }
   }
-  const shape = [p.totalK, p.hkv, p.d];
-  return { k: { kind: 'host', dtype: p.dtype, shape, data: k }, v: { kind: 'host', dtype: p.dtype, shape, data: v }, cuSeqlensK: cu };
+  return {
+    k: { kind: 'host', dtype: p.dtype, shape: [p.totalK, p.hkv, p.d], data: k },
+    v: { kind: 'host', dtype: p.dtype, shape: [p.totalK, p.hkv, p.vDim], data: v },
+    cuSeqlensK: cu,
+  };
 }
 
 export interface VarlenEquivalent {

@@ -112,6 +112,8 @@ export interface KVCacheProblem extends ResolvedScores {
   readonly h: number;
   readonly hkv: number;
   readonly d: number;
+  /** V's head dim (vCache, vNew and out rows; q and kCache rows have d). */
+  readonly vDim: number;
   /** Queries per sequence. */
   readonly tq: number;
   /** Tokens appended per sequence (0 without kNew). */
@@ -136,10 +138,16 @@ export interface KVCacheProblem extends ResolvedScores {
   readonly totalK: number;
   /** [B, Tq, H, D]. */
   readonly qShape: readonly number[];
-  /** The cache tensors' shape. */
+  /** The cache tensors' shape (kCache's; vCache's is vCacheShape). */
   readonly cacheShape: readonly number[];
-  /** [B, Tnew, Hkv, D]. */
+  /** vCache's shape: kCache's with head dim vDim. */
+  readonly vCacheShape: readonly number[];
+  /** [B, Tnew, Hkv, D] (kNew). */
   readonly newShape: readonly number[];
+  /** [B, Tnew, Hkv, Dv] (vNew). */
+  readonly vNewShape: readonly number[];
+  /** out's shape: [B, Tq, H, Dv]. */
+  readonly outShape: readonly number[];
   /** [B, H, Tq]. */
   readonly lseShape: readonly number[];
   /** cacheBatchIdx (host copy), or undefined; with it, blockTable[b] is the cache row of entry b. */
@@ -295,7 +303,7 @@ export function describeKVCacheProblem(qIn: unknown, kCacheIn: unknown, vCacheIn
   const vc = checkTensorLike(vCacheIn, 'vCache');
   check(q.dtype === kc.dtype && kc.dtype === vc.dtype, 'E_DTYPE', () => `q, kCache, vCache must share one dtype; got ${q.dtype}, ${kc.dtype}, ${vc.dtype}`);
   check(q.shape.length === 4, 'E_SHAPE', () => `q must have rank 4, layout [B, Tq, H, D]; got shape ${shapeStr(q.shape)}`);
-  check(sameShape(kc.shape, vc.shape), 'E_SHAPE', () => `kCache and vCache must have the same shape; got ${shapeStr(kc.shape)} and ${shapeStr(vc.shape)}`);
+  check(vc.shape.length === kc.shape.length && sameShape(kc.shape.slice(0, -1), vc.shape.slice(0, -1)), 'E_SHAPE', () => `kCache and vCache must have the same shape but for the head dim (v's may be its own); got ${shapeStr(kc.shape)} and ${shapeStr(vc.shape)}`);
   const paged = o.blockTable !== undefined;
   const layout = paged ? '[numBlocks, blockSize, Hkv, D] (paged)' : '[B, capacity, Hkv, D]';
   check(kc.shape.length === 4, 'E_SHAPE', () => `kCache must have rank 4, layout ${layout}; got shape ${shapeStr(kc.shape)}`);
@@ -304,22 +312,25 @@ export function describeKVCacheProblem(qIn: unknown, kCacheIn: unknown, vCacheIn
   check(d >= 1, 'E_SHAPE', () => `head dim D must be at least 1; q has shape ${shapeStr(q.shape)}`);
   check(h >= 1 && hkv >= 1, 'E_SHAPE', () => `q and the cache need at least one head; got H=${h}, Hkv=${hkv}`);
   check(dk === d, 'E_SHAPE', () => `q and the cache must have the same head dim D; got ${d} and ${dk}`);
+  const vDim = vc.shape[3];
+  check(vDim >= 1, 'E_SHAPE', () => `vCache's head dim must be at least 1; vCache has shape ${shapeStr(vc.shape)}`);
   check(h % hkv === 0, 'E_SHAPE', () => `H (${h}) must be a multiple of Hkv (${hkv}) for MQA/GQA`);
 
   let tnew = 0;
   check((o.kNew === undefined) === (o.vNew === undefined), 'E_ARG', 'give both kNew and vNew to append, or neither');
   const newShape = [batch, 0, hkv, d];
+  const vNewShape = [batch, 0, hkv, vDim];
   if (o.kNew !== undefined) {
     const kn = checkTensorLike(o.kNew, 'kNew');
     const vn = checkTensorLike(o.vNew, 'vNew');
     check(kn.dtype === q.dtype && vn.dtype === q.dtype, 'E_DTYPE', () => `kNew and vNew must have the cache's dtype ${q.dtype}; got ${kn.dtype} and ${vn.dtype}`);
-    const want = `[${batch}, Tnew, ${hkv}, ${d}]`;
-    for (const [name, t] of [['kNew', kn], ['vNew', vn]] as const) {
-      check(t.shape.length === 4 && t.shape[0] === batch && t.shape[2] === hkv && t.shape[3] === d, 'E_SHAPE', () => `${name} must have shape [B, Tnew, Hkv, D] = ${want}; got ${shapeStr(t.shape)}`);
+    for (const [name, t, dd] of [['kNew', kn, d], ['vNew', vn, vDim]] as const) {
+      check(t.shape.length === 4 && t.shape[0] === batch && t.shape[2] === hkv && t.shape[3] === dd, 'E_SHAPE', () => `${name} must have shape [B, Tnew, Hkv, ${name === 'kNew' ? 'D' : "v's head dim"}] = [${batch}, Tnew, ${hkv}, ${dd}]; got ${shapeStr(t.shape)}`);
     }
-    check(kn.shape[1] === vn.shape[1], 'E_SHAPE', () => `kNew and vNew must have the same shape; got ${shapeStr(kn.shape)} and ${shapeStr(vn.shape)}`);
+    check(kn.shape[1] === vn.shape[1], 'E_SHAPE', () => `kNew and vNew must append the same number of tokens; got ${shapeStr(kn.shape)} and ${shapeStr(vn.shape)}`);
     tnew = kn.shape[1];
     newShape[1] = tnew;
+    vNewShape[1] = tnew;
   }
 
   const lens = indexVector(o.cacheSeqlens, 'cacheSeqlens', backend);
@@ -381,7 +392,7 @@ export function describeKVCacheProblem(qIn: unknown, kCacheIn: unknown, vCacheIn
   const p: KVCacheProblem = {
     kind: 'kvcache',
     dtype: q.dtype,
-    batch, h, hkv, d, tq, tnew, paged, blockSize, numBlocks,
+    batch, h, hkv, d, vDim, tq, tnew, paged, blockSize, numBlocks,
     maxBlocksPerSeq: maxBlocks,
     capacity,
     cacheSeqlens: cached,
@@ -390,7 +401,10 @@ export function describeKVCacheProblem(qIn: unknown, kCacheIn: unknown, vCacheIn
     ...sc,
     qShape: [...q.shape],
     cacheShape: [...kc.shape],
+    vCacheShape: [...vc.shape],
     newShape,
+    vNewShape,
+    outShape: [batch, tq, h, vDim],
     lseShape: [batch, h, tq],
     batchIdx: o.cacheBatchIdx !== undefined && !paged ? Int32Array.from(table) : undefined,
     leftpad,
@@ -432,11 +446,12 @@ export function describeKVCacheProblemShapes(
   qShape: readonly number[],
   cacheShape: readonly number[],
   dtype: DType,
-  opts: Omit<KVCacheOptions, 'kNew' | 'vNew'> & { readonly newShape?: readonly number[] },
+  opts: Omit<KVCacheOptions, 'kNew' | 'vNew'> & { readonly newShape?: readonly number[]; readonly vCacheShape?: readonly number[] },
 ): KVCacheProblem {
   const shell = (shape: readonly number[]) => shapeOnlyTensor(shape, dtype);
-  const { newShape, ...rest } = opts;
-  return describeKVCacheProblem(shell(qShape), shell(cacheShape), shell(cacheShape), { ...rest, ...(newShape ? { kNew: shell(newShape), vNew: shell(newShape) } : {}) });
+  const { newShape, vCacheShape = cacheShape, ...rest } = opts;
+  const vNewShape = newShape ? [...newShape.slice(0, -1), vCacheShape[vCacheShape.length - 1]] : undefined;
+  return describeKVCacheProblem(shell(qShape), shell(cacheShape), shell(vCacheShape), { ...rest, ...(newShape ? { kNew: shell(newShape), vNew: shell(vNewShape!) } : {}) });
 }
 
 /** Two sequences appending into the same cache row would race; refuse that (E_ARG). */

@@ -19,6 +19,8 @@ export interface OptionClaims {
   readonly kvLeftpad?: boolean;
   readonly kvBatchIdx?: boolean;
   readonly kvRotary?: boolean;
+  /** A head dim of v's own in the KV-cache call (vCache [.., Hkv, Dv]: DeepSeek-style caches). */
+  readonly kvVDim?: boolean;
 }
 
 const OK: Support = { ok: true };
@@ -36,8 +38,8 @@ export function optionSupport(
     }
   }
   if (p.dropout !== undefined && !claims.dropout) return { ok: false, reason: `the ${engine} engine does not compute dropout yet` };
-  if (p.vDim !== undefined && p.vDim !== p.d && !claims.vDim) {
-    return { ok: false, reason: `the ${engine} engine does not compute a head dim of v's own (Dqk ${p.d}, Dv ${p.vDim}) yet` };
+  if (p.vDim !== undefined && p.vDim !== p.d && !(kv ? claims.kvVDim : claims.vDim)) {
+    return { ok: false, reason: `the ${engine} engine does not compute a head dim of v's own${kv ? ' in the KV-cache call' : ''} (Dqk ${p.d}, Dv ${p.vDim}) yet` };
   }
   if (p.sinks !== undefined && !(kv ? claims.kvSinks : claims.sinks)) {
     return { ok: false, reason: `the ${engine} engine does not compute attention sinks${kv ? ' in the KV-cache call' : ''} yet` };

@@ -38,6 +38,9 @@ import {
   reducePrivate,
   optionSupport,
   rotateKVInputs,
+  appendKVCacheHost,
+  kvCacheAsVarlen,
+  lseToKVCache,
   segment,
   sinkGradients,
   tensor,
@@ -78,7 +81,7 @@ const MAIN_STACK_BYTES = 64 * 1024;
 const UNIT_SIZE: Record<WasmJob['kind'], number> = { forward: FWD_UNIT, backward: BWD_UNIT, kvcache: KV_GROUP_UNIT, copy: 2, pack: 2, gemm: 14 };
 
 /** What the kernels compute beyond FlashAttention-2's options (core's option-support.ts). */
-const OPTIONS = { sinks: true, vDim: true, kvSinks: true, dropout: true, kvBatchIdx: true, kvRotary: true, kvLeftpad: true } as const;
+const OPTIONS = { sinks: true, vDim: true, kvVDim: true, kvSinks: true, dropout: true, kvBatchIdx: true, kvRotary: true, kvLeftpad: true } as const;
 
 /** Copy-loop methods of copyLoop(): a SIMD128 load/store loop, or memory.copy (csrc/copy.c). */
 export type CopyMethod = 'simd' | 'memcpy';
@@ -494,6 +497,7 @@ export class WasmBackend implements AttentionBackend {
     const p = describeKVCacheProblem(q, kCache, vCache, opts, this.name);
     this.checkOptions(p);
     this.checkInputs([[q, 'q'], [kCache, 'kCache'], [vCache, 'vCache'], [opts.kNew, 'kNew'], [opts.vNew, 'vNew']]);
+    if (p.vDim !== p.d) return this.kvAsDense(p, q, kCache, vCache, opts);
     const outs = this.outputsFor(q, [{ dtype: p.dtype, shape: p.qShape }, { dtype: 'f32', shape: p.lseShape }]);
     return this.call(outs, async (dev) => {
       // rotary inside the call: q rotated on the way in (core's rotateKVInputs); the append writes the
@@ -502,6 +506,26 @@ export class WasmBackend implements AttentionBackend {
       const r = await runKVCall(this.kvEngine, p, qr, kCache, vCache, opts, this.opts.kvChunk);
       return { out: this.output(r.out, p.qShape, p.dtype, dev?.[0]), lse: this.output(r.lse, p.lseShape, 'f32', dev?.[1]) };
     });
+  }
+
+  /**
+   * A KV-cache call whose v has a head dim of its own: its varlen dense equivalent (core's
+   * kvCacheAsVarlen gathers the attended rows, O(cache) memory; the KV kernels keep one head dim),
+   * then the append, in place in host or engine memory. Views of engine memory are taken after
+   * the dense call (which may grow the memory) and copies before it.
+   */
+  private async kvAsDense(p: KVCacheProblem, q: Tensor, kCache: Tensor, vCache: Tensor, opts: KVCacheOptions): Promise<ForwardResult> {
+    const copy = (t: Tensor | undefined): HostTensor | undefined => {
+      if (!t) return undefined;
+      const v = hostView(this.memory, t);
+      return { ...v, data: v.data.slice() as typeof v.data };
+    };
+    const e = await this.serial(() => kvCacheAsVarlen(p, copy(q)!, hostView(this.memory, kCache), hostView(this.memory, vCache), copy(opts.kNew), copy(opts.vNew)));
+    const r = await this.forward(e.q, e.k, e.v, e.options);
+    await this.serial(() => appendKVCacheHost(p, hostView(this.memory, kCache), hostView(this.memory, vCache), copy(opts.kNew), copy(opts.vNew)));
+    const out = tensor((r.out as HostTensor).data, p.outShape, p.dtype);
+    const lse = tensor(lseToKVCache(p, (r.lse as HostTensor).data as Float32Array), p.lseShape, 'f32');
+    return isDeviceTensor(q) ? { out: await this.upload(out), lse: await this.upload(lse) } : { out, lse };
   }
 
   /**

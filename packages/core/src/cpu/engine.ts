@@ -23,7 +23,7 @@ import { FAError, isFAError } from '../errors.js';
 import { describeBackward, describeProblem, problemFlops, type AttentionOptions, type AttentionProblem } from '../problem.js';
 import { allocFloat32, allocHost, isHostTensor, tensor, type HostData, type HostTensor, type Tensor } from '../tensor.js';
 import { describeKVCacheProblem, hostIndexTensor, isDeviceIndexTensor, writeHostIndex, type DeviceIndexTensor, type HostIndexTensor, type IndexData, type KVCacheOptions, type KVCacheProblem } from '../kvcache.js';
-import { appendKVCacheHost, rotateKVInputs } from '../kvcache-host.js';
+import { appendKVCacheHost, kvCacheAsVarlen, lseToKVCache, rotateKVInputs } from '../kvcache-host.js';
 import { combineKVCache, kvHeadsPerUnit, planKVCache } from './kvcache.js';
 import { planBackward, reducePrivate } from './backward.js';
 import { planForward } from './forward.js';
@@ -268,6 +268,15 @@ export class CpuBackend implements AttentionBackend {
     const [q0, kc, vc] = [host(q, 'q'), host(kCache, 'kCache'), host(vCache, 'vCache')];
     const vn = opts.vNew === undefined ? undefined : host(opts.vNew, 'vNew');
     const kn = opts.kNew === undefined ? undefined : host(opts.kNew, 'kNew');
+    if (p.vDim !== p.d) {
+      // a head dim of v's own: the call's varlen dense equivalent (the attended rows gathered,
+      // O(cache) memory; the tiled KV kernels keep one head dim), then the append
+      const e = kvCacheAsVarlen(p, q0, kc, vc, kn, vn);
+      const r = await this.forward(e.q, e.k, e.v, e.options);
+      appendKVCacheHost(p, kc, vc, kn, vn);
+      const outH = r.out as HostTensor;
+      return { out: tensor(outH.data, p.outShape, p.dtype), lse: tensor(lseToKVCache(p, (r.lse as HostTensor).data as Float32Array), p.lseShape, 'f32') };
+    }
     // rotary inside the call: q rotated here (a copy); the append writes the new keys rotated
     const qh = rotateKVInputs(p, q0, undefined).q;
     const plan = planKVCache(p, this.opts.kvChunk);

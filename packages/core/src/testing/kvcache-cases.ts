@@ -18,6 +18,8 @@ import { sinkLogits } from './cases.js';
 export interface KVCacheCaseSpec {
   readonly dtype: DType;
   readonly d: number;
+  /** V's head dim (vCache, vNew, out), when it differs from d (DeepSeek-style caches: 192/128). */
+  readonly dv?: number;
   readonly h?: number;
   readonly hkv?: number;
   /** Queries per sequence (default 1: decode). */
@@ -118,6 +120,7 @@ export function makeKVCacheCase(spec: KVCacheCaseSpec, id = 0): KVCacheCase {
   if (s.leftpad) tags.add('leftpad');
   if (s.batchIdx) tags.add('batch-idx');
   if (s.rotary) tags.add(s.rotary.interleaved ? 'rotary-interleaved' : 'rotary');
+  if (s.dv !== undefined && s.dv !== s.d) tags.add('dv'), tags.add(`Dv${s.dv}`);
   if (s.scale !== undefined) tags.add('scale');
   if ((s.magnitude ?? 1) >= 10) tags.add('large-magnitude');
   if (s.deviceIndex) tags.add('device-index');
@@ -135,7 +138,7 @@ export function makeKVCacheCase(spec: KVCacheCaseSpec, id = 0): KVCacheCase {
   if (!s.blockSize && spare === 0) tags.add('full-cache');
   const parts = [`#kv${String(id).padStart(3, '0')}`, s.dtype, `B${lens.length}`, `Tq${tq}`];
   if (tnew > 0) parts.push(`+${tnew}`);
-  parts.push(`lens[${lens.join(',')}]`, s.blockSize ? `paged${s.blockSize}` : `cap${Math.max(0, ...lens.map((l) => l + tnew)) + spare}`, `H${h}/${hkv}`, `D${s.d}`);
+  parts.push(`lens[${lens.join(',')}]`, s.blockSize ? `paged${s.blockSize}` : `cap${Math.max(0, ...lens.map((l) => l + tnew)) + spare}`, `H${h}/${hkv}`, s.dv !== undefined && s.dv !== s.d ? `D${s.d}/${s.dv}` : `D${s.d}`);
   if (s.causal) parts.push('causal');
   if (s.window) parts.push(`window[${s.window[0]},${s.window[1]}]`);
   if (s.softcap !== undefined) parts.push(`softcap${s.softcap}`);
@@ -161,7 +164,9 @@ export function kvCacheCaseInputs(c: KVCacheCase): KVCacheInputs {
   const spare = s.spare ?? 3;
   const B = s.seqlens.length;
   const d = s.d;
+  const dv = s.dv ?? d;
   const w = hkv * d;
+  const wv = hkv * dv;
   const mag = s.magnitude ?? 1;
   const lens = Int32Array.from(s.seqlens);
   const longest = Math.max(0, ...s.seqlens.map((l) => l + tnew));
@@ -186,12 +191,12 @@ export function kvCacheCaseInputs(c: KVCacheCase): KVCacheInputs {
   } else {
     cacheShape = [s.batchIdx ? Math.max(...s.batchIdx) + 2 : B, longest + spare, hkv, d];
   }
-  const n = numel(cacheShape);
-  const kv = new Float32Array(n).fill(NaN);
-  const vv = new Float32Array(n).fill(NaN);
+  const vCacheShape = [...cacheShape.slice(0, 3), dv];
+  const kv = new Float32Array(numel(cacheShape)).fill(NaN);
+  const vv = new Float32Array(numel(vCacheShape)).fill(NaN);
   const q = hostTensor(randomValues(rng, B * tq * h * d, mag), [B, tq, h, d], s.dtype);
   const kNew = tnew > 0 ? hostTensor(randomValues(rng, B * tnew * w, mag), [B, tnew, hkv, d], s.dtype) : undefined;
-  const vNew = tnew > 0 ? hostTensor(randomValues(rng, B * tnew * w), [B, tnew, hkv, d], s.dtype) : undefined;
+  const vNew = tnew > 0 ? hostTensor(randomValues(rng, B * tnew * wv), [B, tnew, hkv, dv], s.dtype) : undefined;
   const options: { -readonly [K in keyof KVCacheInputs['options']]: KVCacheInputs['options'][K] } = {};
   if (s.causal) options.causal = true;
   if (s.window) options.window = [s.window[0], s.window[1]];
@@ -215,16 +220,16 @@ export function kvCacheCaseInputs(c: KVCacheCase): KVCacheInputs {
     if (s.rotary.interleaved) options.rotaryInterleaved = true;
   }
   // Describe the call on placeholder caches to get the address rule, then fill the live rows.
-  const p0 = describeKVCacheProblem(q, hostTensor(kv, cacheShape, s.dtype), hostTensor(vv, cacheShape, s.dtype), { ...options, cacheSeqlens: lens, ...(table ? { blockTable: table } : {}) });
+  const p0 = describeKVCacheProblem(q, hostTensor(kv, cacheShape, s.dtype), hostTensor(vv, vCacheShape, s.dtype), { ...options, cacheSeqlens: lens, ...(table ? { blockTable: table } : {}) });
   for (let b = 0; b < B; b++) {
     for (let t = s.leftpad ? s.leftpad[b] : 0; t < lens[b]; t++) {
-      const o = kvCacheRow(p0, b, t) * w;
-      kv.set(randomValues(rng, w, mag), o);
-      vv.set(randomValues(rng, w), o);
+      const row = kvCacheRow(p0, b, t);
+      kv.set(randomValues(rng, w, mag), row * w);
+      vv.set(randomValues(rng, wv), row * wv);
     }
   }
   const kCache = hostTensor(kv, cacheShape, s.dtype);
-  const vCache = hostTensor(vv, cacheShape, s.dtype);
+  const vCache = hostTensor(vv, vCacheShape, s.dtype);
   const all = { ...options, cacheSeqlens: lens, ...(table ? { blockTable: table } : {}), ...(kNew ? { kNew, vNew } : {}) };
   const problem = describeKVCacheProblem(q, kCache, vCache, all);
   return { q, kCache, vCache, ...(kNew ? { kNew, vNew } : {}), cacheSeqlens: lens, ...(table ? { blockTable: table } : {}), maxBlocksPerSeq: maxBlocks, options, problem };
@@ -283,6 +288,10 @@ export function kvCacheTemplates(): T[] {
     { seqlens: [25, 40], tnew: 1, rotary: { dim: 32 }, d: 64, h: 4, hkv: 2 },
     { seqlens: [14, 3], tnew: 4, tq: 4, causal: true, blockSize: 8, rotary: { dim: 16, interleaved: true }, leftpad: [6, 1], d: 16, h: 2, sinks: true },
     { seqlens: [9, 21], tq: 2, rotary: { dim: 40 }, batchIdx: [1, 2], leftpad: [2, 20], d: 40, h: 2 },
+    // a head dim of v's own (DeepSeek-style caches: K rows 192 = 128 + 64 rope, V rows 128): paged
+    // decode, and a causal append with sinks where V is the wider
+    { seqlens: [30, 0, 12], tnew: 1, blockSize: 16, d: 192, dv: 128, h: 4, hkv: 2 },
+    { seqlens: [9, 20], tnew: 3, tq: 3, causal: true, d: 24, dv: 40, h: 2, hkv: 1, sinks: true },
   ];
   // lengths and tables as the engine's index tensors
   const onDevice = [base[0], base[1], base[12], base[13], base[19]].map((t) => ({ ...t, deviceIndex: true }));
@@ -312,7 +321,7 @@ export function kvCacheCases(o: KVCacheCaseOptions = {}): KVCacheCase[] {
     templates.forEach((t, n) => {
       const dtype = dtypes[(n + pass) % dtypes.length];
       const d = t.d <= maxD ? t.d : maxD;
-      const spec = { ...t, d, dtype };
+      const spec = { ...t, d, ...(t.dv !== undefined ? { dv: Math.min(t.dv, maxD) } : {}), dtype };
       out.push(makeKVCacheCase({ ...spec, seed: hashSpec(spec) ^ seed }, out.length));
     });
   }

@@ -31,10 +31,10 @@ function bits(d: HostData): Uint32Array | Uint16Array {
 }
 
 /** Where a cache element lies, in words: block/row (or sequence/position) and head and d. */
-function cacheWhere(p: KVCacheProblem, idx: number): string {
-  const d = idx % p.d;
-  const g = Math.floor(idx / p.d) % p.hkv;
-  const row = Math.floor(idx / (p.d * p.hkv));
+function cacheWhere(p: KVCacheProblem, idx: number, D = p.d): string {
+  const d = idx % D;
+  const g = Math.floor(idx / D) % p.hkv;
+  const row = Math.floor(idx / (D * p.hkv));
   const blk = Math.floor(row / p.blockSize);
   const r = row % p.blockSize;
   return p.paged ? `block ${blk} row ${r}, hkv ${g}, d ${d}` : `sequence ${blk} position ${r}, hkv ${g}, d ${d}`;
@@ -48,14 +48,15 @@ export function compareCache(p: KVCacheProblem, what: string, got: HostTensor, w
   if (got.dtype !== want.dtype || got.data.length !== want.data.length) return `${what} read back with dtype ${got.dtype} and ${got.data.length} elements, expected ${want.dtype} and ${want.data.length}`;
   const a = bits(got.data);
   const b = bits(want.data);
+  const D = want.shape[want.shape.length - 1]; // (vCache's head dim may be its own)
   for (let i = 0; i < a.length; i++) {
     if (a[i] === b[i]) continue;
-    const row = Math.floor(i / (p.hkv * p.d));
+    const row = Math.floor(i / (p.hkv * D));
     let written = false;
     for (let s = 0; s < p.batch && !written; s++) for (let t = p.cacheSeqlens[s]; t < kvKeys(p, s); t++) if (kvCacheRow(p, s, t) === row) written = true;
     const gv = tensorValues({ ...got, data: got.data.subarray(i, i + 1) as HostData, shape: [1] })[0];
     const wv = tensorValues({ ...want, data: want.data.subarray(i, i + 1) as HostData, shape: [1] })[0];
-    return `${what} at ${cacheWhere(p, i)} is ${gv}, expected ${wv} (${written ? 'a row the append had to write' : 'a row the call must leave unchanged'})`;
+    return `${what} at ${cacheWhere(p, i, D)} is ${gv}, expected ${wv} (${written ? 'a row the append had to write' : 'a row the call must leave unchanged'})`;
   }
   return undefined;
 }
@@ -68,8 +69,8 @@ function emptyRowsZero(p: KVCacheProblem, out: ArrayLike<number>): string | unde
       const [lo, hi] = keyRange(p, i, p.tq, tk);
       if (lo <= hi) continue;
       for (let h = 0; h < p.h; h++) {
-        const o = ((b * p.tq + i) * p.h + h) * p.d;
-        for (let d = 0; d < p.d; d++) if (out[o + d] !== 0) return `out[b=${b}, i=${i}, h=${h}, d=${d}] = ${out[o + d]}, but that row sees no key: it must be exactly 0`;
+        const o = ((b * p.tq + i) * p.h + h) * p.vDim;
+        for (let d = 0; d < p.vDim; d++) if (out[o + d] !== 0) return `out[b=${b}, i=${i}, h=${h}, d=${d}] = ${out[o + d]}, but that row sees no key: it must be exactly 0`;
       }
     }
   }
@@ -177,7 +178,7 @@ export async function checkKVCacheCase(backend: AttentionBackend, c: KVCacheCase
     stage = 'read';
     const outH = await backend.read(r.out);
     const lseH = await backend.read(r.lse);
-    if (outH.dtype !== p.dtype || outH.data.length !== p.batch * p.tq * p.h * p.d || outH.shape.join() !== p.qShape.join()) return resultOf(c.name, c.spec.seed, metrics, [`out has dtype ${outH.dtype} and shape [${outH.shape.join(', ')}], expected ${p.dtype} [${p.qShape.join(', ')}]`], t0);
+    if (outH.dtype !== p.dtype || outH.data.length !== p.batch * p.tq * p.h * p.vDim || outH.shape.join() !== p.outShape.join()) return resultOf(c.name, c.spec.seed, metrics, [`out has dtype ${outH.dtype} and shape [${outH.shape.join(', ')}], expected ${p.dtype} [${p.outShape.join(', ')}]`], t0);
     if (lseH.dtype !== 'f32' || lseH.shape.join() !== p.lseShape.join()) return resultOf(c.name, c.spec.seed, metrics, [`lse has dtype ${lseH.dtype} and shape [${lseH.shape.join(', ')}], expected f32 [${p.lseShape.join(', ')}]`], t0);
     stage = 'reference';
     compareResult(x, tensorValues(outH), tensorValues(lseH), metrics, problems);

@@ -52,7 +52,7 @@ export function referenceKVCacheMethods(name: string, o: { dtypes?: readonly DTy
       const vn = opts.vNew === undefined ? undefined : host(opts.vNew, 'vNew');
       const r = referenceKVCache(qh, kc, vc, opts, { maxBytes: o.maxBytes });
       appendKVCacheHost(p, kc, vc, kn, vn);
-      return { out: hostTensor(r.out, p.qShape, p.dtype), lse: hostTensor(r.lse, p.lseShape, 'f32') };
+      return { out: hostTensor(r.out, p.outShape, p.dtype), lse: hostTensor(r.lse, p.lseShape, 'f32') };
     },
     async uploadIndex(data, shape): Promise<DeviceIndexTensor> {
       return hostIndexTensor(name, data, shape);
