@@ -23,6 +23,8 @@ import {
   describeBackward,
   describeKVCacheProblem,
   describeProblem,
+  describeProblemShapes,
+  kvAttended,
   FAError,
   FWD_UNIT,
   hostIndexTensor,
@@ -225,6 +227,13 @@ export class WasmBackend implements AttentionBackend {
   supportsKVCache(p: KVCacheProblem): Support {
     const opt = optionSupport(p, this.name, OPTIONS);
     if (!opt.ok) return opt;
+    if (p.vDim !== p.d) {
+      // kvAsDense: the dense varlen call over the gathered rows (they live in the JS heap)
+      const cuQ = Int32Array.from({ length: p.batch + 1 }, (_, b) => b * p.tq);
+      const cuK = new Int32Array(p.batch + 1);
+      for (let b = 0; b < p.batch; b++) cuK[b + 1] = cuK[b] + kvAttended(p, b);
+      return this.supports(describeProblemShapes([p.batch * p.tq, p.h, p.d], [p.totalK, p.hkv, p.d], p.dtype, { cuSeqlensQ: cuQ, cuSeqlensK: cuK }, [p.totalK, p.hkv, p.vDim]));
+    }
     const plan = planKVCache(p, this.opts.kvChunk);
     const threads = Math.max(1, this.threads);
     const need = kvCallBytes(p, plan, threads, kvScratchBound(plan, p.hkv, p.d, STACK_BYTES)) + hostCacheBytes(p) + this.heap.top;
