@@ -25,9 +25,11 @@ function hostOf(t: unknown, what: string, fn: string): HostTensor {
  * every row written.
  */
 export function appendKVCacheHost(p: KVCacheProblem, kCache: HostTensor, vCache: HostTensor, kNew0: HostTensor | undefined, vNew: HostTensor | undefined): void {
-  if (p.tnew === 0 || !kNew0 || !vNew) return;
+  if (p.tnew === 0 || !kNew0 || (!vNew && !p.latent)) return;
   const kNew = rotateKVInputs(p, undefined, kNew0).kNew!; // (the call's rotary embedding, if any: keys are written rotated)
-  for (const [cache, src, w] of [[kCache.data, kNew.data, p.hkv * p.d], [vCache.data, vNew.data, p.hkv * p.vDim]] as const) {
+  // (a latent cache is one tensor: its rows, kNew's, are V's too)
+  const parts = p.latent ? [[kCache.data, kNew.data, p.hkv * p.d]] as const : [[kCache.data, kNew.data, p.hkv * p.d], [vCache.data, vNew!.data, p.hkv * p.vDim]] as const;
+  for (const [cache, src, w] of parts) {
     for (let b = 0; b < p.batch; b++) {
       const len = p.cacheSeqlens[b];
       for (let t = 0; t < p.tnew; t++) {
@@ -92,15 +94,21 @@ export function gatherKVCache(p: KVCacheProblem, kCache: HostTensor, vCache: Hos
   for (let b = 0; b < p.batch; b++) cu[b + 1] = cu[b] + kvAttended(p, b);
   const k = allocHost(p.dtype, p.totalK * p.hkv * p.d);
   const v = allocHost(p.dtype, p.totalK * p.hkv * p.vDim);
-  for (const [dst, cache, add, w] of [[k, kCache.data, kNew?.data, p.hkv * p.d], [v, vCache.data, vNew?.data, p.hkv * p.vDim]] as const) {
+  // [destination, source rows, appended rows, source row width, destination row width]
+  // (a latent cache's V rows are the first Dv columns of each of its K rows, per kv head)
+  const vSrc = p.latent ? [kCache.data, kNew?.data, p.d] as const : [vCache.data, vNew?.data, p.vDim] as const;
+  for (const [dst, cache, add, sw, dw] of [[k, kCache.data, kNew?.data, p.d, p.d], [v, vSrc[0], vSrc[1], vSrc[2], p.vDim]] as const) {
     for (let b = 0; b < p.batch; b++) {
       const len = p.cacheSeqlens[b];
       const lp = kvFirstKey(p, b); // (rows before the left padding are never read)
       for (let t = lp; t < len + p.tnew; t++) {
         const fromCache = t < len || add === undefined;
-        const o = fromCache ? kvCacheRow(p, b, t) * w : (b * p.tnew + t - len) * w;
-        const row = ((fromCache ? cache : add) as HostData).subarray(o, o + w);
-        (dst as HostData).set(row, (cu[b] + t - lp) * w);
+        const base = fromCache ? kvCacheRow(p, b, t) : b * p.tnew + t - len;
+        const src = (fromCache ? cache : add) as HostData;
+        for (let g = 0; g < p.hkv; g++) {
+          const o = (base * p.hkv + g) * sw;
+          (dst as HostData).set(src.subarray(o, o + dw), ((cu[b] + t - lp) * p.hkv + g) * dw);
+        }
       }
     }
   }

@@ -101,6 +101,11 @@ export interface KVCacheOptions {
   rotaryCos?: Tensor;
   rotarySin?: Tensor;
   rotaryInterleaved?: boolean;
+  /**
+   * A latent cache (DeepSeek MLA decode): V is the first `vFromK` columns of each kCache row. Pass
+   * the same tensor as kCache and vCache, and the new rows in kNew only (no vNew).
+   */
+  vFromK?: number;
   deterministic?: boolean;
 }
 
@@ -156,6 +161,8 @@ export interface KVCacheProblem extends ResolvedScores {
   readonly leftpad: Int32Array | undefined;
   /** Rotary tables inside the call, or undefined. */
   readonly rotary: KVRotary | undefined;
+  /** A latent cache (KVCacheOptions.vFromK): vCache is kCache, V its first vDim columns; nothing is appended to V. */
+  readonly latent: boolean;
 }
 
 /** A KV-cache call's rotary tables: cos/sin [maxPos, half] row-major (half = rotaryDim / 2). */
@@ -312,19 +319,26 @@ export function describeKVCacheProblem(qIn: unknown, kCacheIn: unknown, vCacheIn
   check(d >= 1, 'E_SHAPE', () => `head dim D must be at least 1; q has shape ${shapeStr(q.shape)}`);
   check(h >= 1 && hkv >= 1, 'E_SHAPE', () => `q and the cache need at least one head; got H=${h}, Hkv=${hkv}`);
   check(dk === d, 'E_SHAPE', () => `q and the cache must have the same head dim D; got ${d} and ${dk}`);
-  const vDim = vc.shape[3];
+  const latent = o.vFromK !== undefined;
+  if (latent) {
+    check(Number.isInteger(o.vFromK) && o.vFromK! >= 1 && o.vFromK! <= d, 'E_ARG', () => `vFromK must be an integer in [1, D = ${d}] (V's columns of each latent row), got ${String(o.vFromK)}`);
+    check(vCacheIn === kCacheIn, 'E_ARG', 'vFromK: a latent cache is one tensor, passed as both kCache and vCache');
+    check(o.vNew === undefined, 'E_ARG', 'vFromK: the new latent rows come in kNew alone; leave vNew out');
+    check(o.rotaryCos === undefined, 'E_ARG', "vFromK with rotary tables: the call's rotary rotates the first dims of each row, which a latent cache shares with V; rotate the rope part before the call");
+  }
+  const vDim = latent ? o.vFromK! : vc.shape[3];
   check(vDim >= 1, 'E_SHAPE', () => `vCache's head dim must be at least 1; vCache has shape ${shapeStr(vc.shape)}`);
   check(h % hkv === 0, 'E_SHAPE', () => `H (${h}) must be a multiple of Hkv (${hkv}) for MQA/GQA`);
 
   let tnew = 0;
-  check((o.kNew === undefined) === (o.vNew === undefined), 'E_ARG', 'give both kNew and vNew to append, or neither');
+  if (!latent) check((o.kNew === undefined) === (o.vNew === undefined), 'E_ARG', 'give both kNew and vNew to append, or neither');
   const newShape = [batch, 0, hkv, d];
   const vNewShape = [batch, 0, hkv, vDim];
   if (o.kNew !== undefined) {
     const kn = checkTensorLike(o.kNew, 'kNew');
-    const vn = checkTensorLike(o.vNew, 'vNew');
+    const vn = latent ? kn : checkTensorLike(o.vNew, 'vNew');
     check(kn.dtype === q.dtype && vn.dtype === q.dtype, 'E_DTYPE', () => `kNew and vNew must have the cache's dtype ${q.dtype}; got ${kn.dtype} and ${vn.dtype}`);
-    for (const [name, t, dd] of [['kNew', kn, d], ['vNew', vn, vDim]] as const) {
+    for (const [name, t, dd] of [['kNew', kn, d], ['vNew', vn, latent ? d : vDim]] as const) {
       check(t.shape.length === 4 && t.shape[0] === batch && t.shape[2] === hkv && t.shape[3] === dd, 'E_SHAPE', () => `${name} must have shape [B, Tnew, Hkv, ${name === 'kNew' ? 'D' : "v's head dim"}] = [${batch}, Tnew, ${hkv}, ${dd}]; got ${shapeStr(t.shape)}`);
     }
     check(kn.shape[1] === vn.shape[1], 'E_SHAPE', () => `kNew and vNew must append the same number of tokens; got ${shapeStr(kn.shape)} and ${shapeStr(vn.shape)}`);
@@ -401,7 +415,7 @@ export function describeKVCacheProblem(qIn: unknown, kCacheIn: unknown, vCacheIn
     ...sc,
     qShape: [...q.shape],
     cacheShape: [...kc.shape],
-    vCacheShape: [...vc.shape],
+    vCacheShape: latent ? [...kc.shape.slice(0, 3), vDim] : [...vc.shape],
     newShape,
     vNewShape,
     outShape: [batch, tq, h, vDim],
@@ -409,6 +423,7 @@ export function describeKVCacheProblem(qIn: unknown, kCacheIn: unknown, vCacheIn
     batchIdx: o.cacheBatchIdx !== undefined && !paged ? Int32Array.from(table) : undefined,
     leftpad,
     rotary,
+    latent,
   };
   if ((paged || p.batchIdx) && tnew > 0) checkDistinctWrites(p);
   return p;

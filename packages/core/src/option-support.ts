@@ -21,18 +21,21 @@ export interface OptionClaims {
   readonly kvRotary?: boolean;
   /** A head dim of v's own in the KV-cache call (vCache [.., Hkv, Dv]: DeepSeek-style caches). */
   readonly kvVDim?: boolean;
+  /** A latent KV cache (KVCacheOptions.vFromK: V the first Dv columns of K's rows, MLA decode). */
+  readonly kvLatent?: boolean;
 }
 
 const OK: Support = { ok: true };
 
 /** Declines a problem with an option the engine does not claim; { ok: true } otherwise. */
 export function optionSupport(
-  p: { readonly sinks?: Float32Array; readonly kind?: string; readonly d: number; readonly vDim?: number; readonly dropout?: unknown; readonly leftpad?: unknown; readonly batchIdx?: unknown; readonly rotary?: unknown },
+  p: { readonly sinks?: Float32Array; readonly kind?: string; readonly d: number; readonly vDim?: number; readonly dropout?: unknown; readonly leftpad?: unknown; readonly batchIdx?: unknown; readonly rotary?: unknown; readonly latent?: boolean },
   engine: string,
   claims: OptionClaims,
 ): Support {
   const kv = p.kind === 'kvcache';
   if (kv) {
+    if (p.latent && !claims.kvLatent) return { ok: false, reason: `the ${engine} engine does not compute a latent KV cache (vFromK) yet` };
     for (const [has, claim, what] of [[p.leftpad, claims.kvLeftpad, 'cacheLeftpad'], [p.batchIdx, claims.kvBatchIdx, 'cacheBatchIdx'], [p.rotary, claims.kvRotary, 'rotary embedding']] as const) {
       if (has !== undefined && !claim) return { ok: false, reason: `the ${engine} engine does not compute the KV-cache call's ${what} yet` };
     }

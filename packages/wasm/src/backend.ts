@@ -83,7 +83,7 @@ const MAIN_STACK_BYTES = 64 * 1024;
 const UNIT_SIZE: Record<WasmJob['kind'], number> = { forward: FWD_UNIT, backward: BWD_UNIT, kvcache: KV_GROUP_UNIT, copy: 2, pack: 2, gemm: 14 };
 
 /** What the kernels compute beyond FlashAttention-2's options (core's option-support.ts). */
-const OPTIONS = { sinks: true, vDim: true, kvVDim: true, kvSinks: true, dropout: true, kvBatchIdx: true, kvRotary: true, kvLeftpad: true } as const;
+const OPTIONS = { sinks: true, vDim: true, kvVDim: true, kvLatent: true, kvSinks: true, dropout: true, kvBatchIdx: true, kvRotary: true, kvLeftpad: true } as const;
 
 /** Copy-loop methods of copyLoop(): a SIMD128 load/store loop, or memory.copy (csrc/copy.c). */
 export type CopyMethod = 'simd' | 'memcpy';

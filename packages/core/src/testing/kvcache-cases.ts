@@ -20,6 +20,8 @@ export interface KVCacheCaseSpec {
   readonly d: number;
   /** V's head dim (vCache, vNew, out), when it differs from d (DeepSeek-style caches: 192/128). */
   readonly dv?: number;
+  /** With dv: a latent cache (MLA decode), one tensor as kCache and vCache, V its first dv columns (KVCacheOptions.vFromK). */
+  readonly latent?: boolean;
   readonly h?: number;
   readonly hkv?: number;
   /** Queries per sequence (default 1: decode). */
@@ -121,6 +123,7 @@ export function makeKVCacheCase(spec: KVCacheCaseSpec, id = 0): KVCacheCase {
   if (s.batchIdx) tags.add('batch-idx');
   if (s.rotary) tags.add(s.rotary.interleaved ? 'rotary-interleaved' : 'rotary');
   if (s.dv !== undefined && s.dv !== s.d) tags.add('dv'), tags.add(`Dv${s.dv}`);
+  if (s.latent) tags.add('latent');
   if (s.scale !== undefined) tags.add('scale');
   if ((s.magnitude ?? 1) >= 10) tags.add('large-magnitude');
   if (s.deviceIndex) tags.add('device-index');
@@ -147,6 +150,7 @@ export function makeKVCacheCase(spec: KVCacheCaseSpec, id = 0): KVCacheCase {
   if (s.leftpad) parts.push(`leftpad[${s.leftpad.join(',')}]`);
   if (s.batchIdx) parts.push(`rows[${s.batchIdx.join(',')}]`);
   if (s.rotary) parts.push(`rotary${s.rotary.dim}${s.rotary.interleaved ? 'i' : ''}`);
+  if (s.latent) parts.push('latent');
   if (s.scale !== undefined) parts.push(`scale${s.scale}`);
   if ((s.magnitude ?? 1) !== 1) parts.push(`x${s.magnitude}`);
   if (s.deviceIndex) parts.push('index-tensors');
@@ -196,7 +200,7 @@ export function kvCacheCaseInputs(c: KVCacheCase): KVCacheInputs {
   const vv = new Float32Array(numel(vCacheShape)).fill(NaN);
   const q = hostTensor(randomValues(rng, B * tq * h * d, mag), [B, tq, h, d], s.dtype);
   const kNew = tnew > 0 ? hostTensor(randomValues(rng, B * tnew * w, mag), [B, tnew, hkv, d], s.dtype) : undefined;
-  const vNew = tnew > 0 ? hostTensor(randomValues(rng, B * tnew * wv), [B, tnew, hkv, dv], s.dtype) : undefined;
+  const vNew = tnew > 0 && !s.latent ? hostTensor(randomValues(rng, B * tnew * wv), [B, tnew, hkv, dv], s.dtype) : undefined;
   const options: { -readonly [K in keyof KVCacheInputs['options']]: KVCacheInputs['options'][K] } = {};
   if (s.causal) options.causal = true;
   if (s.window) options.window = [s.window[0], s.window[1]];
@@ -206,6 +210,7 @@ export function kvCacheCaseInputs(c: KVCacheCase): KVCacheInputs {
   if (s.sinks) options.sinks = sinkLogits(h, s.seed!);
   if (s.leftpad) options.cacheLeftpad = Int32Array.from(s.leftpad);
   if (s.batchIdx) options.cacheBatchIdx = Int32Array.from(s.batchIdx);
+  if (s.latent) options.vFromK = dv;
   if (s.rotary) {
     // GPT-NeoX's tables (base 10000) for every position the call can rotate
     const half = s.rotary.dim / 2, maxPos = cacheShape[1] * (s.blockSize ? maxBlocks : 1) + tq;
@@ -220,7 +225,8 @@ export function kvCacheCaseInputs(c: KVCacheCase): KVCacheInputs {
     if (s.rotary.interleaved) options.rotaryInterleaved = true;
   }
   // Describe the call on placeholder caches to get the address rule, then fill the live rows.
-  const p0 = describeKVCacheProblem(q, hostTensor(kv, cacheShape, s.dtype), hostTensor(vv, vCacheShape, s.dtype), { ...options, cacheSeqlens: lens, ...(table ? { blockTable: table } : {}) });
+  const k0 = hostTensor(kv, cacheShape, s.dtype);
+  const p0 = describeKVCacheProblem(q, k0, s.latent ? k0 : hostTensor(vv, vCacheShape, s.dtype), { ...options, cacheSeqlens: lens, ...(table ? { blockTable: table } : {}) });
   for (let b = 0; b < B; b++) {
     for (let t = s.leftpad ? s.leftpad[b] : 0; t < lens[b]; t++) {
       const row = kvCacheRow(p0, b, t);
@@ -229,10 +235,10 @@ export function kvCacheCaseInputs(c: KVCacheCase): KVCacheInputs {
     }
   }
   const kCache = hostTensor(kv, cacheShape, s.dtype);
-  const vCache = hostTensor(vv, vCacheShape, s.dtype);
-  const all = { ...options, cacheSeqlens: lens, ...(table ? { blockTable: table } : {}), ...(kNew ? { kNew, vNew } : {}) };
+  const vCache = s.latent ? kCache : hostTensor(vv, vCacheShape, s.dtype);
+  const all = { ...options, cacheSeqlens: lens, ...(table ? { blockTable: table } : {}), ...(kNew ? { kNew, ...(vNew ? { vNew } : {}) } : {}) };
   const problem = describeKVCacheProblem(q, kCache, vCache, all);
-  return { q, kCache, vCache, ...(kNew ? { kNew, vNew } : {}), cacheSeqlens: lens, ...(table ? { blockTable: table } : {}), maxBlocksPerSeq: maxBlocks, options, problem };
+  return { q, kCache, vCache, ...(kNew ? { kNew, ...(vNew ? { vNew } : {}) } : {}), cacheSeqlens: lens, ...(table ? { blockTable: table } : {}), maxBlocksPerSeq: maxBlocks, options, problem };
 }
 
 type T = Omit<KVCacheCaseSpec, 'dtype'>;
@@ -292,6 +298,9 @@ export function kvCacheTemplates(): T[] {
     // decode, and a causal append with sinks where V is the wider
     { seqlens: [30, 0, 12], tnew: 1, blockSize: 16, d: 192, dv: 128, h: 4, hkv: 2 },
     { seqlens: [9, 20], tnew: 3, tq: 3, causal: true, d: 24, dv: 40, h: 2, hkv: 1, sinks: true },
+    // MLA decode: one latent cache (576 = 512 + 64 rope) as K and V (its first 512 columns), 16 query heads
+    { seqlens: [37, 0, 9], tnew: 1, blockSize: 16, d: 576, dv: 512, h: 16, hkv: 1, latent: true },
+    { seqlens: [12, 5], tnew: 2, tq: 2, causal: true, d: 40, dv: 24, h: 4, hkv: 2, latent: true, sinks: true },
   ];
   // lengths and tables as the engine's index tensors
   const onDevice = [base[0], base[1], base[12], base[13], base[19]].map((t) => ({ ...t, deviceIndex: true }));

@@ -96,12 +96,13 @@ async function prepareCall(backend: AttentionBackend, x: KVCacheInputs, upload: 
   };
   const p = x.problem;
   const kCache = await up(cloneHost(x.kCache));
-  const vCache = await up(cloneHost(x.vCache));
+  // (a latent cache is one tensor, given as both)
+  const vCache = p.latent ? kCache : await up(cloneHost(x.vCache));
   const opts: KVCacheOptions = {
     ...x.options,
     cacheSeqlens: await idx(x.cacheSeqlens, [p.batch]),
     ...(x.blockTable ? { blockTable: await idx(x.blockTable, [p.batch, x.maxBlocksPerSeq]) } : {}),
-    ...(x.kNew ? { kNew: await up(x.kNew), vNew: await up(x.vNew!) } : {}),
+    ...(x.kNew ? { kNew: await up(x.kNew), ...(x.vNew ? { vNew: await up(x.vNew) } : {}) } : {}),
   };
   return { q: await up(x.q), kCache, vCache, opts };
 }
@@ -184,9 +185,10 @@ export async function checkKVCacheCase(backend: AttentionBackend, c: KVCacheCase
     compareResult(x, tensorValues(outH), tensorValues(lseH), metrics, problems);
     stage = 'cache readback';
     const wantK = cloneHost(x.kCache);
-    const wantV = cloneHost(x.vCache);
+    const wantV = p.latent ? wantK : cloneHost(x.vCache);
     appendKVCacheHost(p, wantK, wantV, x.kNew, x.vNew); // (it writes the keys rotated when the call has rotary tables)
-    for (const [nm, t, want] of [['kCache', call.kCache, wantK], ['vCache', call.vCache, wantV]] as const) {
+    const caches = p.latent ? [['latent cache', call.kCache, wantK]] as const : [['kCache', call.kCache, wantK], ['vCache', call.vCache, wantV]] as const;
+    for (const [nm, t, want] of caches) {
       const bad = compareCache(p, nm, await backend.read(t), want);
       if (bad) problems.push(bad);
     }
@@ -335,6 +337,10 @@ export async function checkKVCacheBadInputs(backend: AttentionBackend, opts: Che
       { what: 'rotary tables wider than D (rotaryDim 10 > 8)', code: 'E_ARG', call: () => run({ rotaryCos: hostTensor(new Float32Array(80), [16, 5], 'f32'), rotarySin: hostTensor(new Float32Array(80), [16, 5], 'f32') }) },
       { what: 'rotary tables shorter than the positions rotated', code: 'E_ARG', call: () => run({ rotaryCos: hostTensor(new Float32Array(8), [2, 4], 'f32'), rotarySin: hostTensor(new Float32Array(8), [2, 4], 'f32') }) },
       { what: 'dropout in a KV-cache call', code: 'E_ARG', call: () => run({ dropout: { p: 0.1, seed: 1 } }) },
+      { what: 'vNew of another head dim than vCache', code: 'E_SHAPE', call: () => run({ vNew: t([2, 1, 1, 4]) }) },
+      { what: 'vFromK with two cache tensors', code: 'E_ARG', call: () => run({ vFromK: 4, vNew: undefined }) },
+      { what: 'vFromK with a vNew', code: 'E_ARG', call: () => run({ vFromK: 4 }, call.q, call.kCache, call.kCache) },
+      { what: 'vFromK above D', code: 'E_ARG', call: () => run({ vFromK: 9, vNew: undefined }, call.q, call.kCache, call.kCache) },
       { what: 'no cacheSeqlens', code: 'E_ARG', call: () => run({ cacheSeqlens: undefined }) },
       { what: 'an index tensor that was disposed', code: 'E_ARG', call: () => run({ cacheSeqlens: disposed }) },
       { what: 'an index tensor of another backend', code: 'E_ARG', call: () => run({ cacheSeqlens: foreign }) },
