@@ -67,7 +67,7 @@ function encodable(rec: Recording | undefined): void {
 
 
 /** What the kernels compute beyond FlashAttention-2's options (core's option-support.ts). */
-const OPTIONS = { sinks: true, vDim: true, dropout: true, kvSinks: true, kvBatchIdx: true, kvLeftpad: true, kvRotary: true } as const;
+const OPTIONS = { sinks: true, vDim: true, dropout: true, kvSinks: true, kvBatchIdx: true, kvLeftpad: true, kvRotary: true, kvVDim: true, kvLatent: true } as const;
 
 export class WebGPUBackend implements AttentionBackend {
   readonly name = 'webgpu';

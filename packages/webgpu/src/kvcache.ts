@@ -38,12 +38,12 @@ import type { KVPlan } from './kvplan.js';
 
 /** Whether the adapter runs this KV-cache problem. */
 export function kvSupport(p: KVCacheProblem, l: GPUSupportedLimits, plan: KVPlan): Support {
-  if (p.d > KV_MAX_D) return { ok: false, reason: `KV-cache kernels take head dims up to ${KV_MAX_D}; D = ${p.d}` };
+  if (Math.max(p.d, p.vDim) > KV_MAX_D) return { ok: false, reason: `KV-cache kernels take head dims up to ${KV_MAX_D}; D = ${p.d}${p.vDim !== p.d ? `, Dv = ${p.vDim}` : ''}` };
   const bpe = bytesPerElement(p.dtype);
   const checks: [string, number][] = [
     ['the K cache', p.cacheShape.reduce((a, b) => a * b, 1) * bpe],
     ['q', p.batch * p.tq * p.h * p.d * bpe],
-    ['the split-KV partial states', plan.groups * plan.splits * plan.rows * (p.d + 2) * 4],
+    ['the split-KV partial states', plan.groups * plan.splits * plan.rows * (p.vDim + 2) * 4],
   ];
   for (const [what, bytes] of checks) {
     if (bytes > l.maxStorageBufferBindingSize) return { ok: false, reason: `${what} needs ${bytes} bytes in one storage binding; this adapter's maxStorageBufferBindingSize is ${l.maxStorageBufferBindingSize}` };
@@ -104,7 +104,7 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
   const enc: KVEncoding = p.dtype;
   const hostCaches = isHostTensor(kCache);
   if (hostCaches && p.tnew > 0) {
-    if (!isHostTensor(vCache) || !isHostTensor(opts.kNew) || !isHostTensor(opts.vNew)) {
+    if (!isHostTensor(vCache) || !isHostTensor(opts.kNew) || (!p.latent && !isHostTensor(opts.vNew))) {
       throw new FAError('E_ARG', 'with host caches, vCache, kNew and vNew must be host tensors too (or upload all four)');
     }
   } else if (!hostCaches && isHostTensor(vCache)) {
@@ -112,13 +112,14 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
   }
   const dspec = plan.decode;
   const [pAttend, pCombine, pAppend] = await Promise.all([
-    dspec ? env.pipeline(kvDecodeKey(dspec), () => kvDecodeWGSL(dspec)) : attendPipeline(env, enc, kvAttendCols(p.d)),
+    dspec ? env.pipeline(kvDecodeKey(dspec), () => kvDecodeWGSL(dspec)) : attendPipeline(env, enc, kvAttendCols(Math.max(p.d, p.vDim))),
     env.pipeline(`kv-combine:${enc}`, () => kvCombineWGSL(enc)),
     p.tnew > 0 ? env.pipeline(`kv-append:${enc}`, () => kvAppendWGSL(enc)) : Promise.resolve(undefined),
   ]);
   // host caches: uploads of the caller's arrays, which the append below writes (not the arrays)
   const kb = env.input(scope, kCache, 'kCache');
-  const vb = env.input(scope, vCache, 'vCache');
+  // (a latent cache is one tensor: one buffer, which the attention reads as K and as V)
+  const vb = p.latent ? kb : env.input(scope, vCache, 'vCache');
   const qb = env.input(scope, q, 'q');
   const lens = indexInput(env, scope, opts.cacheSeqlens, p.cacheSeqlens, 'cacheSeqlens');
   // Bindings a call does not read are bound to a buffer it has anyway (fewer buffers per call:
@@ -142,13 +143,15 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
     scale: p.scale, softcap: p.softcap, wl: p.windowLeft, wr: p.windowRight, alibi: p.alibi !== undefined,
     rows: plan.rows, chunk: plan.chunk, splits: plan.splits, rowTiles: plan.rowTiles, lanes: plan.lanes ?? 0, paged: viaTable,
     sinks: p.sinks !== undefined, leftpad: p.leftpad !== undefined, leftpadAt,
+    dv: p.vDim, vRow: p.hkv * (p.latent ? p.d : p.vDim), vHead: p.latent ? p.d : p.vDim, latent: p.latent,
   };
   // K rows start at multiples of D elements: 16-byte loads need D·bytes a multiple of 16
   const vec = (p.d * bytesPerElement(p.dtype)) % 16 === 0;
   const maxWG = dev.limits.maxComputeWorkgroupsPerDimension;
-  const nOut = p.batch * p.tq * p.h * p.d;
+  const nOut = p.batch * p.tq * p.h * p.vDim;
   const bpe = bytesPerElement(p.dtype);
-  const nAppend = p.batch * p.tnew * p.hkv * p.d;
+  // append threads: one per element of kNew, or of vNew where it is the larger
+  const nAppend = p.batch * p.tnew * p.hkv * (p.latent ? p.d : Math.max(p.d, p.vDim));
   const words = p.dtype === 'f32' ? nOut : Math.ceil(nOut / 2);
   // the three passes' uniforms in one buffer, one slot each; the same bytes every step of a
   // decode loop, so the buffer comes from the constants cache (constants.ts)
@@ -163,7 +166,7 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
   const outBuf = env.createBuffer(scope, nOut * bpe, usage, 'out');
   const lseBuf = env.createBuffer(scope, p.batch * p.h * p.tq * 4, usage, 'lse');
   outs.push(outBuf, lseBuf);
-  const part = env.createBuffer(scope, plan.groups * plan.splits * plan.rows * (p.d + 2) * 4, BufferUsage.STORAGE, 'split-KV partial states');
+  const part = env.createBuffer(scope, plan.groups * plan.splits * plan.rows * (p.vDim + 2) * 4, BufferUsage.STORAGE, 'split-KV partial states');
   const cmd = into ?? dev.createCommandEncoder();
   // 0. rotary inside the call: q and the new keys into rotated copies (wgsl/kvrotary.ts)
   const rotate = p.rotary ? await rotaryPass(env, scope, p, cmd) : undefined;
@@ -175,8 +178,10 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
     const kn = env.input(scope, opts.kNew!, 'kNew');
     g[KV_APPEND.params] = params(0);
     g[KV_APPEND.kn] = rotate ? rotate(kn, p.tnew, p.hkv, true, 'kNew rotated') : kn;
-    g[KV_APPEND.vn] = env.input(scope, opts.vNew!, 'vNew');
-    g[KV_APPEND.k] = kb; g[KV_APPEND.v] = vb; g[KV_APPEND.lens] = lens; g[KV_APPEND.table] = table;
+    // a latent cache: no vNew, and its one buffer bound once read-write (the V binding gets a stand-in)
+    g[KV_APPEND.vn] = p.latent ? g[KV_APPEND.kn] : env.input(scope, opts.vNew!, 'vNew');
+    g[KV_APPEND.k] = kb; g[KV_APPEND.v] = p.latent ? env.createBuffer(scope, 16, BufferUsage.STORAGE, 'latent V stand-in') : vb;
+    g[KV_APPEND.lens] = lens; g[KV_APPEND.table] = table;
     const pass = cmd.beginComputePass({ label: 'kv append' });
     pass.setPipeline(pAppend);
     pass.setBindGroup(0, env.bind(pAppend, g));
@@ -216,8 +221,8 @@ export async function encodeKVCache(env: KVEnv, scope: Scope, p: KVCacheProblem,
     cpass.end();
   }
   if (!into) dev.queue.submit([cmd.finish()]);
-  if (isDeviceTensor(q)) return { out: env.wrap(outBuf, p.dtype, p.qShape), lse: env.wrap(lseBuf, 'f32', p.lseShape) };
-  return { out: await env.readBuffer(scope, outBuf, p.dtype, p.qShape), lse: await env.readBuffer(scope, lseBuf, 'f32', p.lseShape) };
+  if (isDeviceTensor(q)) return { out: env.wrap(outBuf, p.dtype, p.outShape), lse: env.wrap(lseBuf, 'f32', p.lseShape) };
+  return { out: await env.readBuffer(scope, outBuf, p.dtype, p.outShape), lse: await env.readBuffer(scope, lseBuf, 'f32', p.lseShape) };
 }
 
 /**

@@ -136,7 +136,8 @@ export function decodeSpec(p: KVCacheProblem, caps: KVCaps, t: KVTuning = {}): {
 export function planKV(p: KVCacheProblem, caps: KVCaps, t: KVTuning = {}): KVPlan {
   const n = (p.h / p.hkv) * p.tq;
   // head dims past the decode kernel's take the tiled one, whatever kvKernel asks
-  const kernel = p.d > KV_DECODE_MAX_D ? 'tiled' : t.kernel === 'tiled' || t.kernel === 'decode' ? t.kernel : n <= KV_DECODE_MAX_ROWS ? 'decode' : 'tiled';
+  // (and a head dim of v's own, a latent cache among them: the decode kernel has one head dim)
+  const kernel = p.d > KV_DECODE_MAX_D || p.vDim !== p.d ? 'tiled' : t.kernel === 'tiled' || t.kernel === 'decode' ? t.kernel : n <= KV_DECODE_MAX_ROWS ? 'decode' : 'tiled';
   const d = kernel === 'decode' ? decodeSpec(p, caps, t) : undefined;
   const rows = d ? d.spec.rows : kvRowsFor(p.d);
   const rowTiles = Math.max(1, Math.ceil(n / rows));

@@ -60,11 +60,12 @@ struct KVP {
   alibi_on: u32, nan: f32, rows: u32, chunk: u32,
   splits: u32, q_tiles: u32, n: u32, neg_inf: f32,
   vec: u32, lanes: u32, paged: u32, sinks_on: u32,
-  lp_on: u32, lp_off: u32, pad0: u32, pad1: u32,
+  lp_on: u32, lp_off: u32, dv: u32, v_row: u32,
+  v_head: u32, latent: u32, pad0: u32, pad1: u32,
 }
 @group(0) @binding(0) var<uniform> P: KVP;`;
 
-export const KVP_BYTES = 112;
+export const KVP_BYTES = 128;
 
 export interface KVParamValues {
   batch: number; tq: number; h: number; hkv: number; d: number; tnew: number; bs: number; maxBlocks: number;
@@ -84,6 +85,15 @@ export interface KVParamValues {
   /** cacheLeftpad: the attend kernels read it from the slopes binding, from word `leftpadAt` (as i32 bits). */
   leftpad?: boolean;
   leftpadAt?: number;
+  /**
+   * V's head dim (out, the partial states), the elements between V rows (hkv·Dv; a latent
+   * cache: K's hkv·D) and between a row's heads (Dv; latent: D); d, hkv·d, d when absent.
+   */
+  dv?: number;
+  vRow?: number;
+  vHead?: number;
+  /** A latent cache (vFromK): the append writes the one tensor, kNew's rows. */
+  latent?: boolean;
 }
 
 export function packKVParams(p: KVParamValues): ArrayBuffer {
@@ -103,6 +113,10 @@ export function packKVParams(p: KVParamValues): ArrayBuffer {
   u[23] = p.sinks ? 1 : 0;
   u[24] = p.leftpad ? 1 : 0;
   u[25] = p.leftpadAt ?? 0;
+  u[26] = p.dv ?? p.d;
+  u[27] = p.vRow ?? p.hkv * p.d;
+  u[28] = p.vHead ?? p.d;
+  u[29] = p.latent ? 1 : 0;
   return buf;
 }
 
@@ -248,8 +262,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // scores: thread lid is key j0 + lid
     if (i32(lid) < nc) {
       let j = j0 + i32(lid);
-      let ro = cache_row(b, u32(j) + lp) * w + kvh * d;
-      roff[lid] = ro;
+      let crow = cache_row(b, u32(j) + lp);
+      let ro = crow * w + kvh * d;
+      roff[lid] = crow; // (V's offset is the row's in V's layout: P.v_row, P.v_head)
       var dots: array<f32, ${rmax}>;
       for (var r = 0u; r < R; r = r + 1u) { dots[r] = 0.0; }
       if (P.vec != 0u) {
@@ -321,10 +336,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // acc = alpha·acc + P·V on this thread's columns
     for (var k = 0u; k < ${cols}u; k = k + 1u) {
       let c = lid + k * ${KV_THREADS}u;
-      if (c < d) {
+      if (c < P.dv) {
         for (var r = 0u; r < R; r = r + 1u) { acc[r * ${cols}u + k] = acc[r * ${cols}u + k] * alpha[r]; }
         for (var jj = 0; jj < nc; jj = jj + 1) {
-          let vv = ${load('vc', enc, 'roff[jj] + c')};
+          let vv = ${load('vc', enc, 'roff[jj] * P.v_row + kvh * P.v_head + c')};
           for (var r = 0u; r < R; r = r + 1u) {
             let p = ss[r * ${KV_TILE}u + u32(jj)];
             if (p != 0.0) { acc[r * ${cols}u + k] = acc[r * ${cols}u + k] + p * vv; }
@@ -334,8 +349,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     workgroupBarrier();
   }
-  // partial state of every row: m (−∞ as −3e38 with l = 0), l, acc
-  let stride = d + 2u;
+  // partial state of every row: m (−∞ as −3e38 with l = 0), l, acc (V's Dv columns)
+  let stride = P.dv + 2u;
   let pbase = ((gi * P.splits + s) * P.rows) * stride;
   if (lid < R) {
     part[pbase + lid * stride] = select(m, -3.0e38, mneg);
@@ -343,7 +358,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   }
   for (var k = 0u; k < ${cols}u; k = k + 1u) {
     let c = lid + k * ${KV_THREADS}u;
-    if (c < d) {
+    if (c < P.dv) {
       for (var r = 0u; r < R; r = r + 1u) { part[pbase + r * stride + 2u + c] = acc[r * ${cols}u + k]; }
     }
   }
@@ -380,9 +395,9 @@ ${KVP_WGSL}
 @group(0) @binding(4) var<storage, read> sinks: array<f32>;
 ${pack}
 
-// element e of out [B, Tq, H, D]: merged value, and the row's lse when asked
+// element e of out [B, Tq, H, Dv]: merged value, and the row's lse when asked
 fn merged(e: u32, want_lse: bool) -> f32 {
-  let d = P.d;
+  let d = P.dv;
   let c = e % d;
   let h = (e / d) % P.h;
   let bi = e / (d * P.h);
@@ -433,7 +448,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
   ${
     perThread === 1
       ? 'outp[t] = merged(t, true);'
-      : `let total = P.batch * P.tq * P.h * P.d;
+      : `let total = P.batch * P.tq * P.h * P.dv;
   let e0 = 2u * t;
   let x0 = merged(e0, true);
   var x1 = 0.0;
@@ -450,18 +465,14 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
  */
 export function kvAppendWGSL(enc: KVEncoding): string {
   const cacheDecl = enc === 'f32' ? 'array<f32>' : 'array<atomic<u32>>';
-  const put =
+  // (a 16-bit element written into its word with atomics: its neighbour may be another thread's)
+  const put = (cache: string, src: string, de: string, e: string) =>
     enc === 'f32'
-      ? `kc[de] = kn[e];
-  vc[de] = vn[e];`
-      : `let sh = (de & 1u) * 16u;
-  let keep = ~(0xffffu << sh);
-  let kb = (kn[e >> 1u] >> ((e & 1u) * 16u)) & 0xffffu;
-  let vb = (vn[e >> 1u] >> ((e & 1u) * 16u)) & 0xffffu;
-  atomicAnd(&kc[de >> 1u], keep);
-  atomicOr(&kc[de >> 1u], kb << sh);
-  atomicAnd(&vc[de >> 1u], keep);
-  atomicOr(&vc[de >> 1u], vb << sh);`;
+      ? `${cache}[${de}] = ${src}[${e}];`
+      : `{ let sh = (${de} & 1u) * 16u;
+    let bits = (${src}[${e} >> 1u] >> ((${e} & 1u) * 16u)) & 0xffffu;
+    atomicAnd(&${cache}[${de} >> 1u], ~(0xffffu << sh));
+    atomicOr(&${cache}[${de} >> 1u], bits << sh); }`;
   return /* wgsl */ `
 ${KVP_WGSL}
 @group(0) @binding(1) var<storage, read> kn: array<${elemType(enc)}>;
@@ -476,12 +487,19 @@ ${CACHE_ROW}
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
   let e = gid.x + gid.y * nw.x * 64u;
   if (e >= P.n) { return; }
+  // K: kNew [B, Tnew, Hkv, D]; V: vNew [B, Tnew, Hkv, Dv] (not with a latent cache: kNew's rows are V's)
   let w = P.hkv * P.d;
-  let x = e % w;
-  let bt = e / w;
-  let t = bt % P.tnew;
-  let b = bt / P.tnew;
-  let de = cache_row(b, u32(lens[b]) + t) * w + x;
-  ${put}
+  let nk = P.batch * P.tnew * w;
+  if (e < nk) {
+    let bt = e / w;
+    let de = cache_row(bt / P.tnew, u32(lens[bt / P.tnew]) + bt % P.tnew) * w + e % w;
+    ${put('kc', 'kn', 'de', 'e')}
+  }
+  let wv = P.hkv * P.dv;
+  if (P.latent == 0u && e < P.batch * P.tnew * wv) {
+    let bt = e / wv;
+    let dv = cache_row(bt / P.tnew, u32(lens[bt / P.tnew]) + bt % P.tnew) * wv + e % wv;
+    ${put('vc', 'vn', 'dv', 'e')}
+  }
 }`;
 }
