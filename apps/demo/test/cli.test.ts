@@ -102,7 +102,7 @@ describe('fa run on NumPy fixtures', () => {
   it('covers every option flag', () => {
     const flags = new Set(cases.flatMap((c) => c.args.filter((a) => a.startsWith('--'))));
     for (const f of ['--causal', '--window', '--softcap', '--scale', '--alibi', '--sinks', '--dropout', '--seed', '--dropout-offset', '--cu-seqlens-q', '--cu-seqlens-k', '--dtype', '--dout']) expect(flags).toContain(f);
-    for (const f of ['--k-cache', '--v-cache', '--block-table', '--cache-seqlens', '--k-new', '--v-new', '--cache-batch-idx', '--cache-leftpad', '--rotary-cos', '--rotary-sin', '--rotary-interleaved']) expect(flags).toContain(f);
+    for (const f of ['--k-cache', '--v-cache', '--block-table', '--cache-seqlens', '--k-new', '--v-new', '--cache-batch-idx', '--cache-leftpad', '--rotary-cos', '--rotary-sin', '--rotary-interleaved', '--v-from-k']) expect(flags).toContain(f);
     expect(cases.some((c) => c.dtype === 'bf16')).toBe(true);
   });
 
@@ -245,6 +245,9 @@ describe('fa: bad invocations print one line "fa: E_CODE: message" and exit non-
     ['a 1-d block table', kv('--cache-seqlens', 'lens_decode.npy', '--block-table', 'bad/bt_1d.npy'), 'E_SHAPE'],
     ['a block index outside the cache', kv('--cache-seqlens', 'lens_decode.npy', '--block-table', 'bad/bt_out_of_range.npy'), 'E_ARG'],
     ['a length past the contiguous cache', ['run', '--q', 'q1.npy', '--k-cache', 'kc_contig.npy', '--v-cache', 'vc_contig.npy', '--cache-seqlens', 'bad/lens_past_capacity.npy', '--k-new', 'kn1.npy', '--v-new', 'vn1.npy', '--out', join(tmp, 'x')], 'E_ARG'],
+    ['--v-from-k with a --v-cache', kv('--cache-seqlens', 'lens_decode.npy', '--block-table', 'bt.npy', '--v-from-k', '8'), 'E_ARG'],
+    ['--v-from-k past D', ['run', '--q', 'q1.npy', '--k-cache', 'kc_paged.npy', '--block-table', 'bt.npy', '--cache-seqlens', 'lens_decode.npy', '--v-from-k', '17', '--out', join(tmp, 'x')], 'E_ARG'],
+    ['--v-from-k on a dense call', run('--v-from-k', '4'), 'E_ARG'],
     ['new keys of the wrong shape', kv('--cache-seqlens', 'lens_decode.npy', '--block-table', 'bt.npy', '--k-new', 'q1.npy', '--v-new', 'q1.npy'), 'E_SHAPE'],
   ];
 

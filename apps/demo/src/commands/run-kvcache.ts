@@ -57,22 +57,27 @@ export async function runKVCache(x: KVRunInputs, io: Io): Promise<number> {
   };
   const qPath = need('q', 'Q.npy');
   const kcPath = need('k-cache', 'KC.npy');
-  const vcPath = need('v-cache', 'VC.npy');
+  // MLA's latent cache: one tensor as K and V (V its first DV columns), new rows in --k-new alone
+  const vfk = p.strings.get('v-from-k');
+  const vFromK = vfk === undefined ? undefined : Number(vfk);
+  if (vfk !== undefined && !(Number.isInteger(vFromK) && vFromK! >= 1)) throw argError(`--v-from-k takes V's head dim, a positive integer; got ${vfk}`);
+  if (vFromK !== undefined && (p.strings.has('v-cache') || p.strings.has('v-new'))) throw argError('--v-from-k: the latent cache is --k-cache alone (its first DV columns are V); leave out --v-cache and --v-new');
+  const vcPath = vFromK === undefined ? need('v-cache', 'VC.npy') : undefined;
   const lensPath = need('cache-seqlens', 'L.npy');
   const knPath = p.strings.get('k-new');
   const vnPath = p.strings.get('v-new');
-  if ((knPath === undefined) !== (vnPath === undefined)) throw argError('--k-new and --v-new must be given together');
+  if (vFromK === undefined && (knPath === undefined) !== (vnPath === undefined)) throw argError('--k-new and --v-new must be given together');
   const btPath = p.strings.get('block-table');
 
   const q = await x.readFloat(qPath, '--q');
   const kCache = await x.readFloat(kcPath, '--k-cache');
-  const vCache = await x.readFloat(vcPath, '--v-cache');
+  const vCache = vcPath === undefined ? kCache : await x.readFloat(vcPath, '--v-cache');
   const cacheSeqlens = await readIndex(lensPath, '--cache-seqlens', 1, 'int32 lengths [B]');
   const blockTable = btPath === undefined ? undefined : await readIndex(btPath, '--block-table', 2, 'an int32 table [B, maxBlocksPerSeq]');
   const kNew = knPath === undefined ? undefined : await x.readFloat(knPath, '--k-new');
   const vNew = vnPath === undefined ? undefined : await x.readFloat(vnPath, '--v-new');
   // FlashAttention-2's extras: cache rows by batch index, left padding, rotary inside the call
-  const extra: Partial<KVCacheOptions> = {};
+  const extra: Partial<KVCacheOptions> = vFromK === undefined ? {} : { vFromK };
   const bi = p.strings.get('cache-batch-idx');
   if (bi !== undefined) extra.cacheBatchIdx = await readIndex(bi, '--cache-batch-idx', 1, 'int32 cache rows [B]');
   const lp = p.strings.get('cache-leftpad');
@@ -85,7 +90,7 @@ export async function runKVCache(x: KVRunInputs, io: Io): Promise<number> {
     extra.rotarySin = await x.readTable(rs, '--rotary-sin');
     if (p.booleans.has('rotary-interleaved')) extra.rotaryInterleaved = true;
   }
-  const opts: KVCacheOptions = { ...x.options, ...extra, cacheSeqlens, ...(blockTable ? { blockTable } : {}), ...(kNew ? { kNew, vNew } : {}) };
+  const opts: KVCacheOptions = { ...x.options, ...extra, cacheSeqlens, ...(blockTable ? { blockTable } : {}), ...(kNew ? { kNew, ...(vNew ? { vNew } : {}) } : {}) };
   const problem = describeKVCacheProblem(q, kCache, vCache, opts);
 
   // auto: the first engine whose supportsKVCache() accepts the call (and its dtype), with a note
@@ -102,18 +107,19 @@ export async function runKVCache(x: KVRunInputs, io: Io): Promise<number> {
     owned.push(d);
     return d;
   };
-  const [qd, kd, vd] = [await up(q), await up(kCache), await up(vCache)];
+  const qd = await up(q), kd = await up(kCache);
+  const vd = vCache === kCache ? kd : await up(vCache);
   const lens = await backend.uploadIndex(cacheSeqlens);
   owned.push(lens);
   const table = blockTable ? await backend.uploadIndex(blockTable, [problem.batch, problem.maxBlocksPerSeq]) : undefined;
   if (table) owned.push(table);
-  const r = await backend.forwardWithKVCache(qd, kd, vd, { ...x.options, ...extra, cacheSeqlens: lens, ...(table ? { blockTable: table } : {}), ...(kNew ? { kNew: await up(kNew), vNew: await up(vNew!) } : {}) });
+  const r = await backend.forwardWithKVCache(qd, kd, vd, { ...x.options, ...extra, cacheSeqlens: lens, ...(table ? { blockTable: table } : {}), ...(kNew ? { kNew: await up(kNew), ...(vNew ? { vNew: await up(vNew) } : {}) } : {}) });
   owned.push(r.out, r.lse);
   const files: [string, NpyArray][] = [
     ['out.npy', x.toNpy(await toHost(backend, r.out))],
     ['lse.npy', x.toNpy(await toHost(backend, r.lse))],
     ['k_cache.npy', x.toNpy(await toHost(backend, kd))],
-    ['v_cache.npy', x.toNpy(await toHost(backend, vd))],
+    ...(vd === kd ? [] : [['v_cache.npy', x.toNpy(await toHost(backend, vd))] as [string, NpyArray]]),
   ];
   const ms = performance.now() - t0;
   for (const t of owned) backend.disposeTensor(t);

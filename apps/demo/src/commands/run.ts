@@ -42,7 +42,7 @@ const SPEC: FlagSpec = {
   'cu-seqlens-q': { type: 'string', value: 'CQ.npy', help: 'varlen: int32 [B+1] query offsets (with --cu-seqlens-k)' },
   'cu-seqlens-k': { type: 'string', value: 'CK.npy', help: 'varlen: int32 [B+1] key offsets (with --cu-seqlens-q)' },
   'k-cache': { type: 'string', value: 'KC.npy', help: 'KV cache: keys, float32 [B, capacity, Hkv, D] (paged: [numBlocks, blockSize, Hkv, D])' },
-  'v-cache': { type: 'string', value: 'VC.npy', help: "KV cache: values, the key cache's shape" },
+  'v-cache': { type: 'string', value: 'VC.npy', help: "KV cache: values, the key cache's shape (its head dim may be its own)" },
   'block-table': { type: 'string', value: 'BT.npy', help: 'KV cache: paged, int32 [B, maxBlocksPerSeq] block indices' },
   'cache-seqlens': { type: 'string', value: 'L.npy', help: 'KV cache: int32 [B] tokens already cached per sequence' },
   'k-new': { type: 'string', value: 'KN.npy', help: 'KV cache: new keys [B, Tnew, Hkv, D], appended in place (with --v-new)' },
@@ -52,6 +52,7 @@ const SPEC: FlagSpec = {
   'rotary-cos': { type: 'string', value: 'C.npy', help: 'KV cache: float32 [maxPos, rotaryDim / 2], rotary applied to the new keys and q inside the call (with --rotary-sin)' },
   'rotary-sin': { type: 'string', value: 'S.npy', help: 'KV cache: float32 [maxPos, rotaryDim / 2] (with --rotary-cos)' },
   'rotary-interleaved': { type: 'boolean', help: 'KV cache: rotary pairs dims (2m, 2m+1) (GPT-J) instead of (m, m + rotaryDim/2)' },
+  'v-from-k': { type: 'string', value: 'DV', help: "KV cache: a latent cache (MLA): V is the first DV columns of each --k-cache row; no --v-cache, new rows in --k-new alone" },
   dtype: { type: 'string', value: 'f32|f16|bf16', help: 'compute dtype; inputs are rounded to it (default f32)' },
   out: { type: 'string', value: 'DIR', help: 'output directory (created if needed)' },
   help: { type: 'boolean', short: 'h', help: 'show this help' },
@@ -65,6 +66,7 @@ export const runHelp = `usage: fa run --backend cpu|wasm|native|webgpu|cuda|auto
               --cache-seqlens L.npy [--k-new KN.npy --v-new VN.npy] [--cache-batch-idx I.npy]
               [--cache-leftpad P.npy] [--rotary-cos C.npy --rotary-sin S.npy [--rotary-interleaved]]
               [options] --out DIR
+       fa run ... --q Q.npy --k-cache LATENT.npy --v-from-k DV ... (MLA: one cache as K and V)
 
 Reads float32 .npy inputs (float16 files are accepted too; int32 for cu_seqlens), rounds them to
 --dtype, computes attention with the engine, and writes float32 out.npy and lse.npy (and with
@@ -164,7 +166,7 @@ export async function runCommand(args: readonly string[], io: Io): Promise<numbe
     return 0;
   }
   if (isKVCacheRun(p)) return runKVCacheCommand(p, io);
-  for (const f of ['cache-batch-idx', 'cache-leftpad', 'rotary-cos', 'rotary-sin', 'rotary-interleaved']) {
+  for (const f of ['cache-batch-idx', 'cache-leftpad', 'rotary-cos', 'rotary-sin', 'rotary-interleaved', 'v-from-k']) {
     if (p.strings.has(f) || p.booleans.has(f)) throw argError(`--${f} applies to a KV-cache call (--k-cache …)`);
   }
   const qPath = requireFlag(p, 'q', 'run', 'Q.npy');
