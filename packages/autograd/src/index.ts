@@ -40,5 +40,5 @@ export { Module } from './nn/module.js';
 export { Linear, LayerNorm, RMSNorm, Embedding, type InitOptions } from './nn/layers.js';
 export { SelfAttention, TransformerBlock, type SelfAttentionOptions, type TransformerBlockOptions } from './nn/transformer.js';
 export { KVCache, type KVCacheConfig } from './nn/kvcache.js';
-export { GPT, type GPTConfig, type GenerateOptions } from './nn/gpt.js';
+export { GPT, type GPTConfig, type GPTForwardOptions, type GenerateOptions } from './nn/gpt.js';
 export { makeCorpus, charVocab, type CharVocab } from './data/corpus.js';

@@ -66,13 +66,13 @@ describe('autograd tensors on the webgpu engine', () => {
     expect(relNormErr(g.data, host[0].grad!.data)).toBeLessThan(1e-4);
   });
 
-  for (const [style, batched] of [['gpt2', false], ['llama', false], ['llama', true], ['gpt-oss', false]] as const) {
+  for (const [style, batched] of [['gpt2', false], ['gpt2-dropout', false], ['llama', false], ['llama', true], ['gpt-oss', false]] as const) {
     it(`a ${style}-style GPT trains on the device as on the host (embeddings, norms, attention, MLP, tied head, AdamW)${batched ? ', calls batched a turn' : ''}`, async () => {
       const e = batched ? batching! : engine!;
       // gpt-oss-style: a learnable attention sink per head (read back once per attention call)
       const cfg = style === 'llama' || style === 'gpt-oss'
         ? { vocab: 29, maxT: 16, dModel: 32, layers: 2, heads: 4, kvHeads: 2, positions: 'rotary' as const, norm: 'rms' as const, mlp: 'swiglu' as const, seed: 3, sinks: style === 'gpt-oss' }
-        : { vocab: 29, maxT: 16, dModel: 32, layers: 2, heads: 4, seed: 3 };
+        : { vocab: 29, maxT: 16, dModel: 32, layers: 2, heads: 4, seed: 3, ...(style === 'gpt2-dropout' ? { dropout: 0.1 } : {}) };
       const host = new GPT(cfg), dev = await new GPT(cfg).to(e);
       expect(dev.parameters().every((p) => p.onDevice)).toBe(true);
       expect(dev.parameters().length).toBe(host.parameters().length); // (the tied head stays tied)
@@ -84,7 +84,8 @@ describe('autograd tensors on the webgpu engine', () => {
       for (let s = 0; s < 4; s++) {
         for (const [m, opt, out] of [[host, optH, lh], [dev, optD, ld]] as const) {
           opt.zeroGrad();
-          const logits = await m.forward(ids, B);
+          // (with dropout: one seed a step, the same masks on the host and on the device)
+          const logits = await m.forward(ids, B, style === 'gpt2-dropout' ? { dropoutSeed: 100 + s } : {});
           const loss = crossEntropy(logits, targets);
           await loss.backward();
           opt.step();

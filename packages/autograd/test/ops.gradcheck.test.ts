@@ -164,3 +164,25 @@ describe('dropout on every host model engine', () => {
     }
   });
 });
+
+describe("GPT's dropout", () => {
+  it('drops nothing without a seed (evaluation), repeats by seed, and differs between seeds', async () => {
+    const { GPT } = await import('@fa/autograd');
+    const cfg = { vocab: 17, maxT: 8, dModel: 16, layers: 2, heads: 2, seed: 4 };
+    const plain = new GPT(cfg), drop = new GPT({ ...cfg, dropout: 0.2 });
+    const ids = Int32Array.from({ length: 16 }, (_, i) => (i * 5 + 2) % 17);
+    const a = (await plain.forward(ids, 2)).data, b = (await drop.forward(ids, 2)).data;
+    if (a.some((x, i) => x !== b[i])) throw new Error('dropout without a seed changed the logits');
+    const s1 = (await drop.forward(ids, 2, { dropoutSeed: 1 })).data, s1b = (await drop.forward(ids, 2, { dropoutSeed: 1 })).data;
+    const s2 = (await drop.forward(ids, 2, { dropoutSeed: 2 })).data;
+    if (s1.some((x, i) => x !== s1b[i])) throw new Error('the same seed gave other logits');
+    if (!s1.some((x, i) => x !== s2[i]) || !s1.some((x, i) => x !== a[i])) throw new Error('dropout with a seed changed nothing');
+    let code = '';
+    try {
+      new GPT({ ...cfg, dropout: 1 });
+    } catch (e) {
+      code = (e as { code?: string }).code ?? '';
+    }
+    if (code !== 'E_ARG') throw new Error(`dropout 1: expected E_ARG, got ${code || 'no error'}`);
+  });
+});

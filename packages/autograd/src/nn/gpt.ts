@@ -18,6 +18,7 @@ import { Module } from './module.js';
 import { Embedding, LayerNorm, RMSNorm } from './layers.js';
 import { rotaryTables } from '../ops/rotary.js';
 import { TransformerBlock } from './transformer.js';
+import { dropout } from '../ops/dropout.js';
 import { KVCache } from './kvcache.js';
 
 export interface GPTConfig {
@@ -41,6 +42,17 @@ export interface GPTConfig {
   mlp?: 'gelu' | 'swiglu';
   /** A learnable attention sink per head in every block (gpt-oss). */
   sinks?: boolean;
+  /**
+   * GPT-2's dropout (default 0): on the embeddings, the attention probabilities and each
+   * block's two residual branches, in forward() calls given a `dropoutSeed` (training); calls
+   * without one (evaluation, generation) drop nothing.
+   */
+  dropout?: number;
+}
+
+export interface GPTForwardOptions {
+  /** Draws this step's dropout masks (a new seed every step: the step number will do). */
+  dropoutSeed?: number;
 }
 
 export interface GenerateOptions {
@@ -64,7 +76,9 @@ export class GPT extends Module {
       if (!Number.isSafeInteger(c[k]) || c[k] < 1) throw new FAError('E_ARG', `GPT: ${k} must be a positive integer, got ${String(c[k])}`);
     }
     if (c.dModel % c.heads !== 0) throw new FAError('E_ARG', `GPT: dModel ${c.dModel} is not a multiple of heads ${c.heads}`);
-    this.config = { kvHeads: c.heads, mlpRatio: 4, seed: 0, positions: 'learned', norm: 'layer', mlp: 'gelu', sinks: false, ...c };
+    this.config = { kvHeads: c.heads, mlpRatio: 4, seed: 0, positions: 'learned', norm: 'layer', mlp: 'gelu', sinks: false, dropout: 0, ...c };
+    const p = this.config.dropout;
+    if (typeof p !== 'number' || !(p >= 0 && p < 1)) throw new FAError('E_ARG', `GPT: dropout must be a probability in [0, 1), got ${String(p)}`);
     const rng = new Rng(this.config.seed);
     // GPT-2's initialisation: N(0, 0.02) embeddings
     this.tok = new Embedding(c.vocab, c.dModel, { rng, std: 0.02 });
@@ -91,10 +105,20 @@ export class GPT extends Module {
     return linear(this.ln.forward(x), this.tok.weight);
   }
 
-  /** Logits [B, T, vocab] of `batch` sequences of ids (row-major [B·T]), causal. */
-  async forward(ids: Int32Array, batch: number): Promise<Tensor> {
-    let x = this.embed(ids, batch, 0);
-    for (const b of this.blocks) x = await b.forward(x);
+  /**
+   * Logits [B, T, vocab] of `batch` sequences of ids (row-major [B·T]), causal. With the config's
+   * dropout and a `dropoutSeed`, the masks of site s (embeddings 0; layer l: attention
+   * probabilities 3l + 1, its residual branches 3l + 2 and 3l + 3) are keyed by (seed, s).
+   */
+  async forward(ids: Int32Array, batch: number, opts: GPTForwardOptions = {}): Promise<Tensor> {
+    const p = this.config.dropout, seed = opts.dropoutSeed;
+    const training = p > 0 && seed !== undefined;
+    const drop = (y: Tensor, site: number) => (training ? dropout(y, p, { seed: seed!, offset: site }) : y);
+    let x = drop(this.embed(ids, batch, 0), 0);
+    for (let l = 0; l < this.blocks.length; l++) {
+      const attn = training ? { dropout: { p, seed: seed!, offset: 3 * l + 1 } } : {};
+      x = await this.blocks[l].forward(x, attn, training ? (y, branch) => drop(y, 3 * l + 2 + branch) : undefined);
+    }
     return this.head(x);
   }
 

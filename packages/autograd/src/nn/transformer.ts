@@ -134,9 +134,12 @@ export class TransformerBlock extends Module {
     return this.fc2.forward(this.fc3 ? swiglu(this.fc1.forward(h), this.fc3.forward(h)) : gelu(this.fc1.forward(h)));
   }
 
-  async forward(x: Tensor, options: AttentionCallOptions = {}): Promise<Tensor> {
-    x = add(x, await this.attn.forward(this.ln1.forward(x), options));
-    return add(x, this.mlp(x));
+  /** `residualDropout`: applied to the attention (branch 0) and MLP (branch 1) outputs before each residual add. */
+  async forward(x: Tensor, options: AttentionCallOptions = {}, residualDropout?: (y: Tensor, branch: 0 | 1) => Tensor): Promise<Tensor> {
+    const a = await this.attn.forward(this.ln1.forward(x), options);
+    x = add(x, residualDropout ? residualDropout(a, 0) : a);
+    const m = this.mlp(x);
+    return add(x, residualDropout ? residualDropout(m, 1) : m);
   }
 
   /** forward() for new tokens only, attention over `cache` (SelfAttention.forwardCached). */
