@@ -80,7 +80,7 @@ import { checkOwn, dataOf, hostView, regionData, WasmTensor } from './tensors.js
 import { chooseNativeTiles, chooseWasmTiles } from './tiles.js';
 
 const MAIN_STACK_BYTES = 64 * 1024;
-const UNIT_SIZE: Record<WasmJob['kind'], number> = { forward: FWD_UNIT, backward: BWD_UNIT, kvcache: KV_GROUP_UNIT, copy: 2, pack: 2, gemm: 14 };
+const UNIT_SIZE: Record<WasmJob['kind'], number> = { forward: FWD_UNIT, backward: BWD_UNIT, kvcache: KV_GROUP_UNIT, copy: 2, gemm: 14 };
 
 /** What the kernels compute beyond FlashAttention-2's options (core's option-support.ts). */
 const OPTIONS = { sinks: true, vDim: true, kvVDim: true, kvLatent: true, kvSinks: true, dropout: true, kvBatchIdx: true, kvRotary: true, kvLeftpad: true } as const;
@@ -529,9 +529,10 @@ export class WasmBackend implements AttentionBackend {
       const v = hostView(this.memory, t);
       return { ...v, data: v.data.slice() as typeof v.data };
     };
-    const e = await this.serial(() => kvCacheAsVarlen(p, copy(q)!, hostView(this.memory, kCache), hostView(this.memory, vCache), copy(opts.kNew), copy(opts.vNew)));
+    const [qc, kn, vn] = await this.serial(() => [copy(q)!, copy(opts.kNew), copy(opts.vNew)] as const);
+    const e = await this.serial(() => kvCacheAsVarlen(p, qc, hostView(this.memory, kCache), hostView(this.memory, vCache), kn, vn));
     const r = await this.forward(e.q, e.k, e.v, e.options);
-    await this.serial(() => appendKVCacheHost(p, hostView(this.memory, kCache), hostView(this.memory, vCache), copy(opts.kNew), copy(opts.vNew)));
+    await this.serial(() => appendKVCacheHost(p, hostView(this.memory, kCache), hostView(this.memory, vCache), kn, vn));
     const out = tensor((r.out as HostTensor).data, p.outShape, p.dtype);
     const lse = tensor(lseToKVCache(p, (r.lse as HostTensor).data as Float32Array), p.lseShape, 'f32');
     return isDeviceTensor(q) ? { out: await this.upload(out), lse: await this.upload(lse) } : { out, lse };

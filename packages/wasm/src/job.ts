@@ -6,20 +6,19 @@
  * the worker bundle stays small.)
  */
 export interface WasmJob {
-  readonly kind: 'forward' | 'backward' | 'kvcache' | 'copy' | 'pack' | 'gemm';
+  readonly kind: 'forward' | 'backward' | 'kvcache' | 'copy' | 'gemm';
   /** Address of the call's fa_problem (kvcache: its fa_kv; copy: the copy method, 0 or 1). */
   readonly problem: number;
   /**
    * Forward: (batch, kv head, query tile) triples. Backward: (batch, kv head, first tile, end
    * tile, private) 5-tuples. KV cache: (batch, first kv head, end kv head, query tile, key
    * chunk, slot of the first head) 6-tuples, core's units of consecutive kv heads together
-   * (kvcall.ts). Copy: (address, bytes) pairs. Pack: (batch, kv head) pairs whose key tiles the
-   * forward packs before its units run. Gemm: a block of C's rows each, (transA, transB, m, n,
+   * (kvcall.ts). Copy: (address, bytes) pairs. Gemm: a block of C's rows each, (transA, transB, m, n,
    * k, a, lda, b, ldb, c, ldc, accumulate, workspace, bias) 14-tuples (model-ops.ts); counter[2]
    * counts the blocks done, for a caller that waits on it.
    */
   readonly units: Int32Array;
-  /** Entries per unit: core's FWD_UNIT (3), BWD_UNIT (5); KV cache 6; copy 2; pack 2. */
+  /** Entries per unit: core's FWD_UNIT (3), BWD_UNIT (5); KV cache 6; copy 2. */
   readonly unitSize: number;
   /** Backward: address of each private dQ accumulator (index = a unit's `private`). */
   readonly privates: readonly number[];
@@ -31,7 +30,7 @@ export interface WasmJob {
   /**
    * Forward: the (batch, kv head) pairs whose key tiles fa_pack_kv packs first, in the same job:
    * every thread takes packs until none is left, waits until all are done, then takes units. One
-   * job instead of a 'pack' job and a 'forward' job: the threads are woken once a call (after an
+   * job instead of a packing job and a forward job: the threads are woken once a call (after an
    * idle spell each wake-up costs ~0.8 ms on a VM's halted vCPUs).
    */
   readonly pre?: Int32Array;
@@ -111,9 +110,6 @@ export function runJob(job: WasmJob, k: Kernels, ownStack: boolean): void {
         break;
       case 'copy':
         k.fa_copy_range(U[o] >>> 0, U[o + 1], scratch, COPY_RING_BYTES, job.problem);
-        break;
-      case 'pack':
-        k.fa_pack_kv(job.problem, U[o], U[o + 1]);
         break;
       case 'gemm':
         k.fa_gemm_f32_ld(U[o], U[o + 1], U[o + 2], U[o + 3], U[o + 4], U[o + 5], U[o + 6], U[o + 7], U[o + 8], U[o + 9], U[o + 10], U[o + 11], U[o + 12]);

@@ -28,8 +28,9 @@ export function scratchBound(p: AttentionProblem, t: TileSizes): number {
   const c = bc8(t.bc);
   const r = t.br;
   const d = Math.max(p.d, p.vDim);
-  // (5 score-sized tiles: S, dP, the softcap derivative, and dropout's multipliers and P∘M)
-  return F * (5 * r * c + 2 * c * dp(d) + 2 * d * c + r * dp(d) + 2 * r + 16) + STACK_BYTES;
+  // (5 score-sized tiles: S, dP, the softcap derivative, and dropout's multipliers and P∘M; the
+  // accumulator, and the forward's contiguous copy of the q rows)
+  return F * (5 * r * c + 2 * c * dp(d) + 2 * d * c + 2 * r * dp(d) + 2 * r + 16) + STACK_BYTES;
 }
 
 export function forwardBytes(p: AttentionProblem, t: TileSizes, threads: number): number {

@@ -592,9 +592,9 @@ export class WebGPUBackend implements AttentionBackend {
    * `b` (rows of `from` elements) resized to rows of `to` in a new buffer of the scope, encoded
    * into `enc`; `b` itself when the widths agree (head-dims.ts).
    */
-  private async resized(enc: GPUCommandEncoder, scope: Scope, dtype: DType, b: Bound, rows: number, from: number, to: number, what: string, usage = BufferUsage.STORAGE): Promise<Bound> {
+  private async resized(enc: GPUCommandEncoder, scope: Scope, dtype: DType, b: Bound, rows: number, from: number, to: number, what: string): Promise<Bound> {
     if (from === to) return b;
-    const dst = this.createBuffer(scope, rows * to * bytesPerElement(dtype), usage, what);
+    const dst = this.createBuffer(scope, rows * to * bytesPerElement(dtype), BufferUsage.STORAGE, what);
     await encodeResize(this.resizeEnv(scope), enc, dtype, b, dst, rows, from, to);
     return dst;
   }

@@ -14,14 +14,20 @@
  */
 import type { KernelSpec } from './spec.js';
 
-/** Philox 4×32-10 on 32-bit integers: mulhi32 and philox4x32 (counter, key) → 4 words. */
-export const PHILOX_WGSL = /* wgsl */ `
+/**
+ * The high word of a 32×32-bit product, from 16-bit halves (WGSL has no 64-bit integers): Philox
+ * here and exact-rotation.ts. (One definition a module: include it once.)
+ */
+export const MULHI32_WGSL = /* wgsl */ `
 fn mulhi32(a: u32, b: u32) -> u32 {
   let a0 = a & 0xffffu; let a1 = a >> 16u; let b0 = b & 0xffffu; let b1 = b >> 16u;
   let p01 = a0 * b1; let p10 = a1 * b0;
   let mid = ((a0 * b0) >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
   return a1 * b1 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u);
-}
+}`;
+
+/** Philox 4×32-10 on 32-bit integers: mulhi32 and philox4x32 (counter, key) → 4 words. */
+export const PHILOX_WGSL = /* wgsl */ `${MULHI32_WGSL}
 fn philox4x32(c: vec4<u32>, key: vec2<u32>) -> vec4<u32> {
   var x = c; var k = key;
   for (var r = 0u; r < 10u; r = r + 1u) {
@@ -52,19 +58,23 @@ fn drop_one(i: i32, j: i32, bh: u32) -> f32 {
  * query row and key column (i32 expressions, positions within the sequence); `quads` says along
  * which register index four consecutive keys lie in one thread (vec4 layouts), if any, and
  * `keyQuad(i, j)` the u32 index floor(key / 4) of the quad starting at register (i, j).
+ * `byRow[i]`: the lines that register row i's multipliers need first (`lines` is all of them).
  */
 export function dropoutMultipliers(
   rm: number, cn: number, row: (i: number, j: number) => string, col: (i: number, j: number) => string,
   quads: 'cols' | 'rows' | undefined, keyQuad: (i: number, j: number) => string,
-): { lines: string[]; mult: (i: number, j: number) => string } {
-  const lines: string[] = [];
+): { lines: string[]; byRow: string[][]; mult: (i: number, j: number) => string } {
+  const byRow: string[][] = Array.from({ length: rm }, () => []);
+  const quad = (i: number, j: number) => byRow[i].push(`let dm${i}_${j} = drop_quad(${row(i, j)}, ${keyQuad(i, j)}, bh);`);
+  let mult: (i: number, j: number) => string;
   if (quads === 'cols') {
-    for (let i = 0; i < rm; i++) for (let j = 0; j < cn; j += 4) lines.push(`let dm${i}_${j} = drop_quad(${row(i, j)}, ${keyQuad(i, j)}, bh);`);
-    return { lines, mult: (i, j) => `dm${i}_${j - (j % 4)}[${j % 4}]` };
+    for (let i = 0; i < rm; i++) for (let j = 0; j < cn; j += 4) quad(i, j);
+    mult = (i, j) => `dm${i}_${j - (j % 4)}[${j % 4}]`;
+  } else if (quads === 'rows') {
+    for (let i = 0; i < rm; i += 4) for (let j = 0; j < cn; j++) quad(i, j);
+    mult = (i, j) => `dm${i - (i % 4)}_${j}[${i % 4}]`;
+  } else {
+    mult = (i, j) => `drop_one(${row(i, j)}, ${col(i, j)}, bh)`;
   }
-  if (quads === 'rows') {
-    for (let i = 0; i < rm; i += 4) for (let j = 0; j < cn; j++) lines.push(`let dm${i}_${j} = drop_quad(${row(i, j)}, ${keyQuad(i, j)}, bh);`);
-    return { lines, mult: (i, j) => `dm${i - (i % 4)}_${j}[${i % 4}]` };
-  }
-  return { lines, mult: (i, j) => `drop_one(${row(i, j)}, ${col(i, j)}, bh)` };
+  return { lines: byRow.flat(), byRow, mult };
 }

@@ -1,3 +1,5 @@
+import { MULHI32_WGSL } from './dropout.js';
+
 /**
  * The rotation of a rotary pair exactly as the float64 reference rounds it, in 32-bit WGSL
  * integers: x′ = RN32(RN64(a·b − c·d)) for float32 a, b, c, d (core's rotateKVInputs computes
@@ -16,15 +18,10 @@
  *   3. rounded to 53 bits (ties to even), then to float32's 24 bits or its subnormal step
  *      (ties to even: the reference's double rounding), with overflow to ±∞.
  *
- * Non-finite inputs take the plain f32 formula, whose ±∞/NaN results are the reference's.
+ * Non-finite inputs give the reference's ±∞ or NaN (xr_nonfinite: by classes, since a float32
+ * product could overflow where the float64 one does not).
  */
-export const EXACT_ROTATION_WGSL = /* wgsl */ `
-fn xr_mulhi(a: u32, b: u32) -> u32 {
-  let a0 = a & 0xffffu; let a1 = a >> 16u; let b0 = b & 0xffffu; let b1 = b >> 16u;
-  let p01 = a0 * b1; let p10 = a1 * b0;
-  let mid = ((a0 * b0) >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
-  return a1 * b1 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u);
-}
+export const EXACT_ROTATION_WGSL = /* wgsl */ `${MULHI32_WGSL}
 // significand and exponent of finite float32 bits: |x| = m · 2^e
 fn xr_sig(b: u32) -> u32 {
   let f = b & 0x7fffffu;
@@ -138,8 +135,8 @@ fn exact_rot(a: u32, b: u32, c: u32, d: u32) -> u32 {
   var s1 = ((a ^ b) >> 31u) != 0u;
   var s2 = ((c ^ d) >> 31u) == 0u; // (− c·d)
   let ma = xr_sig(a); let mb = xr_sig(b); let mc = xr_sig(c); let md = xr_sig(d);
-  var m1 = vec4<u32>(ma * mb, xr_mulhi(ma, mb), 0u, 0u);
-  var m2 = vec4<u32>(mc * md, xr_mulhi(mc, md), 0u, 0u);
+  var m1 = vec4<u32>(ma * mb, mulhi32(ma, mb), 0u, 0u);
+  var m2 = vec4<u32>(mc * md, mulhi32(mc, md), 0u, 0u);
   var e1 = xr_exp(a) + xr_exp(b);
   var e2 = xr_exp(c) + xr_exp(d);
   let z1 = m1.x == 0u && m1.y == 0u;

@@ -93,7 +93,7 @@ export function forwardWGSL(s: KernelSpec): string {
     src.line(`  l${i} = l${i} * alpha + ${sum.join(' + ')};`);
     if (drop) {
       // dropout after l took the undropped weights: only P·V sees the mask (dropout.ts)
-      for (const x of drop.lines.filter((x) => x.startsWith(`let dm${i}_`))) src.line('  ' + x);
+      for (const x of drop.byRow[i]) src.line('  ' + x);
       for (let j = 0; j < CN; j++) src.line(`  ${acc('s', i, j)} = ${acc('s', i, j)} * ${drop.mult(i, j)};`);
     }
     if (!isSw(s)) src.line('  ' + Array.from({ length: CN }, (_, j) => spStore(s, scoreCol(s, j), i, acc('s', i, j))).join(' '));
